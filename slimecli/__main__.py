@@ -1,0 +1,3 @@
+from slimecli.cli.app import main
+
+main()

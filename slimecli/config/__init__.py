@@ -1,0 +1,1 @@
+"""Config: the schema, Hydra composition, validation, and the frozen run config."""

@@ -1,0 +1,1 @@
+"""One dataclass per config group; defaults live here and nowhere else."""

@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The policy model. `name=tiny` is created by slimecli itself when `path` is unset."""
+
+    name: str = "tiny"
+    path: str | None = None
+    tokenizer_path: str | None = None  # defaults to `path`
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    cache_dir: str | None = None  # where model=tiny is created; None -> ~/.cache/slimecli
+    seed: int = 0  # seed of the tiny model's random weights
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 128
+    max_position_embeddings: int = 32768
+    trust_remote_code: bool = False

@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Reward function selection and how rewards become training values."""
+
+    name: str = "exact_match"  # exact_match | math | f1 | remote | python | quickstart | swe_tests
+    key: str | None = None  # picks the value out of a dict reward
+    path: str | None = None  # reward=python: package.module:function or /file.py:function
+    group: bool = False  # the python function scores a whole group at once
+    url: str | None = None  # reward=remote
+    timeout_s: float = 60.0
+    max_retries: int = 3
+    concurrency: int = 32
+    on_invalid: Literal["zero", "drop_group", "error"] = "zero"

@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """Rollout engines (embedded or SGLang) and the sampling of responses."""
+
+    name: Literal["local", "sglang"] = "local"
+    batch_size: int = 8  # prompts per step
+    n_samples_per_prompt: int = 4
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_new_tokens: int = 64
+    max_prompt_len: int = 1024
+    num_engines: int = 1
+    host: str = "127.0.0.1"
+    port: int = 30000  # engine i listens on port + i
+    start_timeout_s: float = 300.0
+    request_timeout_s: float = 600.0
+    max_running_requests: int = 64  # embedded engine batch limit
+    dynamic_filter: Literal["none", "zero_std"] = "none"
+    over_sampling_batch_size: int | None = None  # prompts pulled per round when filtering
+    sglang_args: str = ""  # extra flags for sglang.launch_server

@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Where a run lives and how it is named."""
+
+    name: str = "quickstart"
+    dir: str | None = None  # explicit run directory; None -> <root>/<name>-<timestamp>
+    root: str = "runs"
+    seed: int = 1234
+    log_level: Literal["debug", "info", "warning", "error"] = "info"

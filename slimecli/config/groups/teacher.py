@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class TeacherConfig:
+    """A teacher that scores student tokens: none, slimecli's teacher server, or SGLang."""
+
+    name: Literal["none", "server", "sglang"] = "none"
+    url: str | None = None  # an existing server; otherwise launched from model_path
+    model_path: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 7999
+    tp: int = 1
+    dp: int = 1
+    temperature: float = 1.0
+    max_length: int = 0  # 0 = no limit
+    warmup: bool = True
+    warmup_timeout_s: float = 3000.0
+    update_timeout_s: float = 3600.0
+    start_timeout_s: float = 600.0
+    sample_chunk_size: int = 4096
+    label_chunk_size: int = 4096
+    api_key: str | None = None
+    concurrency: int = 8
+    max_retries: int = 3
+    request_timeout_s: float = 600.0

@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """Policy-gradient training: back-end, parallelism, loss and advantage settings."""
+
+    name: Literal["torch", "megatron"] = "torch"
+    nproc: int = 1  # ranks per node
+    max_steps: int = 100
+    global_batch_size: int = 8  # samples per optimizer step
+    micro_batch_size: int = 4
+    strategy: Literal["ddp", "fsdp"] = "ddp"  # torch back-end
+    dist_backend: Literal["auto", "gloo", "nccl"] = "auto"
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    advantage_estimator: Literal["grpo", "gspo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"] = "grpo"
+    normalize_std: bool = True  # grpo/gspo divide by the group std
+    gamma: float = 1.0  # reinforce++ discount
+    eps_clip: float = 0.2
+    eps_clip_high: float | None = None  # None -> eps_clip
+    eps_clip_c: float | None = None  # dual clip, must be > 1
+    kl_coef: float = 0.0  # KL reward shaping
+    kl_loss_coef: float = 0.0  # KL loss against the frozen reference
+    kl_loss_type: Literal["k1", "k2", "low_var_kl"] = "low_var_kl"
+    entropy_coef: float = 0.0
+    use_tis: bool = False
+    tis_clip_low: float = 0.0
+    tis_clip_high: float = 2.0
+    use_rollout_logprobs: bool = False  # old log-probs from the engine instead of a recompute
+    loss_reduction: Literal["per_rollout", "per_token"] = "per_rollout"
+    opd_kl_coef: float = 0.0  # on-policy distillation strength
+    save_interval: int = 0  # 0 -> only at the end
+    keep_checkpoints: int = 2
+    gradient_checkpointing: bool = False

@@ -1,0 +1,119 @@
+"""Rules that span the trainer, rollout, model and cluster groups."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slimecli.config.errors import ConfigError
+from slimecli.config.schema import SlimeConfig
+
+
+def positive(path: str, value: float | int | None) -> list[ConfigError]:
+    if value is not None and value <= 0:
+        return [ConfigError(path, value, "must be > 0")]
+    return []
+
+
+def sampling(cfg: SlimeConfig) -> list[ConfigError]:
+    r = cfg.rollout
+    errors = []
+    if r.temperature <= 0:
+        errors.append(ConfigError("rollout.temperature", r.temperature, "must be > 0 (log-probs are taken at this temperature)"))
+    if not 0 < r.top_p <= 1:
+        errors.append(ConfigError("rollout.top_p", r.top_p, "must be in (0, 1]"))
+    if r.top_k == 0 or r.top_k < -1:
+        errors.append(ConfigError("rollout.top_k", r.top_k, "must be -1 (all) or >= 1"))
+    for path, value in [("rollout.batch_size", r.batch_size), ("rollout.n_samples_per_prompt", r.n_samples_per_prompt),
+                        ("rollout.max_new_tokens", r.max_new_tokens), ("rollout.num_engines", r.num_engines),
+                        ("rollout.port", r.port), ("rollout.start_timeout_s", r.start_timeout_s),
+                        ("rollout.max_running_requests", r.max_running_requests)]:
+        errors += positive(path, value)
+    if r.over_sampling_batch_size is not None and r.over_sampling_batch_size < r.batch_size:
+        errors.append(ConfigError("rollout.over_sampling_batch_size", r.over_sampling_batch_size,
+                                  f"must be >= rollout.batch_size ({r.batch_size})"))
+    return errors
+
+
+def batches(cfg: SlimeConfig) -> list[ConfigError]:
+    t, r = cfg.trainer, cfg.rollout
+    errors = positive("trainer.global_batch_size", t.global_batch_size) + positive("trainer.micro_batch_size", t.micro_batch_size)
+    errors += positive("trainer.max_steps", t.max_steps) + positive("trainer.nproc", t.nproc)
+    if errors:
+        return errors
+    samples = r.batch_size * r.n_samples_per_prompt
+    if samples % t.global_batch_size:
+        errors.append(ConfigError("trainer.global_batch_size", t.global_batch_size,
+                                  f"must divide rollout.batch_size x rollout.n_samples_per_prompt = {samples}",
+                                  "change rollout.batch_size, rollout.n_samples_per_prompt or trainer.global_batch_size"))
+    world = t.nproc * cfg.cluster.nnodes
+    if t.global_batch_size % world:
+        errors.append(ConfigError("trainer.global_batch_size", t.global_batch_size,
+                                  f"must be divisible by the number of trainer ranks (trainer.nproc x cluster.nnodes = {world})"))
+    return errors
+
+
+def losses(cfg: SlimeConfig) -> list[ConfigError]:
+    t = cfg.trainer
+    errors = []
+    if t.eps_clip < 0:
+        errors.append(ConfigError("trainer.eps_clip", t.eps_clip, "must be >= 0"))
+    if t.eps_clip_high is not None and t.eps_clip_high < t.eps_clip:
+        errors.append(ConfigError("trainer.eps_clip_high", t.eps_clip_high, f"must be >= trainer.eps_clip ({t.eps_clip})"))
+    if t.eps_clip_c is not None and t.eps_clip_c <= 1:
+        errors.append(ConfigError("trainer.eps_clip_c", t.eps_clip_c, "dual clip constant must be > 1"))
+    if t.kl_coef != 0 and t.kl_loss_coef != 0:
+        errors.append(ConfigError("trainer.kl_loss_coef", t.kl_loss_coef,
+                                  f"cannot be non-zero together with trainer.kl_coef ({t.kl_coef})",
+                                  "use either KL reward shaping (kl_coef) or the KL loss (kl_loss_coef)"))
+    if t.use_tis and not t.tis_clip_high > t.tis_clip_low >= 0:
+        errors.append(ConfigError("trainer.tis_clip_high", t.tis_clip_high, f"must be > trainer.tis_clip_low ({t.tis_clip_low}) >= 0"))
+    if t.opd_kl_coef < 0:
+        errors.append(ConfigError("trainer.opd_kl_coef", t.opd_kl_coef, "must be >= 0"))
+    if (t.opd_kl_coef > 0 or cfg.recipe == "opd") and cfg.teacher.name == "none":
+        errors.append(ConfigError("teacher", "none", "distillation needs a teacher",
+                                  "add teacher=server teacher.url=... (or teacher.model_path=...), or teacher=sglang teacher.url=..."))
+    return errors
+
+
+def parallel(cfg: SlimeConfig) -> list[ConfigError]:
+    t, c = cfg.trainer, cfg.cluster
+    errors = positive("trainer.tensor_parallel_size", t.tensor_parallel_size) + positive(
+        "trainer.pipeline_parallel_size", t.pipeline_parallel_size) + positive("cluster.nnodes", c.nnodes)
+    if errors:
+        return errors
+    world = t.nproc * c.nnodes
+    model_parallel = t.tensor_parallel_size * t.pipeline_parallel_size
+    if t.name == "torch" and model_parallel != 1:
+        errors.append(ConfigError("trainer.tensor_parallel_size", t.tensor_parallel_size,
+                                  "the torch trainer is data-parallel only; tensor/pipeline parallel sizes must be 1",
+                                  "use trainer=megatron for model parallelism"))
+    elif world % model_parallel:
+        errors.append(ConfigError("trainer.nproc", t.nproc,
+                                  f"world size {world} is not divisible by tensor x pipeline parallel = {model_parallel}"))
+    if not 0 <= c.node_rank < c.nnodes:
+        errors.append(ConfigError("cluster.node_rank", c.node_rank, f"must be in [0, cluster.nnodes={c.nnodes})"))
+    if not 0 < c.master_port < 65536:
+        errors.append(ConfigError("cluster.master_port", c.master_port, "must be a TCP port in 1..65535"))
+    if t.name == "torch" and t.strategy == "fsdp" and t.dist_backend == "gloo":
+        errors.append(ConfigError("trainer.strategy", t.strategy, "FSDP needs GPUs (nccl); use ddp on CPU"))
+    return errors
+
+
+def model(cfg: SlimeConfig) -> list[ConfigError]:
+    m = cfg.model
+    errors = []
+    if m.path is None and m.name != "tiny":
+        errors.append(ConfigError("model.path", None, f"model={m.name} needs model.path (a Hugging Face checkpoint directory)"))
+    for key in ("path", "tokenizer_path"):
+        value = getattr(m, key)
+        if value is None:
+            continue
+        p = Path(value).expanduser()
+        if not p.is_dir():
+            errors.append(ConfigError(f"model.{key}", value, "directory does not exist"))
+        elif key == "path" and not (p / "config.json").is_file():
+            errors.append(ConfigError(f"model.{key}", value, "not a Hugging Face checkpoint (no config.json)"))
+    return errors
+
+
+RULES = [sampling, batches, losses, parallel, model]

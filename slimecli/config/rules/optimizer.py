@@ -1,0 +1,47 @@
+"""Optimizer rules: stateless Adam keeps no moments, so nothing may need them."""
+
+from __future__ import annotations
+
+from slimecli.config.errors import ConfigError
+from slimecli.config.schema import SlimeConfig
+
+
+def stateless(cfg: SlimeConfig) -> list[ConfigError]:
+    o = cfg.optimizer
+    if o.name != "stateless_adam":
+        return []
+    errors = []
+    if o.amsgrad:
+        errors.append(ConfigError("optimizer.amsgrad", o.amsgrad, "stateless_adam keeps no moments, so amsgrad is impossible",
+                                  "set optimizer.amsgrad=false or use optimizer=adam"))
+    if o.save_state:
+        errors.append(ConfigError("optimizer.save_state", o.save_state, "stateless_adam has no optimizer state to save",
+                                  "set optimizer.save_state=false"))
+    if o.use_master_weights:
+        errors.append(ConfigError("optimizer.use_master_weights", o.use_master_weights,
+                                  "stateless_adam does not support master weights"))
+    return errors
+
+
+def ranges(cfg: SlimeConfig) -> list[ConfigError]:
+    o = cfg.optimizer
+    errors = []
+    if o.lr < 0:
+        errors.append(ConfigError("optimizer.lr", o.lr, "must be >= 0"))
+    for i, b in enumerate(o.betas):
+        if not 0 <= b < 1:
+            errors.append(ConfigError(f"optimizer.betas[{i}]", b, "must be in [0, 1)"))
+    if o.eps <= 0:
+        errors.append(ConfigError("optimizer.eps", o.eps, "must be > 0"))
+    if o.weight_decay < 0:
+        errors.append(ConfigError("optimizer.weight_decay", o.weight_decay, "must be >= 0"))
+    if o.clip_grad < 0:
+        errors.append(ConfigError("optimizer.clip_grad", o.clip_grad, "must be >= 0 (0 disables clipping)"))
+    if o.lr_warmup_steps < 0:
+        errors.append(ConfigError("optimizer.lr_warmup_steps", o.lr_warmup_steps, "must be >= 0"))
+    if o.min_lr < 0 or o.min_lr > o.lr:
+        errors.append(ConfigError("optimizer.min_lr", o.min_lr, f"must be in [0, optimizer.lr={o.lr}]"))
+    return errors
+
+
+RULES = [stateless, ranges]

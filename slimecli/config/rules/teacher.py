@@ -1,0 +1,38 @@
+"""Teacher rules: where the teacher comes from, and the server's limits."""
+
+from __future__ import annotations
+
+from slimecli.config.errors import ConfigError
+from slimecli.config.schema import SlimeConfig
+
+
+def source(cfg: SlimeConfig) -> list[ConfigError]:
+    t = cfg.teacher
+    if t.name == "server" and not (t.url or t.model_path):
+        return [ConfigError("teacher.model_path", None, "teacher=server needs teacher.model_path (launched by slimecli) "
+                            "or teacher.url (an existing server)")]
+    if t.name == "sglang" and not t.url:
+        return [ConfigError("teacher.url", None, "teacher=sglang needs the URL of a running SGLang server")]
+    if t.url and not t.url.startswith(("http://", "https://")):
+        return [ConfigError("teacher.url", t.url, "must start with http:// or https://")]
+    return []
+
+
+def limits(cfg: SlimeConfig) -> list[ConfigError]:
+    t = cfg.teacher
+    errors = []
+    if not 0 < t.port < 65536:
+        errors.append(ConfigError("teacher.port", t.port, "must be a TCP port in 1..65535"))
+    for key in ("tp", "dp", "warmup_timeout_s", "update_timeout_s", "start_timeout_s", "sample_chunk_size",
+                "label_chunk_size", "concurrency", "request_timeout_s", "temperature"):
+        value = getattr(t, key)
+        if value <= 0:
+            errors.append(ConfigError(f"teacher.{key}", value, "must be > 0"))
+    if t.max_length < 0:
+        errors.append(ConfigError("teacher.max_length", t.max_length, "must be >= 0 (0 = no limit)"))
+    if t.max_retries < 0:
+        errors.append(ConfigError("teacher.max_retries", t.max_retries, "must be >= 0"))
+    return errors
+
+
+RULES = [source, limits]

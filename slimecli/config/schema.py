@@ -1,0 +1,35 @@
+"""The whole run config: one field per group, each a frozen dataclass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from slimecli.config.groups.agent import AgentConfig
+from slimecli.config.groups.cluster import ClusterConfig
+from slimecli.config.groups.model import ModelConfig
+from slimecli.config.groups.optimizer import OptimizerConfig
+from slimecli.config.groups.reward import RewardConfig
+from slimecli.config.groups.rollout import RolloutConfig
+from slimecli.config.groups.run import RunConfig
+from slimecli.config.groups.task import TaskConfig
+from slimecli.config.groups.teacher import TeacherConfig
+from slimecli.config.groups.trainer import TrainerConfig
+
+
+@dataclass(frozen=True)
+class SlimeConfig:
+    run: RunConfig = field(default_factory=RunConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    recipe: str = "quickstart"  # the recipe this run was composed from
+
+
+# Groups whose member is chosen with `group=member` (a YAML file in conf/<group>/).
+GROUPS: tuple[str, ...] = ("optimizer", "agent", "teacher", "reward", "rollout", "trainer", "model", "task", "cluster")

@@ -1,0 +1,163 @@
+"""Turn a plain (composed) dict into the frozen dataclass tree, collecting every error.
+
+Also the reverse: a frozen config back to plain data for YAML.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from functools import cache
+from typing import Any, Literal, Union
+
+from slimecli.config.errors import ConfigError, allowed_hint, did_you_mean
+
+_MISSING = object()
+
+
+@cache
+def field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is not None:
+        args = ", ".join(_type_name(a) for a in typing.get_args(tp))
+        return f"{origin.__name__}[{args}]"
+    if tp is type(None):
+        return "null"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _convert(value: Any, tp: Any, path: str, errors: list[ConfigError]) -> Any:
+    """Check `value` against `tp`; return the converted value or _MISSING after recording an error."""
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            errors.append(ConfigError(path, value, f"expected a mapping of {tp.__name__} fields"))
+            return _MISSING
+        return build(tp, value, path, errors)
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None:
+            if type(None) in args:
+                return None
+            errors.append(ConfigError(path, value, f"must not be null; expected {_type_name(tp)}"))
+            return _MISSING
+        trial: list[ConfigError] = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            trial.clear()
+            out = _convert(value, arg, path, trial)
+            if not trial:
+                return out
+        errors.extend(trial if len([a for a in args if a is not type(None)]) == 1 else
+                      [ConfigError(path, value, f"expected {_type_name(tp)}")])
+        return _MISSING
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value in allowed and type(value) is type(allowed[0]):
+            return value
+        errors.append(ConfigError(path, value, "not an allowed value", allowed_hint(str(value), [str(a) for a in allowed])))
+        return _MISSING
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)):
+            errors.append(ConfigError(path, value, f"expected a list {_type_name(tp)}"))
+            return _MISSING
+        if len(args) == 2 and args[1] is Ellipsis:
+            args = (args[0],) * len(value)
+        if len(value) != len(args):
+            errors.append(ConfigError(path, value, f"expected {len(args)} items ({_type_name(tp)})"))
+            return _MISSING
+        items = [_convert(v, a, f"{path}[{i}]", errors) for i, (v, a) in enumerate(zip(value, args))]
+        return _MISSING if any(i is _MISSING for i in items) else tuple(items)
+    if origin is list:
+        (arg,) = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)):
+            errors.append(ConfigError(path, value, f"expected a list {_type_name(tp)}"))
+            return _MISSING
+        items = [_convert(v, arg, f"{path}[{i}]", errors) for i, v in enumerate(value)]
+        return _MISSING if any(i is _MISSING for i in items) else tuple(items)
+    if origin is dict:
+        if not isinstance(value, dict):
+            errors.append(ConfigError(path, value, "expected a mapping"))
+            return _MISSING
+        return dict(value)
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        errors.append(ConfigError(path, value, "expected bool (true/false)"))
+        return _MISSING
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        errors.append(ConfigError(path, value, "expected int"))
+        return _MISSING
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if isinstance(value, float) and math.isnan(value):
+                errors.append(ConfigError(path, value, "expected a number, not NaN"))
+                return _MISSING
+            return float(value)
+        errors.append(ConfigError(path, value, "expected float"))
+        return _MISSING
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        errors.append(ConfigError(path, value, "expected str"))
+        return _MISSING
+    raise TypeError(f"unsupported schema type {tp!r} at {path}")
+
+
+def build(cls: type, data: dict[str, Any], prefix: str, errors: list[ConfigError]) -> Any:
+    """Build `cls` from `data`; unknown keys and bad values go to `errors`."""
+    hints = field_types(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if key not in hints:
+            errors.append(ConfigError(path, value, "unknown key",
+                                      did_you_mean(str(key), names, f"{prefix}." if prefix else "")))
+            continue
+        out = _convert(value, hints[key], path, errors)
+        if out is not _MISSING:
+            kwargs[key] = out
+    try:
+        return cls(**kwargs)
+    except TypeError:  # a required field is missing; already reported through errors
+        return None
+
+
+def to_plain(obj: Any) -> Any:
+    """Frozen config -> plain lists/dicts for YAML and JSON."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_plain(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_plain(v) for k, v in obj.items()}
+    return obj
+
+
+def schema_paths(cls: type, prefix: str = "") -> list[str]:
+    """Every leaf key path of the schema (for did-you-mean over full paths)."""
+    out: list[str] = []
+    for name, tp in field_types(cls).items():
+        path = f"{prefix}.{name}" if prefix else name
+        if dataclasses.is_dataclass(tp):
+            out.extend(schema_paths(tp, path))
+        else:
+            out.append(path)
+    return out
