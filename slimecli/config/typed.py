@@ -78,7 +78,7 @@ def _convert(value: Any, tp: Any, path: str, errors: list[ConfigError]) -> Any:
         if len(value) != len(args):
             errors.append(ConfigError(path, value, f"expected {len(args)} items ({_type_name(tp)})"))
             return _MISSING
-        items = [_convert(v, a, f"{path}[{i}]", errors) for i, (v, a) in enumerate(zip(value, args))]
+        items = [_convert(v, a, f"{path}[{i}]", errors) for i, (v, a) in enumerate(zip(value, args, strict=True))]
         return _MISSING if any(i is _MISSING for i in items) else tuple(items)
     if origin is list:
         (arg,) = typing.get_args(tp)

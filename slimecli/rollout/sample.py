@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     PENDING = "pending"
     COMPLETED = "completed"
     TRUNCATED = "truncated"

@@ -1,0 +1,1 @@
+"""The typer command line: one module per command family, each exposing register(app)."""

@@ -1,0 +1,59 @@
+"""Helpers shared by the command modules: override capture and config errors as exit code 2."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+import typer
+
+if TYPE_CHECKING:
+    from slimecli.config.schema import SlimeConfig
+
+# Hydra overrides (`key=value`, `group=member`, `+recipe=NAME`) arrive as extra arguments.
+OVERRIDES = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": ["-h", "--help"]}
+
+RecipeDirOption = typer.Option(
+    [], "--recipe-dir", "-r", help="Extra directory of recipe YAML files (repeatable); also $SLIMECLI_RECIPE_PATH.")
+
+
+def fail(message: str, code: int = 2) -> None:
+    typer.secho(message, fg=typer.colors.RED, err=True)
+    raise typer.Exit(code)
+
+
+def load_config_or_exit(overrides: list[str], recipe_dirs: list[str] | tuple[str, ...] = ()) -> SlimeConfig:
+    """Compose and validate; on any config error print all of them and exit 2 (no traceback)."""
+    from slimecli.config.compose import load
+    from slimecli.config.errors import ConfigErrors
+
+    try:
+        return load(list(overrides), tuple(recipe_dirs))
+    except ConfigErrors as exc:
+        fail(exc.render())
+    raise AssertionError("unreachable")
+
+
+def load_frozen_or_exit(path: str) -> SlimeConfig:
+    from slimecli.config.errors import ConfigErrors
+    from slimecli.config.io import load_frozen
+
+    try:
+        return load_frozen(path)
+    except FileNotFoundError:
+        fail(f"--config: no such file: {path}")
+    except ConfigErrors as exc:
+        fail(f"{path}: " + exc.render())
+    raise AssertionError("unreachable")
+
+
+def split_overrides(args: list[str]) -> list[str]:
+    """Reject stray options that typer let through, so a typo is not silently an override."""
+    bad = [a for a in args if a.startswith("-")]
+    if bad:
+        fail(f"unknown option(s): {' '.join(bad)} (overrides look like key=value; see --help)")
+    return args
+
+
+def echo_err(message: str) -> None:
+    print(message, file=sys.stderr)

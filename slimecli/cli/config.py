@@ -1,0 +1,39 @@
+"""`slimecli config show|validate`: compose and check a run config without launching anything."""
+
+from __future__ import annotations
+
+import typer
+
+from slimecli.cli.common import OVERRIDES, RecipeDirOption, load_config_or_exit, split_overrides
+
+config_app = typer.Typer(help="Inspect and validate a composed run config.", no_args_is_help=True,
+                         rich_markup_mode="rich")
+
+
+@config_app.command("show", context_settings=OVERRIDES, epilog="""[bold]Examples[/]
+
+  slimecli config show +recipe=swe_agent
+
+  slimecli config show +recipe=swe_agent agent=codex optimizer=stateless_adam optimizer.lr=2e-6""")
+def show(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> None:
+    """Print the fully resolved YAML (every key, with defaults); nothing is launched."""
+    from slimecli.config.io import dump_yaml
+
+    cfg = load_config_or_exit(split_overrides(ctx.args), recipe_dir)
+    typer.echo(dump_yaml(cfg), nl=False)
+
+
+@config_app.command("validate", context_settings=OVERRIDES, epilog="""[bold]Examples[/]
+
+  slimecli config validate +recipe=opd teacher.url=http://127.0.0.1:7999
+
+  slimecli config validate optimizer=stateless_adam optimizer.amsgrad=true   # exit 2""")
+def validate(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> None:
+    """Exit 0 with a one-line OK, or print every error and exit 2."""
+    cfg = load_config_or_exit(split_overrides(ctx.args), recipe_dir)
+    typer.echo(f"OK: recipe={cfg.recipe} trainer={cfg.trainer.name} rollout={cfg.rollout.name} "
+               f"optimizer={cfg.optimizer.name} reward={cfg.reward.name} teacher={cfg.teacher.name} agent={cfg.agent.name}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(config_app, name="config")

@@ -1,0 +1,39 @@
+"""`slimecli plan`: the processes a run would start, without starting them."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from slimecli.cli.common import OVERRIDES, RecipeDirOption, load_config_or_exit, split_overrides
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("plan", context_settings=OVERRIDES, epilog="""[bold]Examples[/]
+
+  slimecli plan +recipe=swe_agent
+
+  slimecli plan +recipe=opd teacher.model_path=runs/q/final --json""")
+    def plan(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+             recipe_dir: list[str] = RecipeDirOption) -> None:
+        """Show each process: name, full command, ports, environment, readiness probe."""
+        from slimecli.launch.plan import build_plan
+        from slimecli.launch.rundir import default_path
+
+        cfg = load_config_or_exit(split_overrides(ctx.args), recipe_dir)
+        specs = build_plan(cfg, default_path(cfg))
+        if as_json:
+            typer.echo(json.dumps([s.to_json() for s in specs], indent=2))
+            return
+        import shlex
+
+        typer.echo(f"launch plan for recipe={cfg.recipe} (run dir {default_path(cfg).resolve()}), in start order:")
+        for i, s in enumerate(specs, 1):
+            typer.echo(f"\n{i}. {s.name} ({s.kind})")
+            typer.echo(f"   command: {shlex.join(s.argv)}")
+            typer.echo(f"   ports:   {', '.join(map(str, s.ports)) or '-'}")
+            typer.echo(f"   env:     {' '.join(f'{k}={v}' for k, v in s.env.items())}")
+            ready = f"GET {s.probe.url} answers {s.probe.status} within {s.start_timeout_s:.0f}s" if s.probe else \
+                "- (the run ends when it exits 0)"
+            typer.echo(f"   ready:   {ready}")

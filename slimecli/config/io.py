@@ -1,0 +1,34 @@
+"""The frozen run config on disk: written once by the controller, read by every worker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from slimecli.config.errors import ConfigErrors
+from slimecli.config.schema import SlimeConfig
+from slimecli.config.typed import build, to_plain
+
+
+def dump_yaml(cfg: SlimeConfig) -> str:
+    return yaml.safe_dump(to_plain(cfg), sort_keys=False, default_flow_style=None)
+
+
+def save_frozen(cfg: SlimeConfig, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(dump_yaml(cfg))
+    tmp.replace(path)
+    return path
+
+
+def load_frozen(path: str | Path) -> SlimeConfig:
+    """Read a resolved config; it is type-checked again but never re-composed."""
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    errors: list = []
+    cfg = build(SlimeConfig, data, "", errors)
+    if errors or cfg is None:
+        raise ConfigErrors(errors)
+    return cfg

@@ -1,0 +1,1 @@
+"""Launching: process specs, torchrun commands, the run directory, and the supervisor."""

@@ -1,0 +1,36 @@
+"""The controller behind `slimecli train`: resolve, write the run dir, launch the plan, supervise."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from rich.console import Console
+
+from slimecli.config.schema import SlimeConfig
+from slimecli.launch.plan import build_plan
+from slimecli.launch.rundir import prepare, write_plan
+from slimecli.launch.supervisor import Supervisor
+
+
+def materialize(cfg: SlimeConfig) -> SlimeConfig:
+    """Make model paths concrete (model=tiny is created on first use) so workers never re-resolve."""
+    if cfg.model.path is None:
+        from slimecli.model.loading import resolve_model_path
+
+        cfg = replace(cfg, model=replace(cfg.model, path=str(resolve_model_path(cfg.model))))
+    return cfg
+
+
+def run(cfg: SlimeConfig, argv: list[str], overrides: list[str], console: Console | None = None) -> int:
+    console = console or Console(highlight=False)
+    cfg = materialize(cfg)
+    run_dir = prepare(cfg, argv, overrides)
+    if run_dir.resumed:
+        console.print(f"[bold]resuming[/] the run in {run_dir.path}")
+        for line in run_dir.changed:
+            console.print(f"  [yellow]config changed[/] {line}")
+    else:
+        console.print(f"[bold]run directory[/] {run_dir.path}")
+    specs = build_plan(cfg, run_dir.path)
+    write_plan(run_dir, specs)
+    return Supervisor(specs, run_dir.log_dir, console=console).run()

@@ -1,0 +1,59 @@
+"""The launch plan: which processes a run needs, in start order."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from slimecli.config.schema import SlimeConfig
+from slimecli.launch.spec import Probe, ProcessSpec
+from slimecli.launch.torchrun import torchrun_argv
+
+CONFIG_FILE = "config.yaml"
+
+
+def engine_specs(cfg: SlimeConfig, config_path: str) -> list[ProcessSpec]:
+    r = cfg.rollout
+    specs = []
+    for i in range(r.num_engines):
+        port = r.port + i
+        if r.name == "local":
+            argv = [sys.executable, "-m", "slimecli.rollout.engine", "--config", config_path, "--index", str(i)]
+        else:
+            argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(cfg.model.path or "<model=tiny>"),
+                    "--host", r.host, "--port", str(port), "--dtype", cfg.model.dtype,
+                    "--skip-server-warmup", *shlex.split(r.sglang_args)]
+        specs.append(ProcessSpec(name=f"engine-{i}", argv=argv, kind="server", ports=[port],
+                                 probe=Probe(f"http://{r.host}:{port}/health_generate"),
+                                 start_timeout_s=r.start_timeout_s))
+    return specs
+
+
+def teacher_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec | None:
+    t = cfg.teacher
+    if t.name != "server" or t.url:
+        return None
+    return ProcessSpec(name="teacher", kind="server", ports=[t.port],
+                       argv=torchrun_argv("slimecli.teacher", ["--config", config_path], t.tp * t.dp),
+                       probe=Probe(f"http://{t.host}:{t.port}/healthz"),
+                       start_timeout_s=t.start_timeout_s + (t.warmup_timeout_s if t.warmup else 0.0))
+
+
+def trainer_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec:
+    return ProcessSpec(name="trainer", kind="worker",
+                       argv=torchrun_argv("slimecli.train", ["--config", config_path], cfg.trainer.nproc, cfg.cluster))
+
+
+def build_plan(cfg: SlimeConfig, run_dir: str | Path) -> list[ProcessSpec]:
+    """Servers first (engines, teacher), then the trainer. Every process reads RUN/config.yaml."""
+    run_dir = Path(run_dir).resolve()
+    config_path = str(run_dir / CONFIG_FILE)
+    env = {"SLIMECLI_RUN_DIR": str(run_dir), "PYTHONUNBUFFERED": "1"}
+    specs = engine_specs(cfg, config_path)
+    teacher = teacher_spec(cfg, config_path)
+    if teacher is not None:
+        specs.append(teacher)
+    specs.append(trainer_spec(cfg, config_path))
+    return [replace(s, env={**env, **s.env}) for s in specs]

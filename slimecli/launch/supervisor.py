@@ -1,0 +1,191 @@
+"""Start the plan's processes, stream their logs, and tear everything down on any failure.
+
+Servers start first and must answer their readiness probe; then the workers. The run
+succeeds when every worker exits 0. Any other exit, a readiness timeout, Ctrl-C or
+SIGTERM stops every child's process group (TERM, then KILL after a grace period).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from slimecli.launch.spec import ProcessSpec
+from slimecli.launch.watchdog import PARENT_ENV, set_parent_death_signal
+
+COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "bright_cyan", "bright_magenta", "bright_green"]
+
+
+class LaunchError(RuntimeError):
+    """A child failed; the message names it, its exit code and the tail of its log."""
+
+
+@dataclass
+class Child:
+    spec: ProcessSpec
+    proc: subprocess.Popen
+    log_path: Path
+    colour: str
+    tail: deque = field(default_factory=lambda: deque(maxlen=30))
+    pump: threading.Thread | None = None
+
+    def tail_text(self, n: int = 20) -> str:
+        lines = list(self.tail)[-n:]
+        return "\n".join(f"    {line}" for line in lines) if lines else "    (no output)"
+
+
+class Supervisor:
+    def __init__(self, specs: list[ProcessSpec], log_dir: str | Path, console: Console | None = None,
+                 grace_s: float = 10.0, poll_s: float = 0.2):
+        self.specs = specs
+        self.log_dir = Path(log_dir)
+        self.console = console or Console(highlight=False)
+        self.grace_s = grace_s
+        self.poll_s = poll_s
+        self.children: list[Child] = []
+        self._stop_signal: int | None = None
+        self._print_lock = threading.Lock()
+
+    # ---- public -------------------------------------------------------------------------
+    def run(self) -> int:
+        """Run the plan to completion; return the controller's exit code."""
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            for spec in [s for s in self.specs if s.kind == "server"]:
+                self._start(spec)
+            for child in list(self.children):
+                self._wait_ready(child)
+            for spec in [s for s in self.specs if s.kind == "worker"]:
+                self._start(spec)
+            self._watch()
+            self._say("[bold green]run finished[/]")
+            return 0
+        except LaunchError as exc:
+            self._say(f"[bold red]{escape(str(exc))}[/]")
+            return 1
+        except _Interrupted as exc:
+            self._say(f"[bold yellow]stopping: received {signal.Signals(exc.signum).name}[/]")
+            return 128 + exc.signum
+        finally:
+            for s in previous:  # a second Ctrl-C must not interrupt the teardown
+                signal.signal(s, signal.SIG_IGN)
+            self.shutdown()
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def shutdown(self) -> None:
+        """TERM every live child's process group, then KILL whatever outlives the grace period."""
+        live = [c for c in self.children if c.proc.poll() is None]
+        for child in live:
+            _signal_group(child.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_s
+        for child in live:
+            try:
+                child.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self._say(f"[yellow]{child.spec.name} ignored SIGTERM for {self.grace_s:.0f}s; killing[/]")
+        for child in self.children:
+            _signal_group(child.proc.pid, signal.SIGKILL)  # stragglers left in the group, if any
+            child.proc.wait()
+            if child.pump is not None:
+                child.pump.join(timeout=2)
+
+    # ---- internals ----------------------------------------------------------------------
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self._stop_signal = signum
+        raise _Interrupted(signum)
+
+    def _start(self, spec: ProcessSpec) -> Child:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **spec.env, PARENT_ENV: str(os.getpid())}
+        proc = subprocess.Popen(spec.argv, env=env, cwd=spec.cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=set_parent_death_signal)
+        child = Child(spec, proc, self.log_dir / f"{spec.name}.log", COLOURS[len(self.children) % len(COLOURS)])
+        child.pump = threading.Thread(target=self._pump, args=(child,), daemon=True, name=f"log-{spec.name}")
+        child.pump.start()
+        self.children.append(child)
+        self._say(f"started [bold]{spec.name}[/] (pid {proc.pid})")
+        return child
+
+    def _pump(self, child: Child) -> None:
+        assert child.proc.stdout is not None
+        with open(child.log_path, "ab", buffering=0) as log:
+            for raw in iter(child.proc.stdout.readline, b""):
+                log.write(raw)
+                line = raw.decode("utf-8", "replace").rstrip("\n")
+                child.tail.append(line)
+                with self._print_lock:
+                    self.console.print(f"[{child.colour}]{child.spec.name:>10} |[/] {escape(line)}")
+
+    def _wait_ready(self, child: Child) -> None:
+        probe = child.spec.probe
+        if probe is None:
+            return
+        deadline = time.monotonic() + child.spec.start_timeout_s
+        while time.monotonic() < deadline:
+            self._check_alive()
+            if _probe_ok(probe.url, probe.status):
+                self._say(f"[bold]{child.spec.name}[/] is ready ({probe.url})")
+                return
+            time.sleep(0.5)
+        raise LaunchError(f"{child.spec.name} was not ready within {child.spec.start_timeout_s:.0f}s "
+                          f"({probe.url} never answered {probe.status}); last lines of {child.log_path}:\n"
+                          f"{child.tail_text()}")
+
+    def _check_alive(self) -> None:
+        for child in self.children:
+            code = child.proc.poll()
+            if code is None:
+                continue
+            if child.spec.kind == "worker" and code == 0:
+                continue
+            if child.pump is not None:
+                child.pump.join(timeout=2)
+            what = "exited" if code >= 0 else f"was killed by {signal.Signals(-code).name}"
+            raise LaunchError(f"{child.spec.name} {what} (exit code {code}); last lines of {child.log_path}:\n"
+                              f"{child.tail_text()}")
+
+    def _watch(self) -> None:
+        workers = [c for c in self.children if c.spec.kind == "worker"]
+        while True:
+            self._check_alive()
+            if all(c.proc.poll() == 0 for c in workers):
+                return
+            time.sleep(self.poll_s)
+
+    def _say(self, text: str) -> None:
+        with self._print_lock:
+            self.console.print(f"[dim]slimecli |[/] {text}")
+
+
+class _Interrupted(BaseException):
+    def __init__(self, signum: int):
+        self.signum = signum
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _probe_ok(url: str, status: int) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return resp.status == status
+    except urllib.error.HTTPError as exc:
+        return exc.code == status
+    except (OSError, ValueError):
+        return False

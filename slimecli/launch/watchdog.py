@@ -1,0 +1,54 @@
+"""Children of a controller that was SIGKILLed must not live on.
+
+Direct children get a parent-death signal from the kernel; grandchildren (torchrun
+workers) run this watchdog, which ends their process group when the controller is gone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import threading
+import time
+
+PARENT_ENV = "SLIMECLI_CONTROLLER_PID"
+
+
+def set_parent_death_signal(sig: int = signal.SIGTERM) -> None:
+    """Linux prctl(PR_SET_PDEATHSIG); used as a Popen preexec_fn. A no-op elsewhere."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, sig)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def start_parent_watchdog(interval_s: float = 1.0) -> threading.Thread | None:
+    """Watch the controller named in the environment; end our process group when it dies."""
+    pid = int(os.environ.get(PARENT_ENV, "0") or 0)
+    if pid <= 0:
+        return None
+
+    def watch() -> None:
+        while _alive(pid):
+            time.sleep(interval_s)
+        try:
+            os.killpg(os.getpgid(0), signal.SIGTERM)
+        finally:
+            time.sleep(3)
+            os._exit(1)
+
+    thread = threading.Thread(target=watch, name="slimecli-parent-watchdog", daemon=True)
+    thread.start()
+    return thread
