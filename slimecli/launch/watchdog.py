@@ -34,11 +34,22 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _terminate_group(signum: int, _frame: object) -> None:
+    signal.signal(signum, signal.SIG_DFL)
+    os.killpg(os.getpgid(0), signum)  # ourselves included, now with the default action
+
+
 def start_parent_watchdog(interval_s: float = 1.0) -> threading.Thread | None:
-    """Watch the controller named in the environment; end our process group when it dies."""
+    """Watch the controller named in the environment; end our process group when it dies.
+
+    A process-group leader also passes SIGTERM on to its whole group, so that helpers it
+    spawned die with it when the kernel's parent-death signal arrives.
+    """
     pid = int(os.environ.get(PARENT_ENV, "0") or 0)
     if pid <= 0:
         return None
+    if os.getpgid(0) == os.getpid() and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate_group)
 
     def watch() -> None:
         while _alive(pid):

@@ -1,0 +1,111 @@
+"""The CLI as a user runs it: exit codes, messages, no traceback, no torch import on light paths."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import yaml
+
+from tests.conftest import ROOT, run_cli
+
+
+def test_help_lists_every_command_with_examples():
+    for argv in (["--help"], ["-h"]):
+        out = run_cli(*argv)
+        assert out.returncode == 0
+        for command in ("train", "config", "plan", "recipes"):
+            assert command in out.stdout
+        assert "slimecli train +recipe=swe_agent" in out.stdout
+
+
+def test_python_dash_m_and_console_script_agree():
+    script = ROOT / ".venv" / "bin" / "slimecli"
+    if script.exists():
+        assert subprocess.run([str(script), "--help"], capture_output=True, text=True).stdout == run_cli("--help").stdout
+
+
+def test_recipes_list_show_copy(tmp_path):
+    out = run_cli("recipes", "list")
+    assert out.returncode == 0
+    names = [line.split()[0] for line in out.stdout.splitlines()]
+    assert {"quickstart", "opd", "swe_agent"} <= set(names)
+    assert all(len(line.split(maxsplit=1)) == 2 for line in out.stdout.splitlines())  # each has a description
+    shown = run_cli("recipes", "show", "swe_agent")
+    assert shown.stdout.startswith("# @package _global_")
+    copied = run_cli("recipes", "copy", "swe_agent", str(tmp_path / "my.yaml"))
+    assert copied.returncode == 0 and (tmp_path / "my.yaml").read_text() == shown.stdout
+    assert run_cli("recipes", "copy", "swe_agent", str(tmp_path / "my.yaml")).returncode == 2  # no silent overwrite
+    again = run_cli("config", "show", f"+recipe={tmp_path / 'my.yaml'}")
+    assert again.returncode == 0 and yaml.safe_load(again.stdout)["recipe"] == "my"
+    by_dir = run_cli("config", "validate", "--recipe-dir", str(tmp_path), "+recipe=my")
+    assert by_dir.returncode == 0, by_dir.stderr
+
+
+def test_config_show_is_fully_resolved_yaml():
+    out = run_cli("config", "show", "+recipe=swe_agent", "agent=codex", "optimizer=stateless_adam", "optimizer.lr=2e-6")
+    assert out.returncode == 0, out.stderr
+    data = yaml.safe_load(out.stdout)
+    assert data["agent"]["name"] == "codex" and data["optimizer"]["lr"] == 2e-6
+    assert data["optimizer"]["betas"] == [0.9, 0.999]  # defaults are shown too
+    assert "hydra" not in data
+
+
+def test_validate_ok_and_errors_exit_2_without_traceback():
+    ok = run_cli("config", "validate", "+recipe=opd", "teacher.url=http://127.0.0.1:7999")
+    assert ok.returncode == 0 and ok.stdout.startswith("OK: recipe=opd") and len(ok.stdout.splitlines()) == 1
+    bad = run_cli("config", "validate", "optimizer=stateless_adam", "optimizer.amsgrad=true", "optimizer.lrr=1")
+    assert bad.returncode == 2
+    assert "Traceback" not in bad.stderr + bad.stdout
+    assert "optimizer.amsgrad" in bad.stderr and "did you mean 'optimizer.lr'" in bad.stderr
+
+
+def test_train_with_bad_config_launches_nothing(tmp_path):
+    out = run_cli("train", "trainer.max_steps=-1", f"run.root={tmp_path}")
+    assert out.returncode == 2 and "trainer.max_steps: must be > 0" in out.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_stray_option_is_an_error():
+    out = run_cli("config", "show", "--optimzer=adam")
+    assert out.returncode == 2 and "unknown option" in out.stderr
+
+
+def test_plan_json_lists_processes_in_start_order():
+    out = run_cli("plan", "+recipe=opd", "teacher.model_path=/ckpt", "--json")
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert [p["name"] for p in plan] == ["engine-0", "teacher", "trainer"]
+    trainer = plan[-1]
+    assert trainer["argv"][1:4] == ["-m", "torch.distributed.run", "--nproc-per-node"]
+    assert trainer["argv"][-2] == "--config" and trainer["argv"][-1].endswith("config.yaml")
+    assert plan[0]["probe"]["url"].endswith("/health_generate") and plan[0]["ports"] == [30000]
+    assert plan[1]["probe"]["url"] == "http://127.0.0.1:7999/healthz"
+    human = run_cli("plan", "+recipe=swe_agent")
+    assert human.returncode == 0 and "command:" in human.stdout and "ready:" in human.stdout
+
+
+def test_multinode_plan_uses_master_address():
+    out = run_cli("plan", "cluster.nnodes=2", "cluster.node_rank=1", "cluster.master_addr=10.0.0.1",
+                  "cluster.master_port=29600", "--json")
+    argv = json.loads(out.stdout)[-1]["argv"]
+    assert argv[argv.index("--nnodes") + 1] == "2" and argv[argv.index("--node-rank") + 1] == "1"
+    assert argv[argv.index("--master-addr") + 1] == "10.0.0.1" and argv[argv.index("--master-port") + 1] == "29600"
+
+
+def test_light_commands_never_import_torch():
+    code = (
+        "import sys\n"
+        "from slimecli.cli.app import app\n"
+        "for argv in (['--help'], ['config', 'show', '+recipe=swe_agent'], ['config', 'validate'], ['plan'],\n"
+        "             ['recipes', 'list']):\n"
+        "    try:\n"
+        "        app(argv)\n"
+        "    except SystemExit as e:\n"
+        "        assert not e.code, (argv, e.code)\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+        "print('NO_TORCH')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert "NO_TORCH" in out.stdout, out.stderr

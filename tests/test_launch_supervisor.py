@@ -1,0 +1,149 @@
+"""The supervisor with real child processes: failures, readiness timeouts, Ctrl-C, controller death."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from slimecli.launch.spec import Probe, ProcessSpec
+from slimecli.launch.supervisor import Supervisor
+from tests.conftest import ROOT, free_port, pid_alive, wait_dead
+
+PY = sys.executable
+
+# A server that records its pid (and its own child's pid) and answers HTTP on a port.
+SERVER = textwrap.dedent("""
+    import http.server, os, subprocess, sys, pathlib
+    from slimecli.launch.watchdog import start_parent_watchdog
+    start_parent_watchdog(0.2)
+    grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    pathlib.Path(sys.argv[2]).write_text(f"{os.getpid()} {grandchild.pid}")
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+        def log_message(self, *a): pass
+    http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+""")
+
+
+def server_spec(tmp: Path, name: str, port: int, **kw) -> ProcessSpec:
+    return ProcessSpec(name=name, argv=[PY, "-c", SERVER, str(port), str(tmp / f"{name}.pids")], kind="server",
+                       probe=Probe(f"http://127.0.0.1:{port}/"), start_timeout_s=kw.pop("start_timeout_s", 30), **kw)
+
+
+def worker_spec(name: str, code: str) -> ProcessSpec:
+    return ProcessSpec(name=name, argv=[PY, "-c", code], kind="worker")
+
+
+def pids_of(tmp: Path, name: str) -> list[int]:
+    return [int(p) for p in (tmp / f"{name}.pids").read_text().split()]
+
+
+def test_success_tears_down_servers_and_writes_logs(tmp_path):
+    port = free_port()
+    specs = [server_spec(tmp_path, "srv", port),
+             worker_spec("work", f"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{port}/').read())")]
+    code = Supervisor(specs, tmp_path / "logs", grace_s=3).run()
+    assert code == 0
+    assert "b'ok'" in (tmp_path / "logs" / "work.log").read_text()
+    assert wait_dead(pids_of(tmp_path, "srv")) == []
+
+
+def test_failing_child_tears_down_healthy_one(tmp_path, capsys):
+    specs = [server_spec(tmp_path, "srv", free_port()),
+             worker_spec("work", "import sys; print('about to fail'); sys.exit(3)")]
+    code = Supervisor(specs, tmp_path / "logs", grace_s=3).run()
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "work exited (exit code 3)" in out and "about to fail" in out
+    assert wait_dead(pids_of(tmp_path, "srv")) == []
+
+
+def test_dying_server_fails_the_run(tmp_path, capsys):
+    port = free_port()
+    specs = [server_spec(tmp_path, "srv", port), worker_spec("work", "import time; time.sleep(60)")]
+    sup = Supervisor(specs, tmp_path / "logs", grace_s=3)
+
+    def kill_server_soon():
+        time.sleep(2)
+        os.kill(pids_of(tmp_path, "srv")[0], signal.SIGKILL)
+
+    import threading
+    threading.Thread(target=kill_server_soon, daemon=True).start()
+    assert sup.run() == 1
+    assert "srv was killed by SIGKILL (exit code -9)" in capsys.readouterr().out
+    assert all(c.proc.poll() is not None for c in sup.children)
+
+
+def test_readiness_timeout_names_process_and_log_tail(tmp_path, capsys):
+    never = ProcessSpec(name="slowpoke", argv=[PY, "-c", "print('booting forever', flush=True); import time; time.sleep(60)"],
+                        kind="server", probe=Probe(f"http://127.0.0.1:{free_port()}/health"), start_timeout_s=2)
+    sup = Supervisor([never, worker_spec("work", "pass")], tmp_path / "logs", grace_s=2)
+    assert sup.run() == 1
+    out = capsys.readouterr().out
+    assert "slowpoke was not ready within 2s" in out and "booting forever" in out
+    assert [c.spec.name for c in sup.children] == ["slowpoke"]  # the worker never started
+    assert sup.children[0].proc.poll() is not None
+
+
+def test_term_ignoring_child_is_killed_after_grace(tmp_path):
+    stubborn = worker_spec("stubborn", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                                       "print('up', flush=True); time.sleep(60)")
+    failing = worker_spec("fail", "import time; time.sleep(1); raise SystemExit(2)")
+    sup = Supervisor([stubborn, failing], tmp_path / "logs", grace_s=1)
+    assert sup.run() == 1
+    assert sup.children[0].proc.returncode == -signal.SIGKILL
+
+
+CONTROLLER = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, {root!r})
+    from tests.test_launch_supervisor import server_spec, worker_spec
+    from slimecli.launch.supervisor import Supervisor
+    tmp = Path(sys.argv[1])
+    specs = [server_spec(tmp, "srv", int(sys.argv[2])),
+             worker_spec("work", "import os, time, pathlib; pathlib.Path(%r).write_text(str(os.getpid())); time.sleep(600)"
+                         % str(tmp / "work.pids"))]
+    sys.exit(Supervisor(specs, tmp / "logs", grace_s=3).run())
+""").format(root=str(ROOT))
+
+
+def start_controller(tmp: Path) -> subprocess.Popen:
+    proc = subprocess.Popen([PY, "-c", CONTROLLER, str(tmp), str(free_port())], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (tmp / "work.pids").exists():
+        assert time.monotonic() < deadline and proc.poll() is None, "controller did not start its children"
+        time.sleep(0.2)
+    return proc
+
+
+def test_ctrl_c_leaves_no_processes(tmp_path):
+    proc = start_controller(tmp_path)
+    pids = pids_of(tmp_path, "srv") + pids_of(tmp_path, "work")
+    assert all(pid_alive(p) for p in pids)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 128 + signal.SIGINT
+    assert wait_dead(pids) == []
+
+
+def test_sigterm_leaves_no_processes(tmp_path):
+    proc = start_controller(tmp_path)
+    pids = pids_of(tmp_path, "srv") + pids_of(tmp_path, "work")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    assert wait_dead(pids) == []
+
+
+def test_sigkilled_controller_takes_children_down(tmp_path):
+    proc = start_controller(tmp_path)
+    pids = pids_of(tmp_path, "srv") + pids_of(tmp_path, "work")  # includes the server's own grandchild
+    proc.kill()
+    proc.wait()
+    assert wait_dead(pids, timeout=10) == []
