@@ -1,0 +1,63 @@
+"""Prompt sources with a resumable position: the quickstart task and JSONL datasets."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from slimecli.config.groups.task import TaskConfig
+
+
+class PromptSource:
+    """Hands out prompt records ({prompt, label, metadata}) in a fixed, seed-determined order."""
+
+    def __init__(self, task: TaskConfig, seed: int):
+        self.task = task
+        self.seed = seed
+        self.position = 0  # prompts handed out so far; saved in checkpoints
+        self._rows: list[dict[str, Any]] | None = None
+        if task.name == "jsonl":
+            self._rows = _read_jsonl(Path(task.path or ""), task.prompt_key, task.label_key)
+
+    def next(self, n: int) -> list[dict[str, Any]]:
+        out = [self._record(self.position + i) for i in range(n)]
+        self.position += n
+        return out
+
+    def _record(self, index: int) -> dict[str, Any]:
+        if self._rows is None:
+            from slimecli.rollout.quickstart import make_prompt
+
+            return make_prompt(self.seed, index)
+        epoch, offset = divmod(index, len(self._rows))
+        order = list(range(len(self._rows)))
+        if self.task.shuffle:
+            random.Random(self.seed + epoch).shuffle(order)
+        return dict(self._rows[order[offset]])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.position = int(state["position"])
+
+
+def _read_jsonl(path: Path, prompt_key: str, label_key: str) -> list[dict[str, Any]]:
+    rows = []
+    with open(path) as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{line_no}: not valid JSON ({exc.msg})") from None
+            if prompt_key not in item:
+                raise ValueError(f"{path}:{line_no}: no '{prompt_key}' field (task.prompt_key); keys: {sorted(item)}")
+            meta = {k: v for k, v in item.items() if k not in (prompt_key, label_key)}
+            rows.append({"prompt": item[prompt_key], "label": item.get(label_key), "metadata": meta})
+    if not rows:
+        raise ValueError(f"{path}: no prompts")
+    return rows

@@ -1,0 +1,69 @@
+"""torch.distributed set-up for trainer ranks launched by torchrun (gloo on CPU, nccl on GPU)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init(backend: str = "auto", timeout_s: float = 1800.0) -> DistInfo:
+    """Join the process group torchrun set up; a plain `python -m` run is a world of one."""
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = torch.cuda.is_available()
+    if backend == "auto":
+        backend = "nccl" if cuda else "gloo"
+    device = torch.device(f"cuda:{local_rank}") if backend == "nccl" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
+    return DistInfo(rank, world, local_rank, device)
+
+
+def broadcast_object(obj: Any, src: int = 0) -> Any:
+    """Rank `src`'s Python object on every rank (pickled; fine for rollout batches)."""
+    if not dist.is_initialized():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def all_reduce_mean(values: dict[str, float]) -> dict[str, float]:
+    """Average scalar metrics over ranks."""
+    if not dist.is_initialized() or not values:
+        return values
+    keys = sorted(values)
+    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64)
+    dist.all_reduce(t)
+    t /= dist.get_world_size()
+    return dict(zip(keys, t.tolist(), strict=True))
+
+
+def barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
