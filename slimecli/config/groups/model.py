@@ -19,5 +19,5 @@ class ModelConfig:
     num_heads: int = 4
     num_kv_heads: int = 2
     intermediate_size: int = 128
-    max_position_embeddings: int = 32768
+    max_position_embeddings: int = 65536  # tiny model: agent CLI prompts (~80k chars) need > 32k tokens
     trust_remote_code: bool = False

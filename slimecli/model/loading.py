@@ -1,0 +1,98 @@
+"""Load any HF checkpoint directory, and find (or make once) the tiny model a config asks for."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from slimecli.config.groups.model import ModelConfig
+
+TINY_PARAMS = ("seed", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size",
+               "max_position_embeddings")
+
+
+def torch_dtype(name: str) -> Any:
+    import torch
+
+    try:
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r} (float32, bfloat16, float16)") from None
+
+
+def load_model(path: str | Path, dtype: str = "float32", device: str = "cpu") -> Any:
+    """AutoModelForCausalLM with SDPA attention (long prompts never materialise the full score matrix)."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype(dtype), attn_implementation="sdpa")
+    return model.to(device).eval()
+
+
+def load_tokenizer(path: str | Path) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path))
+
+
+def tiny_params(model_cfg: ModelConfig) -> dict[str, int]:
+    return {k: getattr(model_cfg, k) for k in TINY_PARAMS}
+
+
+def tiny_dir_name(params: dict[str, int]) -> str:
+    from slimecli.model.tiny import TINY_FORMAT_VERSION
+
+    blob = json.dumps({"v": TINY_FORMAT_VERSION, **params}, sort_keys=True).encode()
+    return "tiny-" + hashlib.sha256(blob).hexdigest()[:12]
+
+
+def default_cache_dir() -> Path:
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root) / "slimecli"
+
+
+def ensure_tiny_model(params: dict[str, int], cache_dir: str | Path | None = None) -> Path:
+    """Create the tiny model once per parameter set: a file lock serialises makers, temp dir + rename publishes."""
+    from slimecli.model.tiny import create_tiny_model
+
+    root = Path(cache_dir) if cache_dir else default_cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / tiny_dir_name(params)
+    if (final / "config.json").exists():
+        return final
+    with open(root / f".{final.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / "config.json").exists():
+            return final
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
+        try:
+            create_tiny_model(tmp, **params)
+            tmp.chmod(0o755)
+            if final.exists():  # a half-made directory without config.json: never published, so remove it
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def resolve_model_path(model_cfg: ModelConfig) -> Path:
+    """model.path if set; for model=tiny without a path, the cached tiny model (made on first use)."""
+    if model_cfg.path:
+        return Path(model_cfg.path)
+    if model_cfg.name == "tiny":
+        return ensure_tiny_model(tiny_params(model_cfg), model_cfg.cache_dir)
+    raise ValueError(f"model={model_cfg.name} needs model.path (a Hugging Face checkpoint directory)")
+
+
+def resolve_tokenizer_path(model_cfg: ModelConfig) -> Path:
+    return Path(model_cfg.tokenizer_path) if model_cfg.tokenizer_path else resolve_model_path(model_cfg)
