@@ -1,0 +1,1 @@
+"""Training building blocks: advantages, losses, checkpoints, HF export for weight sync."""
