@@ -13,7 +13,8 @@ class RewardConfig:
     path: str | None = None  # reward=python: package.module:function or /file.py:function
     group: bool = False  # the python function scores a whole group at once
     url: str | None = None  # reward=remote
-    timeout_s: float = 60.0
-    max_retries: int = 3
-    concurrency: int = 32
+    timeout_s: float = 60.0  # per reward call (per HTTP request for reward=remote)
+    max_retries: int = 3  # reward=remote: retries after the first attempt
+    backoff_s: float = 0.5  # reward=remote: first retry delay, doubled each retry, with jitter
+    concurrency: int = 32  # reward calls (HTTP requests) in flight at once
     on_invalid: Literal["zero", "drop_group", "error"] = "zero"

@@ -1,0 +1,211 @@
+"""The reward hub: pick each sample's reward function, call it, store the raw reward on the sample.
+
+Priority (as the reference framework): sample.metadata["reward_path"] > the configured python
+function (reward.path) > sample.metadata["rm_type"] > the configured reward (reward.name).
+
+A reward function is user code that may raise, hang or return junk. assign_rewards never
+raises for that: a failing or slow call (reward.timeout_s) sets sample.reward = None and
+sample.metadata["reward_error"] = the exception type name, and its traceback goes once into
+the log. Junk values are stored raw; normalize.py turns them into training values later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import threading
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from slimecli.config.groups.reward import RewardConfig
+from slimecli.reward.python_fn import load_reward_fn
+from slimecli.reward.registry import get_reward
+
+ERROR_KEY = "reward_error"
+DETAIL_KEY = "reward_error_detail"
+
+_LOGGED: set[tuple[str, ...]] = set()  # distinct errors whose traceback is already in the log
+
+
+class RewardShapeError(ValueError):
+    """A group reward function returned something other than one reward per sample."""
+
+
+@dataclass(frozen=True)
+class _Source:
+    key: str  # samples with the same key (and group_index, for group rewards) are scored together
+    name: str
+    fn: Callable[..., Any]
+    group: bool = False
+    inline: bool = False  # cheap sync built-in: call it in the loop
+    bounded: bool = False  # enforces its own timeouts and concurrency (remote)
+
+
+async def _in_daemon_thread(fn: Callable[..., Any], arg: Any) -> Any:
+    """Run a sync fn in a daemon thread: a hung reward fn can time out without blocking interpreter exit."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if future.done():
+            return
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+    def work() -> None:
+        try:
+            result: tuple[bool, Any] = (True, fn(arg))
+        except BaseException as exc:  # handed to the awaiting coroutine
+            result = (False, exc)
+        try:
+            loop.call_soon_threadsafe(settle, *result)
+        except RuntimeError:  # the loop is gone (the call timed out long ago)
+            pass
+
+    threading.Thread(target=work, name="slimecli-reward", daemon=True).start()
+    return await future
+
+
+async def _call(source: _Source, arg: Any) -> Any:
+    fn = source.fn
+    is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
+    if source.inline or is_async:
+        result = fn(arg)
+    else:
+        result = await _in_daemon_thread(fn, arg)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+class _Resolver:
+    """Per-call cache of reward sources (the remote client is created once per call, closed after)."""
+
+    def __init__(self, cfg: RewardConfig):
+        self.cfg = cfg
+        self.remote = None
+
+    def source(self, sample: Any) -> _Source:
+        metadata = sample.metadata if isinstance(sample.metadata, Mapping) else {}
+        path = metadata.get("reward_path")
+        if path:
+            return _Source(f"path:{path}", str(path), load_reward_fn(str(path)))
+        if self.cfg.path:
+            return _Source(f"path:{self.cfg.path}", self.cfg.path, load_reward_fn(self.cfg.path), group=self.cfg.group)
+        return self.named(str(metadata.get("rm_type") or self.cfg.name))
+
+    def named(self, name: str) -> _Source:
+        if name == "remote":
+            if not self.cfg.url:
+                raise ValueError("reward=remote needs reward.url")
+            if self.remote is None:
+                from slimecli.reward.remote import RemoteReward
+
+                c = self.cfg
+                self.remote = RemoteReward(c.url, c.timeout_s, c.max_retries, c.concurrency, backoff_s=c.backoff_s)
+            return _Source("remote", f"remote {self.cfg.url}", self.remote, bounded=True)
+        if name == "python":
+            raise ValueError("reward=python needs reward.path (package.module:function or /path/file.py:function)")
+        spec = get_reward(name)
+        return _Source(f"name:{name}", name, spec.fn, group=spec.group, inline=spec.inline)
+
+    async def close(self) -> None:
+        if self.remote is not None:
+            await self.remote.close()
+
+
+def _log_once(log: logging.Logger, name: str, exc: BaseException, timeout_s: float) -> None:
+    if isinstance(exc, TimeoutError) and not str(exc):
+        key = (name, "TimeoutError")
+        if key not in _LOGGED:
+            _LOGGED.add(key)
+            log.error("reward %s exceeded reward.timeout_s=%ss; affected samples get metadata.%s='TimeoutError' "
+                      "(logged once)", name, timeout_s, ERROR_KEY)
+        return
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    key = (name, type(exc).__name__, where)
+    if key in _LOGGED:
+        return
+    _LOGGED.add(key)
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
+    log.error("reward %s raised %s; affected samples get metadata.%s=%r (this traceback is logged once)\n%s",
+              name, type(exc).__name__, ERROR_KEY, type(exc).__name__, text)
+
+
+def _mark(samples: list[Any], exc: BaseException) -> None:
+    for sample in samples:
+        sample.reward = None
+        sample.metadata[ERROR_KEY] = type(exc).__name__
+        sample.metadata[DETAIL_KEY] = str(exc)[:500]
+
+
+def _as_list(result: Any, n: int) -> list[Any]:
+    if isinstance(result, (str, bytes, Mapping)) or not hasattr(result, "__len__"):
+        raise RewardShapeError(f"a group reward must return a list of {n} rewards, got {type(result).__name__}")
+    values = list(result)
+    if len(values) != n:
+        raise RewardShapeError(f"a group reward must return {n} rewards (one per sample), got {len(values)}")
+    return values
+
+
+async def _score(source: _Source, batch: list[Any], cfg: RewardConfig, limit: asyncio.Semaphore,
+                 log: logging.Logger, failures: dict[str, int]) -> None:
+    arg = list(batch) if source.group else batch[0]
+    try:
+        if source.bounded:
+            result = await _call(source, arg)
+        else:
+            async with limit:
+                result = await asyncio.wait_for(_call(source, arg), timeout=cfg.timeout_s)
+        values = _as_list(result, len(batch)) if source.group else [result]
+    except (Exception, SystemExit) as exc:
+        _log_once(log, source.name, exc, cfg.timeout_s)
+        _mark(batch, exc)
+        failures[type(exc).__name__] = failures.get(type(exc).__name__, 0) + len(batch)
+        return
+    for sample, value in zip(batch, values, strict=True):
+        sample.reward = value
+
+
+async def assign_rewards(samples: list[Any], cfg: RewardConfig, log: logging.Logger) -> None:
+    """Set sample.reward (the raw value) on every sample; never raises for a failing reward function.
+
+    Group rewards receive the samples of one group (same group_index) at once. Placeholders that
+    already carry a reward and are removed from training (remove_sample, e.g. aborted agent runs)
+    are left as they are.
+    """
+    resolver = _Resolver(cfg)
+    failures: dict[str, int] = {}
+    buckets: dict[tuple[Any, ...], tuple[_Source, list[Any]]] = {}
+    try:
+        for i, sample in enumerate(samples):
+            if not isinstance(getattr(sample, "metadata", None), dict):
+                sample.metadata = {}
+            if sample.remove_sample and sample.reward is not None:
+                continue
+            sample.metadata.pop(ERROR_KEY, None)
+            sample.metadata.pop(DETAIL_KEY, None)
+            try:
+                source = resolver.source(sample)
+            except (Exception, SystemExit) as exc:
+                name = str(sample.metadata.get("reward_path") or cfg.path or sample.metadata.get("rm_type") or cfg.name)
+                _log_once(log, name, exc, cfg.timeout_s)
+                _mark([sample], exc)
+                failures[type(exc).__name__] = failures.get(type(exc).__name__, 0) + 1
+                continue
+            bucket = (source.key, sample.group_index) if source.group else (source.key, "sample", i)
+            buckets.setdefault(bucket, (source, []))[1].append(sample)
+        limit = asyncio.Semaphore(max(1, int(cfg.concurrency)))
+        await asyncio.gather(*(_score(src, batch, cfg, limit, log, failures) for src, batch in buckets.values()))
+    finally:
+        await resolver.close()
+    if failures:
+        total = sum(failures.values())
+        summary = ", ".join(f"{name} x{n}" for name, n in sorted(failures.items()))
+        log.warning("%d of %d samples have no reward (metadata.%s): %s", total, len(samples), ERROR_KEY, summary)

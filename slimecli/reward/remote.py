@@ -1,0 +1,95 @@
+"""reward=remote: an HTTP reward model. POST {prompt, response, label, metadata} as JSON to
+reward.url; the JSON reply is the raw reward (a number, or a dict read through reward.key).
+
+Transient failures (connection errors, timeouts, 5xx, 408/429, a reply that is not JSON) are
+retried reward.max_retries times with exponential backoff and jitter; other 4xx are not. At
+most reward.concurrency requests are in flight. After the last attempt RemoteRewardError
+names the url and the last failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from typing import Any
+
+import aiohttp
+
+RETRY_STATUS = frozenset({408, 429})
+
+
+class RemoteRewardError(RuntimeError):
+    """The reward server did not give a usable answer."""
+
+
+def payload(sample: Any) -> dict[str, Any]:
+    return {"prompt": sample.prompt, "response": sample.response, "label": sample.label,
+            "metadata": sample.metadata}
+
+
+class RemoteReward:
+    """Callable per-sample reward backed by one aiohttp session; use as `async with`."""
+
+    def __init__(self, url: str, timeout_s: float = 60.0, max_retries: int = 3, concurrency: int = 32,
+                 backoff_s: float = 0.5, backoff_max_s: float = 30.0):
+        self.url = url
+        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.timeout_s = timeout_s
+        self.max_retries = max(0, int(max_retries))
+        self.backoff_s = backoff_s
+        self.backoff_max_s = backoff_max_s
+        self._semaphore = asyncio.Semaphore(max(1, int(concurrency)))
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> RemoteReward:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _delay(self, attempt: int) -> float:
+        """Exponential backoff with jitter: uniform in [0.5, 1.5) x base x 2^attempt, capped."""
+        return min(self.backoff_max_s, self.backoff_s * 2 ** attempt) * (0.5 + random.random())
+
+    async def _attempt(self, body: bytes) -> tuple[bool, Any, str]:
+        """(ok, reward, failure) for one request; raises RemoteRewardError for a non-retryable reply."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self.timeout)
+        async with self._semaphore:
+            try:
+                async with self._session.post(self.url, data=body,
+                                              headers={"Content-Type": "application/json"}) as resp:
+                    text = await resp.text(errors="replace")
+                    status = resp.status
+            except TimeoutError:
+                return False, None, f"no reply within reward.timeout_s={self.timeout_s}s"
+            except aiohttp.ClientError as exc:
+                return False, None, f"{type(exc).__name__}: {exc}"
+        if status >= 400:
+            failure = f"HTTP {status}: {text[:200]!r}"
+            if status < 500 and status not in RETRY_STATUS:
+                raise RemoteRewardError(f"reward server {self.url} rejected the request ({failure}); not retried")
+            return False, None, failure
+        try:
+            return True, json.loads(text), ""
+        except ValueError:
+            return False, None, f"reply is not JSON: {text[:80]!r}"
+
+    async def __call__(self, sample: Any) -> Any:
+        body = json.dumps(payload(sample), default=str).encode()
+        attempts = self.max_retries + 1
+        failure = ""
+        for attempt in range(attempts):
+            ok, reward, failure = await self._attempt(body)
+            if ok:
+                return reward
+            if attempt + 1 < attempts:
+                await asyncio.sleep(self._delay(attempt))
+        raise RemoteRewardError(f"reward server {self.url} failed after {attempts} attempt"
+                                f"{'s' if attempts != 1 else ''}: {failure}")
