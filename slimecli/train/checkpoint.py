@@ -1,0 +1,223 @@
+"""Atomic training checkpoints: RUN/checkpoints/step_<N>/, written in a temp dir then renamed into place.
+
+A checkpoint dir counts only with its COMPLETE marker (written last, before the rename), so a dir left
+half-written by a kill is never resumed from. Layout of one checkpoint:
+  model.safetensors   model state (tensors sharing storage, e.g. tied embeddings, stored once)
+  optimizer.pt        optimizer state (absent when the optimizer keeps none)
+  scheduler.pt        lr-scheduler state (optional)
+  rng.pt              python, numpy, torch (and CUDA) RNG states
+  meta.json           step, data position, free metadata
+  COMPLETE
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+CHECKPOINTS = "checkpoints"
+COMPLETE = "COMPLETE"
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+_ALIASES_KEY = "slimecli_aliases"
+
+
+@dataclass
+class Checkpoint:
+    path: Path
+    step: int
+    model_state: dict[str, torch.Tensor]
+    optimizer_state: dict[str, Any] | None = None
+    scheduler_state: dict[str, Any] | None = None
+    rng: dict[str, Any] | None = None
+    data_position: Any = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def checkpoints_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / CHECKPOINTS
+
+
+def rng_state() -> dict[str, Any]:
+    """Every RNG the trainer draws from, in a form torch.load(weights_only=True) accepts."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": [kind, [int(k) for k in keys], int(pos), int(has_gauss), float(gauss)],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, gauss))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def split_shared(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Tensors for safetensors (which refuses shared storage) and {alias: first name} for the rest."""
+    tensors: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    seen: dict[tuple, str] = {}
+    storages: set[int] = set()
+    for name, value in state_dict.items():
+        t = value.detach()
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+        if t.numel() and key in seen:
+            aliases[name] = seen[key]
+            continue
+        seen[key] = name
+        t = t.to("cpu").contiguous()
+        storage = t.untyped_storage().data_ptr()
+        if t.numel() and storage in storages:  # another view of a storage already written: copy it
+            t = t.clone()
+        storages.add(t.untyped_storage().data_ptr())
+        tensors[name] = t
+    return tensors, aliases
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write(path: Path, data: bytes | str) -> None:
+    with open(path, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _torch_save(obj: Any, path: Path) -> None:
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _remove(path: Path) -> None:
+    """Drop the marker first: a dir half-deleted by a kill must not look complete."""
+    (path / COMPLETE).unlink(missing_ok=True)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def step_dirs(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """All step_<N> dirs, complete or not, by step."""
+    root = checkpoints_dir(run_dir)
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _STEP_DIR.match(p.name))]
+    return sorted(found)
+
+
+def is_complete(path: str | Path) -> bool:
+    return (Path(path) / COMPLETE).is_file()
+
+
+def latest_complete(run_dir: str | Path) -> Path | None:
+    """The newest checkpoint with its COMPLETE marker; half-written dirs are ignored."""
+    complete = [p for _, p in step_dirs(run_dir) if is_complete(p)]
+    return complete[-1] if complete else None
+
+
+def save(run_dir: str | Path, step: int, model_state: dict[str, torch.Tensor], *,
+         optimizer_state: dict[str, Any] | None = None, scheduler_state: dict[str, Any] | None = None,
+         data_position: Any = None, metadata: dict[str, Any] | None = None, keep: int = 2,
+         rng: dict[str, Any] | None = None) -> Path:
+    """Write RUN/checkpoints/step_<step>/ atomically and keep only the newest ``keep`` (<= 0: keep all).
+
+    ``data_position`` and ``metadata`` must be JSON-serialisable. ``rng`` defaults to the current states.
+    Call from one process (rank 0) after gathering the full model state.
+    """
+    root = checkpoints_dir(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".tmp-step_*"):  # left by a killed writer
+        shutil.rmtree(stale, ignore_errors=True)
+    final = root / f"step_{step}"
+    tmp = root / f".tmp-step_{step}-{os.getpid()}"
+    tmp.mkdir()
+    try:
+        tensors, aliases = split_shared(model_state)
+        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt", _ALIASES_KEY: json.dumps(aliases)})
+        if optimizer_state is not None:
+            _torch_save(optimizer_state, tmp / "optimizer.pt")
+        if scheduler_state is not None:
+            _torch_save(scheduler_state, tmp / "scheduler.pt")
+        _torch_save(rng if rng is not None else rng_state(), tmp / "rng.pt")
+        meta = {"step": step, "data_position": data_position, "metadata": metadata or {}}
+        _write(tmp / "meta.json", json.dumps(meta, indent=2))
+        _write(tmp / COMPLETE, f"{step}\n")
+        _fsync_dir(tmp)
+        if final.exists():  # the same step saved again (a resumed run): replace it
+            _remove(final)
+        os.rename(tmp, final)
+        _fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    prune(run_dir, keep)
+    return final
+
+
+def prune(run_dir: str | Path, keep: int) -> None:
+    """Keep the newest ``keep`` complete checkpoints; drop older ones and incomplete dirs older than those."""
+    if keep <= 0:
+        return
+    dirs = step_dirs(run_dir)
+    complete = [(s, p) for s, p in dirs if is_complete(p)]
+    if not complete:
+        return
+    kept = complete[-keep:]
+    oldest_kept = kept[0][0]
+    for s, p in dirs:
+        if (s, p) not in kept and (is_complete(p) or s < oldest_kept):
+            _remove(p)
+
+
+def load(path: str | Path, map_location: str | torch.device = "cpu") -> Checkpoint:
+    """Read a checkpoint dir (or, given a run dir, its latest complete checkpoint)."""
+    path = Path(path)
+    if not _STEP_DIR.match(path.name):
+        found = latest_complete(path)
+        if found is None:
+            raise FileNotFoundError(f"no complete checkpoint under {checkpoints_dir(path)}")
+        path = found
+    if not is_complete(path):
+        raise FileNotFoundError(f"{path} is not a complete checkpoint (no {COMPLETE} marker)")
+    device = str(map_location)
+    model_state = load_file(str(path / "model.safetensors"), device=device)
+    from safetensors import safe_open
+
+    with safe_open(str(path / "model.safetensors"), framework="pt") as f:
+        aliases = json.loads((f.metadata() or {}).get(_ALIASES_KEY, "{}"))
+    for alias, name in aliases.items():
+        model_state[alias] = model_state[name]
+
+    def optional(name: str) -> Any:
+        p = path / name
+        return torch.load(p, map_location=map_location, weights_only=True) if p.is_file() else None
+
+    meta = json.loads((path / "meta.json").read_text())
+    return Checkpoint(path=path, step=int(meta["step"]), model_state=model_state,
+                      optimizer_state=optional("optimizer.pt"), scheduler_state=optional("scheduler.pt"),
+                      rng=optional("rng.pt"), data_position=meta.get("data_position"),
+                      metadata=meta.get("metadata") or {})
