@@ -1,0 +1,1 @@
+"""Observability: per-step metrics (JSON lines, TensorBoard) and the progress bar."""
