@@ -19,8 +19,35 @@ def stateless(cfg: SlimeConfig) -> list[ConfigError]:
                                   "set optimizer.save_state=false"))
     if o.use_master_weights:
         errors.append(ConfigError("optimizer.use_master_weights", o.use_master_weights,
-                                  "stateless_adam does not support master weights"))
+                                  "stateless_adam does not support master weights",
+                                  "set optimizer.use_master_weights=false or use optimizer=adam"))
     return errors
+
+
+def adam_semantics(cfg: SlimeConfig) -> list[ConfigError]:
+    """Switching bias correction off is not Adam as torch and megatron-core implement it."""
+    o = cfg.optimizer
+    if o.name == "adam" and not o.bias_correction:
+        return [ConfigError("optimizer.bias_correction", o.bias_correction,
+                            "optimizer=adam always applies bias correction (torch and megatron-core Adam)",
+                            "set optimizer.bias_correction=true or use optimizer=stateless_adam")]
+    return []
+
+
+def schedule(cfg: SlimeConfig) -> list[ConfigError]:
+    o = cfg.optimizer
+    if o.lr_decay_steps is not None and o.lr_decay_steps < 1:
+        return [ConfigError("optimizer.lr_decay_steps", o.lr_decay_steps, "must be >= 1 (or null for trainer.max_steps)")]
+    if o.lr_decay_style == "constant":
+        return []
+    if o.lr_decay_steps is None:
+        end, where = cfg.trainer.max_steps, f"trainer.max_steps={cfg.trainer.max_steps} (optimizer.lr_decay_steps is null)"
+    else:
+        end, where = o.lr_decay_steps, f"optimizer.lr_decay_steps={o.lr_decay_steps}"
+    if o.lr_warmup_steps > end:
+        return [ConfigError("optimizer.lr_warmup_steps", o.lr_warmup_steps,
+                            f"warm-up must end before the {o.lr_decay_style} decay does: must be <= {where}")]
+    return []
 
 
 def ranges(cfg: SlimeConfig) -> list[ConfigError]:
@@ -44,4 +71,4 @@ def ranges(cfg: SlimeConfig) -> list[ConfigError]:
     return errors
 
 
-RULES = [stateless, ranges]
+RULES = [stateless, adam_semantics, ranges, schedule]
