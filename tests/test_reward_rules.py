@@ -1,0 +1,91 @@
+"""The reward group's validation rules, with the messages users see, through the real composer."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from slimecli.config.compose import load
+from slimecli.config.errors import ConfigErrors
+
+
+def errors_of(overrides: list[str]) -> list[str]:
+    with pytest.raises(ConfigErrors) as info:
+        load(overrides)
+    return [e.render() for e in info.value.errors]
+
+
+def test_every_reward_member_composes(tmp_path):
+    reward_file = tmp_path / "my_reward.py"
+    reward_file.write_text("def score(sample):\n    return 1.0\n")
+    assert load(["reward=math"]).reward.name == "math"
+    assert load(["reward=f1"]).reward.name == "f1"
+    assert load(["reward=exact_match"]).reward.name == "exact_match"
+    assert load(["reward=remote"]).reward.url.startswith("http://")
+    assert load(["reward=swe_tests"]).reward.name == "swe_tests"
+    cfg = load(["reward=python", f"reward.path={reward_file}:score", "reward.group=true", "reward.key=score"])
+    assert (cfg.reward.path, cfg.reward.group, cfg.reward.key) == (f"{reward_file}:score", True, "score")
+    assert load(["reward=python", "reward.path=slimecli.reward.math_answer:math_reward"]).reward.path
+
+
+def test_python_reward_needs_a_resolvable_function(tmp_path):
+    (tmp_path / "r.py").write_text("import os\n\ndef score(sample):\n    return 1.0\n\nasync def other(s):\n    pass\n")
+    (tmp_path / "broken.py").write_text("def score(sample)\n    return 1\n")
+    assert errors_of(["reward=python"]) == [
+        "reward.path: reward=python needs reward.path (got None)\n"
+        "    hint: use package.module:function or /path/to/file.py:function"]
+    [msg] = errors_of(["reward=python", f"reward.path={tmp_path}/nope.py:score"])
+    assert f"cannot find the reward function: file {tmp_path}/nope.py does not exist" in msg
+    [msg] = errors_of(["reward=python", f"reward.path={tmp_path}/r.py:scor"])
+    assert f"file {tmp_path}/r.py defines no 'scor'; it defines: other, score" in msg
+    [msg] = errors_of(["reward=python", f"reward.path={tmp_path}/broken.py:score"])
+    assert "has a syntax error (line 1)" in msg
+    [msg] = errors_of(["reward=python", "reward.path=no_such_pkg_xyz.rewards:score"])
+    assert "module no_such_pkg_xyz.rewards not found on the Python path" in msg
+    [msg] = errors_of(["reward=python", "reward.path=slimecli.reward.math_answer:no_fn"])
+    assert "module slimecli.reward.math_answer defines no 'no_fn'" in msg and "math_reward" in msg
+    [msg] = errors_of(["reward=python", "reward.path=just_a_module"])
+    assert "has no ':function' part" in msg
+    [msg] = errors_of(["reward=math", "reward.group=true"])
+    assert msg.startswith("reward.group: reward.group=true applies to a python function")
+
+
+def test_remote_reward_needs_a_url_and_sane_limits():
+    [msg] = errors_of(["reward=remote", "reward.url=null"])
+    assert msg.startswith("reward.url: reward=remote needs the URL of the reward server (got None)")
+    msgs = errors_of(["reward=remote", "reward.url=ftp://host/x", "reward.timeout_s=0", "reward.concurrency=0",
+                      "reward.max_retries=-1", "reward.backoff_s=-1"])
+    assert msgs == [
+        "reward.url: must be an http:// or https:// URL with a host (got 'ftp://host/x')",
+        "reward.timeout_s: must be > 0 (got 0.0)",
+        "reward.concurrency: must be > 0 (got 0)",
+        "reward.max_retries: must be >= 0 (got -1)",
+        "reward.backoff_s: must be >= 0 (got -1.0)",
+    ]
+    assert errors_of(["reward=remote", "reward.url=http://"]) == [
+        "reward.url: must be an http:// or https:// URL with a host (got 'http://')"]
+
+
+def test_unknown_reward_name_lists_names_and_suggests():
+    [msg] = errors_of(["reward.name=mathh"])
+    assert msg == ("reward.name: unknown reward (got 'mathh')\n    hint: did you mean 'math'? allowed: exact_match, "
+                   "f1, math, python, quickstart, remote, swe_tests")
+    [msg] = errors_of(["reward.on_invalid=skip"])
+    assert msg.startswith("reward.on_invalid:")
+
+
+def test_validating_a_python_reward_imports_nothing(tmp_path):
+    """The rule locates the module without running it: a reward module that imports torch stays unimported."""
+    pkg = tmp_path / "heavy_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("raise RuntimeError('package imported during validation')\n")
+    (pkg / "rewards.py").write_text("import torch\n\ndef score(sample):\n    return 1.0\n")
+    code = ("import sys; from slimecli.config.compose import load; "
+            "cfg = load(['reward=python', 'reward.path=heavy_pkg.rewards:score']); "
+            "assert 'torch' not in sys.modules and 'heavy_pkg' not in sys.modules; print(cfg.reward.path)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "heavy_pkg.rewards:score"
