@@ -27,3 +27,6 @@ class TeacherConfig:
     concurrency: int = 8
     max_retries: int = 3
     request_timeout_s: float = 600.0
+    seed: int = 0  # sampling RNG of the server (per rank: seed + 1009 * dp_index + tp_rank)
+    log_interval_s: float = 5.0  # load line (queue / running / requests/s / tokens/s) while busy
+    dtype: str | None = None  # weights' dtype on the server; None = model.dtype

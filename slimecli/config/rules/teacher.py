@@ -24,12 +24,14 @@ def limits(cfg: SlimeConfig) -> list[ConfigError]:
     if not 0 < t.port < 65536:
         errors.append(ConfigError("teacher.port", t.port, "must be a TCP port in 1..65535"))
     for key in ("tp", "dp", "warmup_timeout_s", "update_timeout_s", "start_timeout_s", "sample_chunk_size",
-                "label_chunk_size", "concurrency", "request_timeout_s", "temperature"):
+                "label_chunk_size", "concurrency", "request_timeout_s", "temperature", "log_interval_s"):
         value = getattr(t, key)
         if value <= 0:
             errors.append(ConfigError(f"teacher.{key}", value, "must be > 0"))
     if t.max_length < 0:
         errors.append(ConfigError("teacher.max_length", t.max_length, "must be >= 0 (0 = no limit)"))
+    if t.dtype is not None and t.dtype not in ("float32", "bfloat16", "float16"):
+        errors.append(ConfigError("teacher.dtype", t.dtype, "must be float32, bfloat16 or float16 (or unset)"))
     if t.max_retries < 0:
         errors.append(ConfigError("teacher.max_retries", t.max_retries, "must be >= 0"))
     return errors

@@ -1,0 +1,3 @@
+from slimecli.teacher.main import main
+
+main()

@@ -1,0 +1,164 @@
+"""The trainer's side of on-policy distillation: teacher log-probs of each sample's response tokens.
+
+teacher=server speaks slimecli's teacher API (PROTOCOLS.md §2); teacher=sglang asks an SGLang server for
+input-token log-probs with max_new_tokens 0. Requests are concurrency-limited and retried with
+exponential backoff on connection errors, timeouts, 429 and 5xx; any other 4xx fails at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from slimecli.config.groups.teacher import TeacherConfig
+from slimecli.rollout.sample import Sample
+
+PROBE_TEXT = "Teacher and student must agree: 12 + 30 = 42, naïve café, <tool_call>{\"x\": 1}</tool_call>\n"
+RETRY_STATUS = {429, 500, 502, 503, 504}
+
+
+class TeacherError(RuntimeError):
+    """The teacher refused or kept failing a request."""
+
+
+def teacher_url(cfg: TeacherConfig) -> str:
+    if cfg.url:
+        return cfg.url.rstrip("/")
+    host = "127.0.0.1" if cfg.host in ("0.0.0.0", "::", "") else cfg.host
+    return f"http://{host}:{cfg.port}"
+
+
+class TeacherClient:
+    """`async with TeacherClient(cfg) as c: logps = await c.score(samples)`.
+
+    score() returns, per sample, the teacher's log-probs of its last `response_length` tokens (one float per
+    response token, aligned with Sample.rollout_log_probs) at `temperature` (default teacher.temperature).
+    """
+
+    def __init__(self, cfg: TeacherConfig, *, url: str | None = None, temperature: float | None = None,
+                 backoff_s: float = 0.5) -> None:
+        if cfg.name not in ("server", "sglang"):
+            raise ValueError(f"teacher={cfg.name} has no client (use teacher=server or teacher=sglang)")
+        self.cfg, self.kind = cfg, cfg.name
+        self.url = (url or teacher_url(cfg)).rstrip("/")
+        self.temperature = cfg.temperature if temperature is None else temperature
+        self.backoff_s = backoff_s
+        self._sem = asyncio.Semaphore(cfg.concurrency)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> TeacherClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.cfg.api_key}"} if self.cfg.api_key else {}
+
+    async def _post(self, path: str, body: dict[str, Any]) -> Any:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.cfg.request_timeout_s))
+        last = "no attempt"
+        for attempt in range(self.cfg.max_retries + 1):
+            if attempt:
+                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1) * (0.5 + random.random()))
+            try:
+                async with self._sem, self._session.post(self.url + path, json=body, headers=self._headers()) as r:
+                    text = await r.text()
+                    if r.status == 200:
+                        return await r.json(content_type=None)
+                    last = f"HTTP {r.status}: {text[:500]}"
+                    if r.status not in RETRY_STATUS:
+                        raise TeacherError(f"teacher {self.url}{path} refused the request: {last}")
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+        raise TeacherError(f"teacher {self.url}{path} failed after {self.cfg.max_retries + 1} attempt(s): {last}")
+
+    async def score_tokens(self, tokens: Sequence[int], response_length: int) -> list[float]:
+        """Teacher log-probs of tokens[-response_length:], each given all tokens before it."""
+        tokens = [int(t) for t in tokens]
+        if response_length == 0:
+            return []
+        if not 0 < response_length < len(tokens):
+            raise ValueError(f"response_length={response_length} needs a non-empty prompt before it "
+                             f"({len(tokens)} tokens)")
+        if self.kind == "server":
+            reply = await self._post("/generate", {"input_ids": tokens, "temperature": self.temperature})
+            logps = reply.get("log_probs") if isinstance(reply, dict) else None
+            if not isinstance(logps, list) or len(logps) != len(tokens) - 1:
+                raise TeacherError(f"teacher {self.url} returned {_short(reply)} instead of {len(tokens) - 1} "
+                                   "log_probs")
+            return [float(x) for x in logps[len(logps) - response_length:]]
+        return await self._score_sglang(tokens, response_length)
+
+    async def _score_sglang(self, tokens: list[int], response_length: int) -> list[float]:
+        prompt_length = len(tokens) - response_length
+        body = {"input_ids": tokens, "return_logprob": True, "logprob_start_len": prompt_length - 1,
+                "sampling_params": {"max_new_tokens": 0, "temperature": self.temperature}}
+        reply = await self._post("/generate", body)
+        if isinstance(reply, list) and len(reply) == 1:
+            reply = reply[0]
+        entries = (reply.get("meta_info") or {}).get("input_token_logprobs") if isinstance(reply, dict) else None
+        if not isinstance(entries, list):
+            raise TeacherError(f"SGLang teacher {self.url} returned no meta_info.input_token_logprobs: "
+                               f"{_short(reply)}")
+        scored = [e for e in entries if isinstance(e, list | tuple) and e and e[0] is not None]
+        if len(scored) < response_length:
+            raise TeacherError(f"SGLang teacher {self.url} scored {len(scored)} tokens, need {response_length}")
+        tail = scored[len(scored) - response_length:]
+        want = tokens[prompt_length:]
+        got = [int(e[1]) for e in tail if len(e) > 1]
+        if len(got) == response_length and got != want:
+            raise TeacherError(f"SGLang teacher {self.url} scored other token ids than the sample's response")
+        return [float(e[0]) for e in tail]
+
+    async def score(self, samples: Sequence[Sample]) -> list[list[float]]:
+        """Teacher log-probs of each sample's response tokens, in order (requests run concurrently)."""
+        return list(await asyncio.gather(*(self.score_tokens(s.tokens, s.response_length) for s in samples)))
+
+    async def fill(self, samples: Sequence[Sample]) -> None:
+        """score() and store the result in Sample.teacher_log_probs."""
+        for s, logps in zip(samples, await self.score(samples), strict=True):
+            s.teacher_log_probs = logps
+
+    async def info(self) -> dict[str, Any]:
+        """GET /info of a teacher=server (vocab_size, temperature, model_path, ...)."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.cfg.request_timeout_s))
+        async with self._session.get(self.url + "/info", headers=self._headers()) as r:
+            if r.status != 200:
+                raise TeacherError(f"teacher {self.url}/info: HTTP {r.status}: {(await r.text())[:300]}")
+            return await r.json()
+
+
+def _short(obj: Any) -> str:
+    text = repr(obj)
+    return text if len(text) < 300 else text[:300] + "..."
+
+
+def check_tokenizers_compatible(student_path: str | Path, teacher_path: str | Path) -> str | None:
+    """None if both tokenizers have the same vocabulary size and encode a probe text to the same ids."""
+    from slimecli.model.loading import load_tokenizer
+
+    try:
+        student, teacher = load_tokenizer(student_path), load_tokenizer(teacher_path)
+    except Exception as exc:
+        return f"cannot compare the tokenizers of student {student_path} and teacher {teacher_path}: {exc}"
+    if len(student) != len(teacher):
+        return (f"teacher and student tokenizers differ: student {student_path} has {len(student)} tokens, "
+                f"teacher {teacher_path} has {len(teacher)}")
+    a, b = student.encode(PROBE_TEXT, add_special_tokens=False), teacher.encode(PROBE_TEXT, add_special_tokens=False)
+    if a != b:
+        return (f"teacher and student tokenizers differ: the probe text encodes to different ids with student "
+                f"{student_path} and teacher {teacher_path}")
+    return None

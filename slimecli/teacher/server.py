@@ -1,0 +1,255 @@
+"""The teacher server's HTTP front (rank 0): request queue, one dispatcher per DP group, weight updates.
+
+Requests wait in one queue; each DP group's dispatcher takes the next one when its group is free, so
+groups balance themselves. A client that disconnects while its request is queued cancels it. A weight
+update turns new /generate requests away (503), waits for the queue and the running requests to drain,
+then loads the checkpoint on every rank.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from slimecli.config.schema import SlimeConfig
+from slimecli.config.typed import to_plain
+from slimecli.teacher.protocol import GenerateRequest, RequestError, parse_generate, parse_update
+from slimecli.teacher.ranks import Exchange
+
+log = logging.getLogger("slimecli.teacher")
+SERVER_TYPE = "slimecli_teacher"
+KEEPALIVE_S = 30.0  # idle groups get a no-op this often, so blocked peers never hit the collective timeout
+MAX_BODY = 512 * 1024 * 1024
+
+
+@dataclass
+class Job:
+    req: GenerateRequest
+    future: asyncio.Future
+    state: str = "queued"  # queued -> running -> done, or queued -> cancelled
+    enqueued: float = field(default_factory=time.monotonic)
+    started: float = 0.0
+
+
+class Front:
+    def __init__(self, cfg: SlimeConfig, exchanges: list[Exchange], vocab_size: int, model_path: str) -> None:
+        self.cfg, self.t = cfg, cfg.teacher
+        self.exchanges = exchanges
+        self.executors = [ThreadPoolExecutor(1, thread_name_prefix=f"teacher-dp{d}") for d in range(len(exchanges))]
+        self.last_call = [time.monotonic()] * len(exchanges)
+        self.vocab_size, self.model_path, self.weight_version = vocab_size, model_path, 0
+        self.queue: asyncio.Queue[Job] = asyncio.Queue()
+        self.queued = self.running = self.finished = self.finished_tokens = self.pending_tokens = 0
+        self.cancelled = self.failed = 0
+        self.update: asyncio.Future | None = None
+        self.update_path: str | None = None
+        self._tasks: list[asyncio.Task] = []
+
+    # ---- dispatch -------------------------------------------------------------------------------------
+    async def call(self, d: int, msg: dict[str, Any]) -> dict[str, Any]:
+        self.last_call[d] = time.monotonic()
+        reply = await asyncio.get_running_loop().run_in_executor(self.executors[d], self.exchanges[d], msg)
+        self.last_call[d] = time.monotonic()
+        return reply
+
+    async def dispatcher(self, d: int) -> None:
+        while True:
+            job = await self.queue.get()
+            if job.state == "cancelled":
+                continue
+            self.queued -= 1
+            self.pending_tokens -= job.req.tokens
+            job.state, job.started = "running", time.monotonic()
+            self.running += 1
+            try:
+                r = job.req
+                reply = await self.call(d, {"op": "score", "input_ids": r.input_ids, "sample_n": r.sample_n,
+                                            "labels": r.labels, "temperature": r.temperature,
+                                            "delay_s": r.delay_s})
+            except Exception as exc:  # an exchange that broke (a dead peer): fail the request, keep serving
+                reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            finally:
+                self.running -= 1
+            job.state = "done"
+            if not job.future.done():
+                job.future.set_result(reply)
+
+    async def keepalive(self) -> None:
+        while True:
+            await asyncio.sleep(KEEPALIVE_S / 3)
+            for d in range(len(self.exchanges)):
+                if time.monotonic() - self.last_call[d] > KEEPALIVE_S:
+                    await self.call(d, {"op": "noop"})
+
+    async def load_reporter(self) -> None:
+        last_n, last_tok, last_t = 0, 0, time.monotonic()
+        while True:
+            await asyncio.sleep(self.t.log_interval_s)
+            now = time.monotonic()
+            dn, dtok, dt = self.finished - last_n, self.finished_tokens - last_tok, max(now - last_t, 1e-9)
+            if dn or self.queued or self.running:
+                log.info("load: queue=%d running=%d req/s=%.2f tok/s=%.1f", self.queued, self.running, dn / dt,
+                         dtok / dt)
+            last_n, last_tok, last_t = self.finished, self.finished_tokens, now
+
+    def reset_counters(self) -> None:
+        """After the private warm-up: /get_loads counts public requests only."""
+        self.finished = self.finished_tokens = self.cancelled = self.failed = 0
+
+    def start_background(self) -> None:
+        self._tasks = [asyncio.create_task(self.dispatcher(d)) for d in range(len(self.exchanges))]
+        self._tasks += [asyncio.create_task(self.keepalive()), asyncio.create_task(self.load_reporter())]
+
+    # ---- handlers -------------------------------------------------------------------------------------
+    async def generate(self, request: web.Request) -> web.Response:
+        if self.update is not None:
+            raise RequestError(503, f"a weight update to {self.update_path} is running; retry later")
+        req = parse_generate(await _json(request), self.vocab_size, self.t.max_length, self.t.temperature)
+        job = Job(req, asyncio.get_running_loop().create_future())
+        self.queued += 1
+        self.pending_tokens += req.tokens
+        self.queue.put_nowait(job)
+        try:
+            reply = await job.future
+        except asyncio.CancelledError:  # the client went away
+            if job.state == "queued":
+                job.state = "cancelled"
+                self.queued -= 1
+                self.pending_tokens -= req.tokens
+                self.cancelled += 1
+                log.info("generate cancelled while queued: client disconnected (tokens=%d)", req.tokens)
+            raise
+        if not reply["ok"]:
+            self.failed += 1
+            log.error("generate failed: %s", reply["error"])
+            return web.json_response({"error": reply["error"]}, status=500)
+        self.finished += 1
+        self.finished_tokens += req.tokens
+        rid = uuid.uuid4().hex
+        log.info("generate id=%s tokens=%d sample_n=%d labels=%d wait_ms=%.1f run_ms=%.1f", rid, req.tokens,
+                 req.sample_n, len(req.labels[0]) if req.labels else 0, (job.started - job.enqueued) * 1e3,
+                 (time.monotonic() - job.started) * 1e3)
+        return web.json_response({"request_id": rid, **reply["result"]}, dumps=_dumps)
+
+    async def update_weights(self, request: web.Request) -> web.Response:
+        path, timeout, delay = parse_update(await _json(request), self.t.update_timeout_s)
+        path = str(Path(path).expanduser().absolute())
+        if self.update is not None:
+            if path != self.update_path:
+                raise RequestError(409, f"an update to {self.update_path} is already running")
+            status, body = await asyncio.shield(self.update)
+            return web.json_response({**body, "coalesced": True}, status=status)
+        if path == self.model_path:
+            return web.json_response({"success": True, "skipped": True, "coalesced": False, "model_path": path,
+                                      "message": "this checkpoint is already loaded"})
+        if not (Path(path) / "config.json").is_file():
+            raise RequestError(400, f"model_path {path} is not a checkpoint directory (no config.json)")
+        self.update, self.update_path = asyncio.get_running_loop().create_future(), path
+        asyncio.create_task(self._run_update(path, timeout, delay, self.update))  # survives a client that goes away
+        status, body = await asyncio.shield(self.update)
+        return web.json_response({**body, "coalesced": False}, status=status)
+
+    async def _run_update(self, path: str, timeout: float, delay: float, done: asyncio.Future) -> None:
+        t0 = time.monotonic()
+        try:
+            while self.queued or self.running:
+                if time.monotonic() - t0 > timeout:
+                    result = (503, {"success": False, "error": f"requests still running after {timeout:g}s; "
+                                                              "weights not updated"})
+                    break
+                await asyncio.sleep(0.02)
+            else:
+                replies = await asyncio.gather(*(self.call(d, {"op": "load", "path": path, "delay_s": delay})
+                                                 for d in range(len(self.exchanges))))
+                errors = [r["error"] for r in replies if not r["ok"]]
+                if errors:
+                    result = (500, {"success": False, "error": "; ".join(sorted(set(errors)))})
+                else:
+                    self.model_path, self.vocab_size = path, int(replies[0]["vocab_size"])
+                    self.weight_version += 1
+                    result = (200, {"success": True, "skipped": False, "model_path": path,
+                                    "message": f"loaded in {time.monotonic() - t0:.1f}s"})
+        except Exception as exc:
+            result = (500, {"success": False, "error": f"{type(exc).__name__}: {exc}"})
+        log.info("update_weights_from_disk %s -> %d %s", path, result[0], result[1].get("error", ""))
+        self.update, self.update_path = None, None
+        done.set_result(result)
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    async def detect(self, request: web.Request) -> web.Response:
+        return web.json_response({"server_type": SERVER_TYPE})
+
+    async def info(self, request: web.Request) -> web.Response:
+        config = to_plain(self.cfg)
+        if config["teacher"].get("api_key"):
+            config["teacher"]["api_key"] = "***"
+        return web.json_response({"server_type": SERVER_TYPE, "model_path": self.model_path,
+                                  "vocab_size": self.vocab_size, "tp": self.t.tp, "dp": self.t.dp,
+                                  "temperature": self.t.temperature, "max_length": self.t.max_length,
+                                  "weight_version": self.weight_version, "config": config})
+
+    async def get_loads(self, request: web.Request) -> web.Response:
+        return web.json_response({"queue_size": self.queued, "in_flight": self.running,
+                                  "finished_requests": self.finished, "finished_tokens": self.finished_tokens,
+                                  "pending_tokens": self.pending_tokens, "cancelled_requests": self.cancelled,
+                                  "failed_requests": self.failed, "updating": self.update is not None,
+                                  "dp": len(self.exchanges)})
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._errors, self._auth], client_max_size=MAX_BODY)
+        app.router.add_post("/generate", self.generate)
+        app.router.add_post("/update_weights_from_disk", self.update_weights)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/detect", self.detect)
+        app.router.add_get("/info", self.info)
+        app.router.add_get("/get_loads", self.get_loads)
+        return app
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except RequestError as exc:
+            if request.path == "/generate":
+                log.info("generate rejected %d: %s", exc.status, exc.body["error"])
+            return web.json_response(exc.body, status=exc.status)
+        except web.HTTPException:
+            raise
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("internal error on %s", request.path)
+            return web.json_response({"error": f"internal error: {type(exc).__name__}: {exc}"}, status=500)
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """With teacher.api_key every endpoint but /healthz (the liveness probe) needs the bearer token."""
+        key = self.t.api_key
+        if key and request.path != "/healthz":
+            given = request.headers.get("Authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
+                raise RequestError(401, "missing or wrong bearer token (Authorization: Bearer <teacher.api_key>)")
+        return await handler(request)
+
+
+async def _json(request: web.Request) -> Any:
+    try:
+        return await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RequestError(400, f"the body is not valid JSON: {exc}") from None
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"))
