@@ -168,3 +168,24 @@ def test_builtin_rewards_through_the_hub_and_unresolvable_sources(tmp_path, capl
     assert samples[4].metadata["reward_error"] == "FileNotFoundError"
     assert samples[5].reward == 0.0 and "reward_error" not in samples[5].metadata
     assert any("no_such_reward" in r.getMessage() for r in caplog.records)
+
+
+def test_concurrency_limits_reward_calls_in_flight():
+    import threading
+    import time
+
+    lock, state = threading.Lock(), {"now": 0, "max": 0}
+
+    def busy(sample):
+        with lock:
+            state["now"] += 1
+            state["max"] = max(state["max"], state["now"])
+        time.sleep(0.02)
+        with lock:
+            state["now"] -= 1
+        return 1.0
+
+    register_reward("test_busy", busy)
+    samples = run(make(10), RewardConfig(name="test_busy", concurrency=2))
+    assert [s.reward for s in samples] == [1.0] * 10
+    assert 1 <= state["max"] <= 2

@@ -138,3 +138,11 @@ def test_payload_survives_unserialisable_metadata():
     server, _, samples = run_against_server(["ok"], extra={"tags": {7}, "path": ROOT})
     assert samples[0].reward["score"] == 0.1
     assert server.bodies[0]["metadata"]["tags"] == "{7}" and server.bodies[0]["metadata"]["path"] == str(ROOT)
+
+
+def test_backoff_grows_exponentially_with_jitter_and_a_cap():
+    remote = RemoteReward("http://127.0.0.1:1/reward", backoff_s=0.5, backoff_max_s=3.0)
+    for attempt, base in [(0, 0.5), (1, 1.0), (2, 2.0), (3, 3.0), (10, 3.0)]:
+        delays = {remote._delay(attempt) for _ in range(50)}
+        assert all(0.5 * base <= d < 1.5 * base for d in delays)
+        assert len(delays) > 1  # jittered

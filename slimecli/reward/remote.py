@@ -39,7 +39,8 @@ class RemoteReward:
         self.max_retries = max(0, int(max_retries))
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
-        self._semaphore = asyncio.Semaphore(max(1, int(concurrency)))
+        self.concurrency = max(1, int(concurrency))
+        self._semaphore = asyncio.Semaphore(self.concurrency)
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> RemoteReward:
@@ -60,7 +61,8 @@ class RemoteReward:
     async def _attempt(self, body: bytes) -> tuple[bool, Any, str]:
         """(ok, reward, failure) for one request; raises RemoteRewardError for a non-retryable reply."""
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self.timeout)
+            connector = aiohttp.TCPConnector(limit=self.concurrency)  # the semaphore is the limit, not aiohttp's 100
+            self._session = aiohttp.ClientSession(timeout=self.timeout, connector=connector)
         async with self._semaphore:
             try:
                 async with self._session.post(self.url, data=body,
