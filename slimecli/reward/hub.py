@@ -185,8 +185,9 @@ async def assign_rewards(samples: list[Any], cfg: RewardConfig, log: logging.Log
     buckets: dict[tuple[Any, ...], tuple[_Source, list[Any]]] = {}
     try:
         for i, sample in enumerate(samples):
-            if not isinstance(getattr(sample, "metadata", None), dict):
-                sample.metadata = {}
+            metadata = getattr(sample, "metadata", None)
+            if not isinstance(metadata, dict):
+                sample.metadata = dict(metadata) if isinstance(metadata, Mapping) else {}
             if sample.remove_sample and sample.reward is not None:
                 continue
             sample.metadata.pop(ERROR_KEY, None)
