@@ -7,6 +7,10 @@ A reward function is user code that may raise, hang or return junk. assign_rewar
 raises for that: a failing or slow call (reward.timeout_s) sets sample.reward = None and
 sample.metadata["reward_error"] = the exception type name, and its traceback goes once into
 the log. Junk values are stored raw; normalize.py turns them into training values later.
+
+Sync functions run in daemon threads (at most reward.concurrency at once), so a timed-out call
+cannot block the loop or interpreter exit; its thread runs on until the function returns. An
+async function that blocks the event loop (time.sleep inside `async def`) cannot be timed out.
 """
 
 from __future__ import annotations
