@@ -208,3 +208,30 @@ def test_update_waits_coalesces_conflicts_and_rejects(server, ckpts):
     r = post(server, "/update_weights_from_disk", {"model_path": m1})
     assert r.status_code == 200 and r.json()["success"]
     assert "load: queue=" in server.read_log()  # the periodic load line while busy
+
+
+def test_client_scores_response_tokens(server, ckpts):
+    from slimecli.config.groups.teacher import TeacherConfig
+    from slimecli.rollout.sample import Sample
+    from slimecli.teacher.client import TeacherClient, TeacherError
+
+    cfg = TeacherConfig(name="server", url=server.url, api_key=KEY, concurrency=2, max_retries=1)
+    samples = [Sample(tokens=[2, 7, 1, 8, 2, 8], response_length=3), Sample(tokens=[9, 9, 4], response_length=1),
+               Sample(tokens=[5, 6], response_length=0)]
+
+    async def run():
+        async with TeacherClient(cfg) as client:
+            await client.fill(samples)
+            with pytest.raises(TeacherError, match="400"):
+                await client.score([Sample(tokens=[1, VOCAB + 5], response_length=1)])
+            return await client.info()
+
+    info = asyncio.run(run())
+    assert info["temperature"] == 1.0
+    for s in samples:
+        assert len(s.teacher_log_probs) == s.response_length
+        if s.response_length:
+            ref = reference_log_probs(ckpts[0], s.tokens)
+            n = len(s.tokens)
+            expect = [float(ref[i - 1, s.tokens[i]]) for i in range(n - s.response_length, n)]
+            assert max(abs(a - b) for a, b in zip(s.teacher_log_probs, expect, strict=True)) < 1e-4

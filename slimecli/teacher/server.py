@@ -51,6 +51,7 @@ class Front:
         self.queue: asyncio.Queue[Job] = asyncio.Queue()
         self.queued = self.running = self.finished = self.finished_tokens = self.pending_tokens = 0
         self.cancelled = self.failed = 0
+        self.group_done = [0] * len(exchanges)  # requests each DP group has answered
         self.update: asyncio.Future | None = None
         self.update_path: str | None = None
         self._tasks: list[asyncio.Task] = []
@@ -80,6 +81,7 @@ class Front:
                 reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
             finally:
                 self.running -= 1
+            self.group_done[d] += 1
             job.state = "done"
             if not job.future.done():
                 job.future.set_result(reply)
@@ -105,6 +107,7 @@ class Front:
     def reset_counters(self) -> None:
         """After the private warm-up: /get_loads counts public requests only."""
         self.finished = self.finished_tokens = self.cancelled = self.failed = 0
+        self.group_done = [0] * len(self.exchanges)
 
     def start_background(self) -> None:
         self._tasks = [asyncio.create_task(self.dispatcher(d)) for d in range(len(self.exchanges))]
@@ -205,7 +208,7 @@ class Front:
                                   "finished_requests": self.finished, "finished_tokens": self.finished_tokens,
                                   "pending_tokens": self.pending_tokens, "cancelled_requests": self.cancelled,
                                   "failed_requests": self.failed, "updating": self.update is not None,
-                                  "dp": len(self.exchanges)})
+                                  "dp": len(self.exchanges), "per_dp_group_requests": self.group_done})
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._errors, self._auth], client_max_size=MAX_BODY)

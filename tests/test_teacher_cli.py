@@ -1,0 +1,26 @@
+"""`slimecli teacher serve` refuses what it cannot serve before starting any rank."""
+
+from __future__ import annotations
+
+from tests.conftest import run_cli
+
+
+def test_serve_needs_a_checkpoint_directory(tmp_path):
+    (tmp_path / "empty").mkdir()
+    r = run_cli("teacher", "serve", f"teacher.model_path={tmp_path / 'empty'}", f"run.dir={tmp_path / 'run'}")
+    assert r.returncode == 2
+    assert "not a Hugging Face checkpoint directory" in r.stderr and str(tmp_path / "empty") in r.stderr
+    assert not (tmp_path / "run").exists()
+    r = run_cli("teacher", "serve", f"model.path={tmp_path / 'nope'}", f"run.dir={tmp_path / 'run'}")
+    assert r.returncode == 2 and str(tmp_path / "nope") in r.stderr
+
+
+def test_serve_reports_config_errors(tmp_path):
+    r = run_cli("teacher", "serve", "teacher.tp=0", "teacher.sample_chunk_size=-1", f"model.path={tmp_path}")
+    assert r.returncode == 2
+    assert "teacher.tp" in r.stderr and "teacher.sample_chunk_size" in r.stderr
+
+
+def test_teacher_help_lists_serve():
+    r = run_cli("teacher", "--help")
+    assert r.returncode == 0 and "serve" in r.stdout
