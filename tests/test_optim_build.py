@@ -12,7 +12,6 @@ from slimecli.config.errors import ConfigErrors
 from slimecli.train.optim.build import (
     build_optimizer,
     build_scheduler,
-    load_scheduler_state,
     lr_factor,
     optimizer_state_for_checkpoint,
     reset_optimizer_state,
@@ -164,7 +163,7 @@ def test_stateless_run_resumes_from_a_checkpoint_without_moments(tmp_path) -> No
     opt = build_optimizer(resumed.named_parameters(), cfg)
     restore_optimizer_state(opt, ckpt["optimizer"])
     sched = build_scheduler(opt, cfg, max_steps=4)
-    load_scheduler_state(sched, ckpt["scheduler"])  # also puts the lr back into the optimizer
+    sched.load_state_dict(ckpt["scheduler"])  # also puts the lr back into the optimizer
     train_steps(resumed, opt, range(2, 4), sched)
     for a, b in zip(straight.parameters(), resumed.parameters(), strict=True):
         assert torch.equal(a, b)

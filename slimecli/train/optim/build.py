@@ -77,20 +77,22 @@ def lr_factor(step: int, cfg: OptimizerConfig, max_steps: int) -> float:
     return floor + (1.0 - floor) * shape
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimizerConfig, max_steps: int) -> LambdaLR:
-    """Call scheduler.step() after every optimizer.step(); groups keep their lr ratios to cfg.lr."""
-    return LambdaLR(optimizer, lambda step: lr_factor(step, cfg, max_steps))
+class Schedule(LambdaLR):
+    """LambdaLR whose load_state_dict also puts the resumed lr back into the optimizer's groups.
 
-
-def load_scheduler_state(scheduler: LambdaLR, state: dict[str, Any]) -> None:
-    """Resume the schedule and put its current lr back into the optimizer's groups.
-
-    LambdaLR.load_state_dict alone leaves the groups at the step-0 lr; an Adam checkpoint would
-    restore them, but a stateless_adam checkpoint carries no optimizer state at all.
+    LambdaLR alone leaves the groups at the step-0 lr until its next step(); an Adam checkpoint
+    hides that by restoring the groups, but a stateless_adam checkpoint carries no optimizer state.
     """
-    scheduler.load_state_dict(state)
-    for group, lr in zip(scheduler.optimizer.param_groups, scheduler.get_last_lr(), strict=True):
-        group["lr"] = lr
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        for group, lr in zip(self.optimizer.param_groups, self.get_last_lr(), strict=True):
+            group["lr"] = lr
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimizerConfig, max_steps: int) -> Schedule:
+    """Call scheduler.step() after every optimizer.step(); groups keep their lr ratios to cfg.lr."""
+    return Schedule(optimizer, lambda step: lr_factor(step, cfg, max_steps))
 
 
 def reset_optimizer_state(opt: torch.optim.Optimizer) -> None:
