@@ -193,6 +193,12 @@ def test_errors_are_clear() -> None:
         StatelessAdam([p], lr=-1.0)
     with pytest.raises(ValueError, match="Invalid betas"):
         StatelessAdam([p], lr=0.1, betas=(0.9, 1.0))
+    with pytest.raises(ValueError, match="amsgrad"):
+        StatelessAdam([{"params": [p], "amsgrad": True}], lr=0.1)
+    with pytest.raises(ValueError, match="Invalid weight_decay"):
+        StatelessAdam([{"params": [p], "weight_decay": -1.0}], lr=0.1)
+    with pytest.raises(ValueError, match="differentiable"):
+        StatelessAdam([p], lr=0.1, differentiable=True)
     amsgrad_sd = torch.optim.Adam([p], lr=0.1, amsgrad=True).state_dict()
     with pytest.raises(ValueError, match="amsgrad"):
         StatelessAdam([p], lr=0.1).load_state_dict(amsgrad_sd)

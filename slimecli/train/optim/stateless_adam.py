@@ -42,8 +42,8 @@ class StatelessAdam(Optimizer):
         unknown = sorted(set(kwargs) - _IGNORED_KWARGS)
         if unknown:
             raise TypeError(f"StatelessAdam got unexpected keyword argument(s): {', '.join(unknown)}")
-        if kwargs.get("capturable"):
-            raise ValueError("StatelessAdam does not support capturable=True (no step tensors to capture)")
+        if kwargs.get("capturable") or kwargs.get("differentiable"):
+            raise ValueError("StatelessAdam supports neither capturable=True nor differentiable=True")
         if amsgrad:
             raise ValueError("StatelessAdam keeps no moments, so amsgrad (a running max of the second moment) "
                              "is impossible; use torch.optim.Adam/AdamW")
@@ -59,6 +59,13 @@ class StatelessAdam(Optimizer):
         self.decoupled_grad = decoupled_grad
         self.foreach = foreach is not False
         super().__init__(params, defaults)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        if param_group.get("amsgrad"):
+            raise ValueError("StatelessAdam keeps no moments, so a param group cannot ask for amsgrad")
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        _check_hparams(group["lr"], group["betas"], group["eps"], group["weight_decay"])
 
     # ---- state: there is none -------------------------------------------------------------
     def __setstate__(self, state: dict[str, Any]) -> None:
