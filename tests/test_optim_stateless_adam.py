@@ -212,7 +212,8 @@ def test_errors_are_clear() -> None:
 def test_accepts_fused_adam_keywords_megatron_passes() -> None:
     p = torch.zeros(2, requires_grad=True)
     opt = StatelessAdam(params=[p], lr=0.1, weight_decay=0.0, betas=(0.9, 0.99), eps=1e-8, adam_w_mode=False,
-                        bias_correction=True, fused=True, exp_avg_dtype=torch.bfloat16, set_grad_none=True)
+                        bias_correction=True, fused=True, exp_avg_dtype=torch.bfloat16, set_grad_none=True,
+                        store_param_remainders=True)
     assert opt.param_groups[0]["adam_w_mode"] is False
 
 

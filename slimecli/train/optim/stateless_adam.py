@@ -18,8 +18,9 @@ from torch.optim import Optimizer
 
 # Keyword arguments that fused Adam implementations (and megatron-core's factory) pass and
 # that are meaningless without moment state; accepted so the class is a drop-in replacement.
+# (store_param_remainders only acts together with master weights, which are refused.)
 _IGNORED_KWARGS = frozenset({"exp_avg_dtype", "exp_avg_sq_dtype", "master_weight_dtype", "set_grad_none",
-                             "capturable", "fused", "differentiable"})
+                             "store_param_remainders", "capturable", "fused", "differentiable"})
 
 
 class StatelessAdam(Optimizer):
@@ -37,7 +38,7 @@ class StatelessAdam(Optimizer):
                  eps: float = 1e-8, weight_decay: float = 0.0, amsgrad: bool = False, *,
                  bias_correction: bool = True, adam_w_mode: bool = True, maximize: bool = False,
                  decoupled_grad: bool = False, use_decoupled_grad: bool | None = None,
-                 master_weights: bool = False, store_param_remainders: bool = False,
+                 master_weights: bool = False,
                  foreach: bool | None = None, **kwargs: Any) -> None:
         unknown = sorted(set(kwargs) - _IGNORED_KWARGS)
         if unknown:
@@ -47,9 +48,9 @@ class StatelessAdam(Optimizer):
         if amsgrad:
             raise ValueError("StatelessAdam keeps no moments, so amsgrad (a running max of the second moment) "
                              "is impossible; use torch.optim.Adam/AdamW")
-        if master_weights or store_param_remainders:
-            raise ValueError("StatelessAdam does not support master weights (master_weights / "
-                             "store_param_remainders); keep fp32 master copies outside the optimizer")
+        if master_weights:
+            raise ValueError("StatelessAdam does not support master weights (master_weights=True); "
+                             "keep fp32 master copies outside the optimizer")
         _check_hparams(lr, betas, eps, weight_decay)
         if use_decoupled_grad is not None:  # Transformer Engine's spelling
             decoupled_grad = use_decoupled_grad
