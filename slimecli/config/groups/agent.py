@@ -19,3 +19,8 @@ class AgentConfig:
     concurrency: int = 16
     harness: str | None = None  # import path of a custom harness class
     adapter: str | None = None  # import path of a custom adapter class
+    engine_url: str | None = None  # a running engine (SGLang API) to use instead of starting the embedded one
+    max_new_tokens: int = 1024  # per-turn cap on what the CLI asks for (it is also clamped to the context left)
+    max_context_len: int | None = None  # None -> the model's max_position_embeddings
+    realign_min_ratio: float = 0.8  # re-rendered last response this similar to the sampled one -> realigned
+    output: str | None = None  # `slimecli agent run`: samples JSONL; None -> <run.root>/agent-<time>/samples.jsonl

@@ -1,0 +1,242 @@
+"""What the Anthropic and OpenAI adapters share: sessions, limits, one engine turn, errors, disconnects.
+
+A subclass translates its API's request into chat messages + tools and the turn back into its reply format.
+Every refusal is a 4xx JSON body in the client's own error format; a turn is recorded only after its reply
+was written; a client that goes away cancels the handler, which aborts the engine request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from slimecli.agent.engine import EngineError, EngineLink, Generation
+from slimecli.agent.parsers import ParsedOutput, ToolParser
+from slimecli.agent.render import Renderer
+from slimecli.agent.trajectory import SessionClosed, TooManyTurns, TrajectoryManager, Turn
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+
+
+@dataclass
+class TurnRequest:
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    max_tokens: int | None
+    stop: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TurnResult:
+    prompt_ids: list[int]
+    gen: Generation
+    parsed: ParsedOutput
+    stop_sequence: str | None = None
+
+    def to_turn(self) -> Turn:
+        return Turn(self.prompt_ids, self.gen.output_ids, self.gen.log_probs, self.gen.finish_reason,
+                    self.parsed.ill_formed, self.gen.weight_version)
+
+
+@dataclass
+class AdapterSettings:
+    model_name: str = "slimecli"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_new_tokens: int = 1024  # cap per turn, whatever the client asks
+    max_body_bytes: int = 32 << 20
+
+
+class Adapter:
+    """Base class; subclasses add their routes in `routes()` and their error format in `error_body()`."""
+
+    name = "base"
+
+    def __init__(self, renderer: Renderer, engine: EngineLink, manager: TrajectoryManager, parser: ToolParser,
+                 settings: AdapterSettings | None = None) -> None:
+        self.renderer = renderer
+        self.engine = engine
+        self.manager = manager
+        self.parser = parser
+        self.settings = settings or AdapterSettings()
+        self._engine_ready = False
+
+    # --- to override --------------------------------------------------------------------------------
+    def routes(self) -> list[web.RouteDef]:
+        raise NotImplementedError
+
+    def error_body(self, status: int, message: str, kind: str | None) -> dict[str, Any]:
+        raise NotImplementedError
+
+    # --- server -------------------------------------------------------------------------------------
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.settings.max_body_bytes, middlewares=[self._errors])
+        app.add_routes([web.get("/healthz", self._healthz), *self.routes()])
+        return app
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except ApiError as exc:
+            return web.json_response(self.error_body(exc.status, exc.message, exc.kind), status=exc.status)
+        except web.HTTPException as exc:  # 404 / 405 / 413 from aiohttp itself, in the client's format
+            if exc.status < 400:
+                raise
+            return web.json_response(self.error_body(exc.status, exc.reason, None), status=exc.status)
+        except EngineError as exc:
+            log.warning("engine error: %s", exc)
+            return web.json_response(self.error_body(503, f"rollout engine unavailable: {exc}", None), status=503)
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        if not self._engine_ready:
+            self._engine_ready = await self.engine.healthy()
+        if not self._engine_ready:
+            return web.json_response({"ok": False, "reason": "engine not ready"}, status=503)
+        return web.json_response({"ok": True, "adapter": self.name})
+
+    # --- helpers for subclasses ---------------------------------------------------------------------
+    @staticmethod
+    async def read_json(request: web.Request) -> dict[str, Any]:
+        raw = await request.read()  # over client_max_size: aiohttp raises 413
+        try:
+            body = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise ApiError(400, f"request body is not valid JSON: {str(exc)[:200]}") from exc
+        if not isinstance(body, dict):
+            raise ApiError(400, "request body must be a JSON object")
+        return body
+
+    @staticmethod
+    def session_id(request: web.Request) -> str:
+        """The harness hands the session id to the CLI as its API key (x-api-key or a bearer token)."""
+        key = request.headers.get("x-api-key", "").strip()
+        if not key:
+            auth = request.headers.get("authorization", "").strip()
+            if auth.lower().startswith("bearer "):
+                key = auth[7:].strip()
+        if not key:
+            raise ApiError(401, "missing API key: send the session id as x-api-key or a bearer token")
+        return key
+
+    def admit(self, sid: str) -> None:
+        try:
+            self.manager.begin_turn(sid)
+        except SessionClosed:
+            raise ApiError(503, f"session {sid[:64]!r} is closed") from None
+        except TooManyTurns:
+            raise ApiError(429, f"session {sid[:64]!r} reached agent.max_turns={self.manager.max_turns}") from None
+
+    async def render(self, req: TurnRequest) -> list[int]:
+        try:
+            return await asyncio.to_thread(self.renderer.render, req.messages, req.tools)
+        except Exception as exc:  # the template rejected this conversation shape
+            raise ApiError(400, f"cannot render the conversation with the chat template: {str(exc)[:300]}") from exc
+
+    async def run_turn(self, req: TurnRequest) -> TurnResult:
+        """Render, clamp to the context window, generate (or not, at the limit), parse."""
+        prompt_ids = await self.render(req)
+        remaining = self.renderer.context_len - len(prompt_ids)
+        if remaining <= 0:
+            gen = Generation([], [], "length")
+        else:
+            wanted = req.max_tokens if req.max_tokens is not None else self.settings.max_new_tokens
+            params: dict[str, Any] = {
+                "max_new_tokens": max(1, min(wanted, self.settings.max_new_tokens, remaining)),
+                "temperature": self.settings.temperature, "top_p": self.settings.top_p, "top_k": self.settings.top_k,
+                "stop_token_ids": sorted(self.renderer.stop_ids), "skip_special_tokens": False,
+                "spaces_between_special_tokens": False, "no_stop_trim": True}
+            if req.stop:
+                params["stop"] = req.stop
+            gen = await self.engine.generate(prompt_ids, params, rid=f"{self.name}-{uuid.uuid4().hex}")
+        text = self.renderer.decode(gen.output_ids)
+        stop_sequence = gen.matched if isinstance(gen.matched, str) and gen.matched in req.stop else None
+        if stop_sequence and text.endswith(stop_sequence):
+            text = text[: -len(stop_sequence)]
+        return TurnResult(prompt_ids, gen, self.parser.parse(text), stop_sequence)
+
+    async def serve_turn(self, request: web.Request, sid: str, req: TurnRequest, reply: Any) -> web.StreamResponse:
+        """Admit, run, send the reply with `reply(request, result)`, then record; always release the slot."""
+        self.admit(sid)
+        turn: Turn | None = None
+        try:
+            result = await self.run_turn(req)
+            response = await reply(request, result)
+            turn = result.to_turn()
+            return response
+        finally:
+            self.manager.end_turn(sid, turn)
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:24]}"
+
+
+async def send_json(request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+    """Write a JSON reply completely before returning (so the turn can be recorded as delivered)."""
+    response = web.Response(text=json.dumps(body), content_type="application/json")
+    await response.prepare(request)
+    await response.write_eof()
+    return response
+
+
+def sse_event(name: str | None, data: dict[str, Any]) -> bytes:
+    head = f"event: {name}\n" if name else ""
+    return f"{head}data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+async def open_sse(request: web.Request) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    return response
+
+
+def text_of(content: Any, what: str) -> str:
+    """Flatten a string or a list of text-like blocks; images and documents become placeholders."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise ApiError(400, f"{what} must be a string or a list of blocks")
+    parts = []
+    for block in content:
+        if isinstance(block, str):
+            parts.append(block)
+            continue
+        if not isinstance(block, dict):
+            raise ApiError(400, f"{what}: each block must be an object")
+        kind = block.get("type")
+        if kind in ("text", "input_text", "output_text", "reasoning_text", "summary_text"):
+            if not isinstance(block.get("text"), str):
+                raise ApiError(400, f"{what}: a {kind} block needs a string `text`")
+            parts.append(block["text"])
+        elif kind in ("image", "input_image"):
+            parts.append("[image]")
+        elif kind in ("document", "input_file"):
+            parts.append("[document]")
+    return "\n".join(parts)
+
+
+def int_field(body: dict[str, Any], key: str, minimum: int = 1) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ApiError(400, f"`{key}` must be an integer >= {minimum}")
+    return value

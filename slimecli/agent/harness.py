@@ -1,0 +1,131 @@
+"""Harnesses: the agent-CLI lifecycle in a sandbox (locate, write its config, launch, wait with a budget)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+
+from slimecli.agent.install import locate
+from slimecli.agent.sandbox import LocalSandbox, read_exit_status
+
+PROVIDER = "slimecli"
+
+
+class CliMissing(Exception):
+    """The agent CLI is neither configured, installed nor on PATH."""
+
+
+@dataclass
+class HarnessResult:
+    exit_code: int | None
+    timed_out: bool
+    stdout: str
+    stderr: str
+    elapsed_s: float
+    argv: list[str] = field(default_factory=list)
+
+
+class Harness:
+    """Base: subclasses say which CLI, which environment and config files, and which command line."""
+
+    agent = "base"
+    poll_interval_s = 0.2
+
+    def __init__(self, binary: str | None = None, tools_dir: str | None = None, model_name: str = "slimecli") -> None:
+        self.binary = binary
+        self.tools_dir = tools_dir
+        self.model_name = model_name
+
+    def locate(self) -> str:
+        found = locate(self.agent, self.binary, self.tools_dir)
+        if found is None:
+            hint = f"agent.binary={self.binary!r} is not executable" if self.binary else (
+                f"run `slimecli agent install {self.agent}`")
+            raise CliMissing(f"{self.agent} CLI not found: {hint}")
+        return found
+
+    def configure(self, sandbox: LocalSandbox, base_url: str, session_id: str) -> dict[str, str]:
+        """Write the CLI's config inside the sandbox home; return the environment it needs."""
+        raise NotImplementedError
+
+    def command(self, binary: str, prompt: str, sandbox: LocalSandbox) -> list[str]:
+        raise NotImplementedError
+
+    async def run(self, sandbox: LocalSandbox, prompt: str, base_url: str, session_id: str, budget_s: float
+                  ) -> HarnessResult:
+        """Launch in the background and poll its status file until it exits or the budget is spent."""
+        binary = self.locate()
+        env = self.configure(sandbox, base_url, session_id)
+        node = shutil.which("node")
+        if node:  # npm launchers are node scripts
+            sandbox.path_dirs.insert(0, os.path.dirname(node))
+        argv = self.command(binary, prompt, sandbox)
+        start = time.monotonic()
+        files = sandbox.start(self.agent, argv, env)
+        exit_code = None
+        try:
+            while time.monotonic() - start < budget_s:
+                exit_code = read_exit_status(sandbox.read_file(files["status"]))
+                if exit_code is not None:
+                    break
+                await asyncio.sleep(self.poll_interval_s)
+        finally:
+            await asyncio.to_thread(sandbox.kill, self.agent)  # on timeout, cancellation, and leftover children
+        return HarnessResult(exit_code, exit_code is None, sandbox.read_file(files["stdout"]) or "",
+                             sandbox.read_file(files["stderr"]) or "", time.monotonic() - start, argv)
+
+
+class ClaudeCodeHarness(Harness):
+    """`claude -p` against the Anthropic adapter: base URL, session id as API key, no telemetry."""
+
+    agent = "claude_code"
+
+    def configure(self, sandbox: LocalSandbox, base_url: str, session_id: str) -> dict[str, str]:
+        config_dir = sandbox.home / ".claude"
+        config_dir.mkdir(parents=True, exist_ok=True)
+        settings = {"permissions": {"defaultMode": "bypassPermissions"}, "includeCoAuthoredBy": False}
+        (config_dir / "settings.json").write_text(json.dumps(settings, indent=2))
+        return {"ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": session_id,
+                "CLAUDE_CONFIG_DIR": str(config_dir), "DISABLE_TELEMETRY": "1",
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
+                "DISABLE_ERROR_REPORTING": "1", "IS_SANDBOX": "1"}
+
+    def command(self, binary: str, prompt: str, sandbox: LocalSandbox) -> list[str]:
+        # The sandbox is the permission boundary; IS_SANDBOX=1 lets this flag run as root there.
+        return [binary, "-p", prompt, "--dangerously-skip-permissions"]
+
+
+class CodexHarness(Harness):
+    """`codex exec` with a private CODEX_HOME whose config.toml points a wire_api="responses" provider here."""
+
+    agent = "codex"
+
+    def configure(self, sandbox: LocalSandbox, base_url: str, session_id: str) -> dict[str, str]:
+        codex_home = sandbox.home / ".codex"
+        codex_home.mkdir(parents=True, exist_ok=True)
+        (codex_home / "config.toml").write_text(codex_config_toml(base_url, self.model_name))
+        return {"CODEX_HOME": str(codex_home), "OPENAI_API_KEY": session_id, "RUST_LOG": "error"}
+
+    def command(self, binary: str, prompt: str, sandbox: LocalSandbox) -> list[str]:
+        return [binary, "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
+                "-C", str(sandbox.workdir), prompt]
+
+
+def codex_provider(base_url: str) -> str:
+    """The provider table as one TOML inline table (also usable in a `-c model_providers.slimecli=...` flag)."""
+    return (f'{{name="{PROVIDER}",base_url="{base_url.rstrip("/")}/v1",wire_api="responses",'
+            f'env_key="OPENAI_API_KEY",request_max_retries=2,stream_max_retries=2}}')
+
+
+def codex_config_toml(base_url: str, model_name: str) -> str:
+    return (f'model = "{model_name}"\nmodel_provider = "{PROVIDER}"\n'
+            f'model_providers.{PROVIDER} = {codex_provider(base_url)}\n')
+
+
+def codex_flags(base_url: str, model_name: str) -> list[str]:
+    return ["-c", f"model_provider={PROVIDER}", "-c", f"model_providers.{PROVIDER}={codex_provider(base_url)}",
+            "-m", model_name]

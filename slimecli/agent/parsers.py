@@ -1,0 +1,94 @@
+"""Turn a model's raw output text into reasoning, text and tool calls (one parser per model family)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass
+class ToolCall:
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass
+class ParsedOutput:
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    ill_formed: bool = False  # a tool call was attempted but could not be parsed: returned as plain text
+
+
+class ToolParser(Protocol):
+    def parse(self, text: str) -> ParsedOutput: ...
+
+
+class HermesToolParser:
+    """Qwen / Hermes layout: optional `<think>...</think>`, then text, then `<tool_call>{json}</tool_call>` blocks."""
+
+    THINK = re.compile(r"^\s*<think>(.*?)</think>\s*", re.DOTALL)
+    CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+
+    def parse(self, text: str) -> ParsedOutput:
+        out = ParsedOutput()
+        m = self.THINK.match(text)
+        if m:
+            out.reasoning = m.group(1).strip("\n")
+            text = text[m.end():]
+        if "<tool_call>" not in text:
+            out.text = text.strip()
+            return out
+        calls = []
+        for block in self.CALL.finditer(text):
+            call = _call_from_json(block.group(1))
+            if call is None:
+                return ParsedOutput(text=text.strip(), reasoning=out.reasoning, ill_formed=True)
+            calls.append(call)
+        rest = self.CALL.sub("", text)
+        if not calls or "<tool_call>" in rest or "</tool_call>" in rest:  # unterminated or stray markers
+            return ParsedOutput(text=text.strip(), reasoning=out.reasoning, ill_formed=True)
+        out.text = text[:text.index("<tool_call>")].strip()
+        out.tool_calls = calls
+        return out
+
+
+def _call_from_json(raw: str) -> ToolCall | None:
+    try:
+        obj = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
+        return None
+    args = obj.get("arguments", obj.get("parameters", {}))
+    if isinstance(args, str):  # some models emit the arguments as a JSON string
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return None
+    if not isinstance(args, dict):
+        return None
+    return ToolCall(obj["name"], args)
+
+
+PARSERS: dict[str, type] = {"qwen": HermesToolParser, "hermes": HermesToolParser}
+
+
+def get_parser(name: str) -> ToolParser:
+    """A registered name, or an import path `package.module:Class` / `package.module.Class`."""
+    if name in PARSERS:
+        return PARSERS[name]()
+    if "." in name or ":" in name:
+        return load_object(name)()
+    raise ValueError(f"unknown agent.tool_parser {name!r}; valid: {', '.join(sorted(PARSERS))} or an import path")
+
+
+def load_object(path: str) -> Any:
+    module, _, attr = path.replace(":", ".").rpartition(".") if ":" not in path else path.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ValueError(f"cannot import {path!r}: {exc}") from exc

@@ -1,0 +1,128 @@
+"""One process serving an agent back-end: the rollout engine (started here or reached by URL), the
+trajectory manager, and the adapter HTTP server the CLI talks to."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from slimecli.agent.adapter import Adapter, AdapterSettings
+from slimecli.agent.engine import EngineLink
+from slimecli.agent.parsers import get_parser
+from slimecli.agent.registry import resolve
+from slimecli.agent.render import Renderer
+from slimecli.agent.trajectory import TrajectoryManager
+
+if TYPE_CHECKING:
+    from slimecli.config.schema import SlimeConfig
+
+log = logging.getLogger(__name__)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class EngineProcess:
+    """The embedded engine (`python -m slimecli.rollout.engine --config FILE`) as a child process."""
+
+    def __init__(self, cfg: SlimeConfig, workdir: Path) -> None:
+        from slimecli.config.io import save_frozen
+
+        port = free_port(cfg.rollout.host)
+        self.cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, port=port, num_engines=1))
+        self.url = f"http://{cfg.rollout.host}:{port}"
+        self.config_path = save_frozen(self.cfg, workdir / "config.yaml")
+        self.log_path = workdir / "engine.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        log_file = self.log_path.open("ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "slimecli.rollout.engine", "--config",
+                                      str(self.config_path)], stdout=log_file, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def failed(self) -> str | None:
+        if self.proc is not None and self.proc.poll() is not None:
+            tail = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""
+            return f"engine exited with {self.proc.returncode}:\n{tail}"
+        return None
+
+    def stop(self) -> None:
+        from slimecli.agent.sandbox import kill_group
+
+        if self.proc is not None and self.proc.poll() is None:
+            kill_group(self.proc.pid, grace_s=5.0, leader=self.proc)
+        if self.proc is not None:
+            self.proc.wait(timeout=10)
+
+
+class AgentService:
+    def __init__(self, cfg: SlimeConfig, port: int | None = None) -> None:
+        from slimecli.model.loading import resolve_model_path, resolve_tokenizer_path
+
+        self.cfg = cfg
+        agent = cfg.agent
+        self.name, self.harness_cls, adapter_cls = resolve(agent.name, agent.harness, agent.adapter)
+        if cfg.model.path is None and cfg.model.name == "tiny":
+            cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=str(resolve_model_path(cfg.model))))
+            self.cfg = cfg
+        self.renderer = Renderer.from_path(resolve_tokenizer_path(cfg.model), agent.max_context_len)
+        self.manager = TrajectoryManager(self.renderer.stop_ids, self.renderer.decode_all, agent.max_turns,
+                                         agent.realign_min_ratio)
+        self.tmp = Path(tempfile.mkdtemp(prefix="slimecli-agent-"))
+        self.engine_proc = None if agent.engine_url else EngineProcess(cfg, self.tmp)
+        self.engine = EngineLink(agent.engine_url or self.engine_proc.url, cfg.rollout.request_timeout_s)
+        settings = AdapterSettings(model_name=Path(cfg.model.path or cfg.model.name).name,
+                                   temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                                   top_k=cfg.rollout.top_k, max_new_tokens=agent.max_new_tokens)
+        self.adapter: Adapter = adapter_cls(self.renderer, self.engine, self.manager, get_parser(agent.tool_parser),
+                                            settings)
+        self.host = agent.host
+        self.port = agent.port if port is None else port
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        if self.engine_proc is not None:
+            self.engine_proc.start()
+        await self._wait_engine()
+        self._runner = web.AppRunner(self.adapter.app(), handler_cancellation=True, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        if self.port == 0:
+            self.port = self._runner.addresses[0][1]
+
+    async def _wait_engine(self) -> None:
+        deadline = time.monotonic() + self.cfg.rollout.start_timeout_s
+        while time.monotonic() < deadline:
+            if self.engine_proc is not None and (reason := self.engine_proc.failed()):
+                raise RuntimeError(reason)
+            if await self.engine.healthy():
+                return
+            await asyncio.sleep(0.5)
+        raise RuntimeError(f"rollout engine at {self.engine.base_url} not ready after "
+                           f"{self.cfg.rollout.start_timeout_s:.0f}s")
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        await self.engine.close()
+        if self.engine_proc is not None:
+            await asyncio.to_thread(self.engine_proc.stop)

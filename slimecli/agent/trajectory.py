@@ -1,0 +1,191 @@
+"""Per-session token trajectories: turns recorded by the adapters become training samples.
+
+Each session keeps a set of branches (the leaves of its message tree). A turn whose prompt extends a branch
+cleanly is appended to it (new context tokens loss_mask 0, sampled tokens 1); a prompt that re-renders the
+branch's last response slightly differently (re-serialised tool arguments, BPE merges) is realigned onto the
+sampled tokens; any other prompt forks a new branch whose prompt is the whole rendered context, so a response
+shared by several branches is trained exactly once (in the branch that sampled it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import difflib
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from slimecli.rollout.sample import Sample, Status
+
+
+class SessionClosed(Exception):
+    """The session was finished or dropped: the adapter answers 503."""
+
+
+class TooManyTurns(Exception):
+    """The session used up agent.max_turns: the adapter answers 429."""
+
+
+@dataclass
+class Turn:
+    prompt_ids: list[int]
+    output_ids: list[int]
+    output_log_probs: list[float]
+    finish_reason: str  # SGLang finish type: stop | length | abort
+    ill_formed: bool = False
+    weight_version: str | None = None
+
+
+@dataclass
+class _Branch:
+    tokens: list[int]
+    prompt_len: int
+    loss_mask: list[int] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)
+    last_context_len: int = 0  # len(tokens) before the last sampled output
+    last_output: list[int] = field(default_factory=list)
+    finish_reason: str = "stop"
+    turns: int = 0
+    ill_formed: int = 0
+    realigned: int = 0
+    weight_versions: list[str] = field(default_factory=list)
+
+    def extend_context(self, ids: list[int]) -> None:
+        self.tokens.extend(ids)
+        self.loss_mask.extend([0] * len(ids))
+        self.log_probs.extend([0.0] * len(ids))
+
+    def add_turn(self, turn: Turn) -> None:
+        self.last_context_len = len(self.tokens)
+        self.last_output = list(turn.output_ids)
+        self.tokens.extend(turn.output_ids)
+        self.loss_mask.extend([1] * len(turn.output_ids))
+        self.log_probs.extend(float(x) for x in turn.output_log_probs)
+        self.finish_reason = turn.finish_reason
+        self.turns += 1
+        self.ill_formed += int(turn.ill_formed)
+        if turn.weight_version is not None:
+            self.weight_versions.append(turn.weight_version)
+
+
+@dataclass
+class _Session:
+    branches: list[_Branch] = field(default_factory=list)
+    turns: int = 0
+    in_flight: int = 0
+
+
+class TrajectoryManager:
+    def __init__(self, stop_ids: Iterable[int], decode: Callable[[list[int]], str], max_turns: int = 64,
+                 realign_min_ratio: float = 0.8) -> None:
+        self.stop_ids = set(stop_ids)
+        self.decode = decode
+        self.max_turns = max_turns
+        self.realign_min_ratio = realign_min_ratio
+        self._sessions: dict[str, _Session] = {}
+        self._closed: set[str] = set()
+
+    # --- adapter side -------------------------------------------------------------------------------
+    def begin_turn(self, sid: str) -> None:
+        """Admit one request of session `sid` (created on first use)."""
+        if sid in self._closed:
+            raise SessionClosed(sid)
+        session = self._sessions.setdefault(sid, _Session())
+        if session.turns >= self.max_turns:
+            raise TooManyTurns(sid)
+        session.turns += 1
+        session.in_flight += 1
+
+    def end_turn(self, sid: str, turn: Turn | None) -> None:
+        """Close an admitted request; `turn` is recorded only when its reply reached the client."""
+        session = self._sessions.get(sid)
+        if session is None:  # dropped meanwhile
+            return
+        session.in_flight = max(0, session.in_flight - 1)
+        if turn is not None and sid not in self._closed:
+            self._record(session, turn)
+
+    def is_closed(self, sid: str) -> bool:
+        return sid in self._closed
+
+    def sessions(self) -> list[str]:
+        return list(self._sessions)
+
+    # --- harness side -------------------------------------------------------------------------------
+    async def finish_session(self, sid: str, base_sample: Sample, reward: Any, drain_timeout_s: float = 30.0
+                             ) -> list[Sample]:
+        """Close the session, wait for its in-flight turns, return its samples; a second call returns []."""
+        if sid in self._closed:
+            return []
+        self._closed.add(sid)
+        session = self._sessions.get(sid)
+        if session is None:
+            return []
+        deadline = time.monotonic() + drain_timeout_s
+        while session.in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        self._sessions.pop(sid, None)
+        rollout_id = base_sample.rollout_id if base_sample.rollout_id is not None else uuid.uuid4().int % (1 << 31)
+        branches = [b for b in session.branches if len(b.tokens) > b.prompt_len]
+        return [self._to_sample(b, i, len(branches), sid, base_sample, reward, rollout_id)
+                for i, b in enumerate(branches)]
+
+    def drop_session(self, sid: str) -> None:
+        """Forget the session's data and refuse its later requests; safe to call any number of times."""
+        self._closed.add(sid)
+        self._sessions.pop(sid, None)
+
+    # --- internals ----------------------------------------------------------------------------------
+    def _record(self, session: _Session, turn: Turn) -> None:
+        prompt = turn.prompt_ids
+        realign: tuple[_Branch, int] | None = None
+        for branch in sorted(session.branches, key=lambda b: -len(b.tokens)):
+            n = len(branch.tokens)
+            if prompt[:n] == branch.tokens:
+                branch.extend_context(prompt[n:])
+                branch.add_turn(turn)
+                return
+            if realign is None:
+                rest = self._realign_point(branch, prompt)
+                if rest is not None:
+                    realign = (branch, rest)
+        if realign is not None:
+            branch, rest = realign
+            branch.extend_context(prompt[rest:])
+            branch.realigned += 1
+            branch.add_turn(turn)
+            return
+        branch = _Branch(tokens=list(prompt), prompt_len=len(prompt))
+        branch.add_turn(turn)
+        session.branches.append(branch)
+
+    def _realign_point(self, branch: _Branch, prompt: list[int]) -> int | None:
+        """Where the new prompt continues after re-rendering the branch's last output, if that drift is small."""
+        start = branch.last_context_len
+        if branch.turns == 0 or prompt[:start] != branch.tokens[:start]:
+            return None
+        end = next((i for i in range(start, len(prompt)) if prompt[i] in self.stop_ids), None)
+        if end is None:
+            return None
+        old = branch.last_output
+        closed = bool(old) and old[-1] in self.stop_ids
+        if closed:
+            old = old[:-1]
+        ratio = difflib.SequenceMatcher(None, self.decode(old), self.decode(prompt[start:end]), autojunk=False).ratio()
+        if ratio < self.realign_min_ratio:
+            return None
+        return end + 1 if closed else end
+
+    def _to_sample(self, b: _Branch, i: int, n: int, sid: str, base: Sample, reward: Any, rollout_id: int) -> Sample:
+        response_ids = b.tokens[b.prompt_len:]
+        status = Status.from_finish_reason(b.finish_reason)
+        metadata = {**base.metadata, "turns": b.turns, "ill_formed_turns": b.ill_formed, "realigned": b.realigned,
+                    "branch": i, "num_branches": n}
+        return dataclasses.replace(
+            base, session_id=sid, rollout_id=rollout_id, tokens=list(b.tokens), response=self.decode(response_ids),
+            response_length=len(response_ids), loss_mask=list(b.loss_mask), rollout_log_probs=list(b.log_probs),
+            reward=reward, status=status, weight_versions=list(b.weight_versions), remove_sample=False,
+            metadata=metadata)

@@ -1,0 +1,144 @@
+"""`slimecli agent serve|run|install`: agent back-ends (adapter + engine), one agent task, the pinned CLIs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+import time
+from pathlib import Path
+
+import typer
+
+from slimecli.cli.common import OVERRIDES, RecipeDirOption, echo_err, fail, load_config_or_exit, split_overrides
+
+EPILOG = """[bold]Examples[/]
+
+  slimecli agent install claude_code                       # npm package into ~/.cache/slimecli/tools
+
+  slimecli agent serve agent=claude_code model.path=DIR    # engine + Anthropic adapter on 127.0.0.1:18001
+
+  slimecli agent serve agent=codex agent.engine_url=http://127.0.0.1:30000   # adapter over a running engine
+
+  slimecli agent run agent=codex task.prompt="add a README" task.workdir=./repo agent.output=samples.jsonl
+"""
+
+
+def _config(ctx: typer.Context, recipe_dir: list[str]):
+    cfg = load_config_or_exit(split_overrides(ctx.args), recipe_dir)
+    from slimecli.agent.registry import agent_name, names
+
+    name = agent_name(cfg.agent.name)
+    if name == "none" and not (cfg.agent.harness and cfg.agent.adapter):
+        fail(f"no agent chosen: pass agent=NAME (valid: {', '.join(names())}) or set SWE_AGENT")
+    return cfg
+
+
+def _service(cfg, port: int | None = None):
+    from slimecli.agent.service import AgentService
+
+    try:
+        return AgentService(cfg, port=port)
+    except ValueError as exc:
+        fail(str(exc))
+    raise AssertionError("unreachable")
+
+
+def _usage(service) -> str:
+    from slimecli.agent.harness import codex_flags
+
+    url = service.base_url
+    if service.name == "codex":
+        flags = shlex.join(codex_flags(url, service.adapter.settings.model_name))
+        return f"OPENAI_API_KEY=<session-id> codex exec {flags} \"<task>\""
+    if service.name == "claude_code":
+        return (f"ANTHROPIC_BASE_URL={url}\nANTHROPIC_BASE_URL={url} ANTHROPIC_API_KEY=<session-id> "
+                f"DISABLE_TELEMETRY=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 claude -p \"<task>\"")
+    return f"base URL: {url}"
+
+
+def register(app: typer.Typer) -> None:
+    agent_app = typer.Typer(help="Coding-agent back-ends: LLM API adapters over the rollout engine, CLI harnesses.",
+                            no_args_is_help=True)
+    app.add_typer(agent_app, name="agent")
+
+    @agent_app.command("serve", context_settings=OVERRIDES, epilog=EPILOG)
+    def serve(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> None:
+        """Start the engine (or use agent.engine_url) and the agent's adapter; print how to point the CLI at it."""
+        cfg = _config(ctx, recipe_dir)
+        service = _service(cfg)
+
+        async def main() -> None:
+            await service.start()
+            typer.echo(f"agent {service.name}: adapter on {service.base_url} (GET /healthz), "
+                       f"engine {service.engine.base_url}")
+            typer.echo(_usage(service))
+            try:
+                await asyncio.Event().wait()
+            finally:
+                await service.stop()
+
+        try:
+            asyncio.run(main())
+        except KeyboardInterrupt:
+            pass
+        except (RuntimeError, OSError) as exc:
+            fail(f"agent serve: {exc}", code=1)
+
+    @agent_app.command("run", context_settings=OVERRIDES, epilog=EPILOG)
+    def run(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> None:
+        """Run one task: the CLI in a local sandbox against the adapter; write the captured samples as JSONL."""
+        cfg = _config(ctx, recipe_dir)
+        if not cfg.task.prompt:
+            fail("agent run needs task.prompt=\"...\" (and optionally task.workdir=DIR)")
+        out = Path(cfg.agent.output or Path(cfg.run.root) / f"agent-{time.strftime('%Y%m%d-%H%M%S')}"
+                   / "samples.jsonl").expanduser()
+        service = _service(cfg, port=0)
+
+        async def main():
+            from slimecli.agent.runner import run_task
+
+            await service.start()
+            try:
+                return await run_task(service, cfg.task.prompt, cfg.task.workdir)
+            finally:
+                await service.stop()
+
+        try:
+            samples = asyncio.run(main())
+        except (RuntimeError, OSError) as exc:
+            fail(f"agent run: {exc}", code=1)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with out.open("w") as f:
+            for sample in samples:
+                f.write(json.dumps(sample.to_dict(), default=str) + "\n")
+        meta = samples[0].metadata
+        if meta.get("cli_stdout"):
+            typer.echo(meta["cli_stdout"].rstrip("\n"))
+        statuses = ", ".join(s.status.value for s in samples)
+        echo_err(f"agent {service.name}: CLI exit {meta.get('exit_code')}; {len(samples)} sample(s) [{statuses}] "
+                 f"-> {out}" + (f"; workspace {meta['workdir']}" if meta.get("workdir") else ""))
+        if samples[0].remove_sample:
+            fail(f"agent run aborted: {meta.get('abort_reason')} {meta.get('error', '')}".rstrip(), code=1)
+
+    @agent_app.command("install", epilog=EPILOG)
+    def install(name: str = typer.Argument(..., help="claude_code or codex"),
+                tools_dir: str = typer.Option(None, "--dir", help="Tools directory (default agent.tools_dir, "
+                                              "$SLIMECLI_TOOLS_DIR or ~/.cache/slimecli/tools)."),
+                print_only: bool = typer.Option(False, "--print", help="Print the npm command, do not run it.")) -> None:
+        """Install the pinned npm package of an agent CLI into slimecli's tools directory."""
+        from slimecli.agent import install as inst
+
+        try:
+            cmd = inst.install_command(name, tools_dir)
+        except ValueError as exc:
+            fail(str(exc))
+        if print_only:
+            typer.echo(shlex.join(cmd))
+            return
+        echo_err(shlex.join(cmd))
+        try:
+            binary = inst.install(name, tools_dir)
+        except RuntimeError as exc:
+            fail(str(exc), code=1)
+        typer.echo(str(binary))
