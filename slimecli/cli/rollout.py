@@ -1,0 +1,26 @@
+"""`slimecli rollout serve`: the embedded rollout engine (SGLang's native HTTP API) as a standalone server."""
+
+from __future__ import annotations
+
+import typer
+
+from slimecli.cli.common import OVERRIDES, RecipeDirOption, load_config_or_exit, split_overrides
+
+
+def register(app: typer.Typer) -> None:
+    rollout_app = typer.Typer(help="Rollout engines: serve the embedded engine.", no_args_is_help=True)
+
+    @rollout_app.command("serve", context_settings=OVERRIDES, epilog="""[bold]Examples[/]
+
+  slimecli rollout serve                                  # the tiny model on 127.0.0.1:30000
+
+  slimecli rollout serve model.path=/ckpt/qwen3-0.6b rollout.port=30001 model.dtype=bfloat16""")
+    def serve(ctx: typer.Context, index: int = typer.Option(0, "--index", help="Listen on rollout.port + INDEX."),
+              recipe_dir: list[str] = RecipeDirOption) -> None:
+        """Serve /generate and the rest of SGLang's native API for model.path (or model=tiny)."""
+        cfg = load_config_or_exit(split_overrides(ctx.args), recipe_dir)
+        from slimecli.rollout.engine.__main__ import start
+
+        start(cfg, index)
+
+    app.add_typer(rollout_app, name="rollout")

@@ -1,0 +1,204 @@
+"""Async client for a rollout engine speaking SGLang's native HTTP API (slimecli's own engine or SGLang).
+
+Used by the trainer (generation, weight sync) and the agent adapters. One aiohttp session per client;
+use `async with EngineClient(url) as c:` or call `close()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+
+
+class EngineError(RuntimeError):
+    """The engine answered with an error status (message is the engine's)."""
+
+    def __init__(self, status: int, message: str, url: str = "") -> None:
+        super().__init__(f"{url}: HTTP {status}: {message}" if url else f"HTTP {status}: {message}")
+        self.status, self.message = status, message
+
+
+def _message(status: int, text: str) -> str:
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return text.strip() or f"HTTP {status}"
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict):
+            return str(err.get("message", err))
+        if err is not None:
+            return str(err)
+        if "message" in body:
+            return str(body["message"])
+    return text
+
+
+class EngineClient:
+    def __init__(self, base_url: str, *, timeout_s: float = 600.0, session: aiohttp.ClientSession | None = None
+                 ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._session = session
+        self._own_session = session is None
+
+    async def __aenter__(self) -> EngineClient:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+                                                  connector=aiohttp.TCPConnector(limit=0))
+            self._own_session = True
+        return self._session
+
+    async def close(self) -> None:
+        if self._own_session and self._session is not None and not self._session.closed:
+            await self._session.close()
+
+    async def _request(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = (200,),
+                       timeout_s: float | None = None) -> Any:
+        url = self.base_url + path
+        timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s is not None else None
+        async with self.session.request(method, url, json=body, timeout=timeout) as resp:
+            text = await resp.text()
+            if resp.status not in ok:
+                raise EngineError(resp.status, _message(resp.status, text), url)
+            if not text:
+                return None
+            try:
+                return json.loads(text)
+            except ValueError:
+                return text
+
+    # ---- generation ----------------------------------------------------------------------------
+    @staticmethod
+    def _generate_body(input_ids: Any, text: Any, sampling_params: Any, return_logprob: bool, rid: Any,
+                       extra: dict[str, Any]) -> dict[str, Any]:
+        if (input_ids is None) == (text is None):
+            raise ValueError("give exactly one of input_ids and text")
+        body: dict[str, Any] = {"input_ids": input_ids} if input_ids is not None else {"text": text}
+        body["sampling_params"] = sampling_params or {}
+        body["return_logprob"] = return_logprob
+        if rid is not None:
+            body["rid"] = rid
+        body.update(extra)
+        return body
+
+    async def generate(self, input_ids: list[int] | list[list[int]] | None = None, *,
+                       text: str | list[str] | None = None, sampling_params: dict[str, Any] | list[dict] | None = None,
+                       return_logprob: bool = False, rid: str | list[str] | None = None, **extra: Any
+                       ) -> dict[str, Any] | list[dict[str, Any]]:
+        """POST /generate; a single prompt gives a dict, a batch (or n > 1) a list in input order."""
+        body = self._generate_body(input_ids, text, sampling_params, return_logprob, rid, extra)
+        return await self._request("POST", "/generate", body)
+
+    async def generate_stream(self, input_ids: list[int] | None = None, *, text: str | None = None,
+                              sampling_params: dict[str, Any] | None = None, return_logprob: bool = False,
+                              rid: str | None = None, **extra: Any) -> AsyncIterator[dict[str, Any]]:
+        """POST /generate with stream=true; yields the cumulative reply dicts until the engine sends [DONE]."""
+        body = self._generate_body(input_ids, text, sampling_params, return_logprob, rid, {**extra, "stream": True})
+        url = self.base_url + "/generate"
+        async with self.session.post(url, json=body) as resp:
+            if resp.status != 200:
+                raise EngineError(resp.status, _message(resp.status, await resp.text()), url)
+            async for raw in resp.content:
+                line = raw.decode().strip()
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    return
+                yield json.loads(data)
+
+    # ---- control ---------------------------------------------------------------------------------
+    async def abort(self, rid: str | None = None, all: bool = False) -> Any:  # noqa: A002 - the API's own word
+        body: dict[str, Any] = {"abort_all": True} if all else {"rid": rid}
+        if not all and rid is None:
+            raise ValueError("abort: give rid or all=True")
+        return await self._request("POST", "/abort_request", body)
+
+    async def pause(self, mode: str = "abort") -> Any:
+        return await self._request("POST", "/pause_generation", {"mode": mode})
+
+    async def resume(self) -> Any:
+        return await self._request("POST", "/continue_generation", {})
+
+    async def flush_cache(self, timeout_s: float = 60.0) -> bool:
+        """POST /flush_cache, retrying while requests are still running (the engine answers 400 then)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                await self._request("POST", "/flush_cache", {})
+                return True
+            except EngineError as exc:
+                if exc.status != 400 or time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.2)
+
+    async def update_weights_from_disk(self, path: str, weight_version: str | int | None = None, *,
+                                       flush_cache: bool = True, abort_all_requests: bool = False) -> dict[str, Any]:
+        """Load new weights; returns {"success", "message", ...}. A failed load returns success=False (the
+        engine keeps serving its old weights); it does not raise."""
+        body: dict[str, Any] = {"model_path": str(path), "flush_cache": flush_cache,
+                                "abort_all_requests": abort_all_requests}
+        if weight_version is not None:
+            body["weight_version"] = str(weight_version)
+        url = self.base_url + "/update_weights_from_disk"
+        async with self.session.post(url, json=body) as resp:
+            text = await resp.text()
+            try:
+                data = json.loads(text)
+            except ValueError:
+                data = None
+            if isinstance(data, dict) and "success" in data:
+                return data
+            raise EngineError(resp.status, _message(resp.status, text), url)
+
+    async def sync_weights(self, path: str, weight_version: str | int) -> dict[str, Any]:
+        """The RL weight-sync sequence: pause -> flush -> update_weights_from_disk -> continue."""
+        await self.pause()
+        try:
+            await self.flush_cache()
+            return await self.update_weights_from_disk(path, weight_version)
+        finally:
+            await self.resume()
+
+    # ---- status ----------------------------------------------------------------------------------
+    async def health(self) -> bool:
+        try:
+            await self._request("GET", "/health", timeout_s=10)
+            return True
+        except (TimeoutError, EngineError, aiohttp.ClientError):
+            return False
+
+    async def health_generate(self, timeout_s: float = 30.0) -> bool:
+        try:
+            await self._request("GET", "/health_generate", timeout_s=timeout_s)
+            return True
+        except (TimeoutError, EngineError, aiohttp.ClientError):
+            return False
+
+    async def wait_ready(self, timeout_s: float = 300.0, poll_s: float = 0.5) -> None:
+        """Poll /health_generate until it answers 200; TimeoutError after timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if await self.health_generate(timeout_s=max(1.0, min(30.0, deadline - time.monotonic()))):
+                return
+            await asyncio.sleep(poll_s)
+        raise TimeoutError(f"{self.base_url} was not ready within {timeout_s:.0f}s")
+
+    async def get_model_info(self) -> dict[str, Any]:
+        return await self._request("GET", "/get_model_info")
+
+    async def get_server_info(self) -> dict[str, Any]:
+        return await self._request("GET", "/get_server_info")

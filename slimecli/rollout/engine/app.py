@@ -1,0 +1,53 @@
+"""Start an engine: bind the port, load the model, warm up, print the readiness line, serve until signalled."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from aiohttp import web
+
+from slimecli.rollout.engine.server import EngineServer
+
+READY_LINE = "slimecli engine ready on http://{host}:{port} (model {model}, weight_version {version})"
+
+
+async def serve(server: EngineServer, stop: asyncio.Event | None = None) -> None:
+    server.loop = asyncio.get_running_loop()
+    runner = web.AppRunner(server.app(), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, server.host, server.port)
+    await site.start()  # bound first: /health answers 503 while the model loads
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    try:
+        await asyncio.to_thread(server.load)
+        await server.warm_up()
+        server.ready = True
+        print(READY_LINE.format(host=server.host, port=server.port, model=server.model_path,
+                                version=server.scheduler.weight_version), flush=True)
+        await stop.wait()
+    finally:
+        if server.scheduler is not None:
+            server.scheduler.stop()
+        await runner.cleanup()
+
+
+def run(model_path: str | Path, *, host: str, port: int, tokenizer_path: str | Path | None = None,
+        dtype: str = "float32", max_running: int = 64, seed: int | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    server = EngineServer(model_path, tokenizer_path=tokenizer_path, dtype=dtype, max_running=max_running,
+                          host=host, port=port, seed=seed)
+    try:
+        asyncio.run(serve(server))
+    except OSError as exc:
+        print(f"slimecli engine: cannot serve on {host}:{port}: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None

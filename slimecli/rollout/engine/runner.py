@@ -1,0 +1,139 @@
+"""The running batch on the model: prefill new sequences, merge them into the batch cache, decode one step.
+
+Invariant: for every running row the cache holds all of its context except the last sampled token, which
+is the input of the next decode step. Rows are left-padded; position ids count real tokens only.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+from slimecli.rollout.engine.kvcache import BatchCache
+from slimecli.rollout.engine.seq import Seq
+
+
+def _cache_kwarg(model: Any) -> str:
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+class Runner:
+    def __init__(self, model: Any, pad_id: int = 0, max_prefill_tokens: int = 8192) -> None:
+        self.pad_id = pad_id
+        self.max_prefill_tokens = max_prefill_tokens
+        self.rows: list[Seq] = []
+        self.pads: list[int] = []
+        self.cache: BatchCache | None = None
+        self.set_model(model)
+
+    def set_model(self, model: Any) -> None:
+        self.model = model
+        self.num_layers = model.config.get_text_config().num_hidden_layers
+        self.cache_kw = _cache_kwarg(model)
+
+    # ---- forward --------------------------------------------------------------------------
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor | None, pos: torch.Tensor, cache: BatchCache,
+                 keep: int = 1) -> torch.Tensor:
+        with torch.inference_mode():
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
+                             logits_to_keep=keep, **{self.cache_kw: cache})
+        return out.logits
+
+    def groups(self, seqs: list[Seq]) -> list[list[Seq]]:
+        """Split new sequences into prefill groups whose padded size stays under max_prefill_tokens."""
+        groups: list[list[Seq]] = []
+        cur: list[Seq] = []
+        longest = 0
+        for s in sorted(seqs, key=lambda s: len(s.context())):
+            n = len(s.context())
+            if s.item.logprob_start_len >= 0 and s.item.return_logprob:
+                groups.append([s])  # needs logits at every prompt position: alone
+                continue
+            if cur and max(longest, n) * (len(cur) + 1) > self.max_prefill_tokens:
+                groups.append(cur)
+                cur, longest = [], 0
+            cur.append(s)
+            longest = max(longest, n)
+        if cur:
+            groups.append(cur)
+        return groups
+
+    def prefill(self, group: list[Seq]) -> torch.Tensor:
+        """Run the group's contexts, join them to the batch; return next-token logits [len(group), vocab]."""
+        contexts = [s.context() for s in group]
+        unique: dict[tuple[int, ...], int] = {}
+        which = [unique.setdefault(tuple(c), len(unique)) for c in contexts]
+        prompts = list(unique)
+        longest = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), longest), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), longest), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, longest - len(p):] = torch.tensor(p)
+            mask[i, longest - len(p):] = 1
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        padded = bool((mask == 0).any())
+        cache = BatchCache(self.num_layers)
+        full = len(group) == 1 and group[0].item.return_logprob and group[0].item.logprob_start_len >= 0
+        logits = self._forward(ids, mask if padded else None, pos, cache, keep=0 if full else 1)
+        if full:
+            self._input_logprobs(group[0], logits[0])
+        last = logits[:, -1, :]
+        if len(prompts) != len(group) or which != list(range(len(group))):
+            index = torch.tensor(which)
+            cache.repeat_rows(index)
+            last = last.index_select(0, index)
+        own_pads = [longest - len(contexts[i]) for i in range(len(group))]
+        if self.cache is None or not self.rows:
+            self.cache, self.rows, self.pads = cache, list(group), own_pads
+        else:
+            add_self, add_new = self.cache.merge(cache)
+            self.pads = [p + add_self for p in self.pads] + [p + add_new for p in own_pads]
+            self.rows.extend(group)
+        return last
+
+    def _input_logprobs(self, seq: Seq, logits: torch.Tensor) -> None:
+        p = seq.params
+        temp = 1.0 if p.greedy else p.temperature
+        start = max(seq.item.logprob_start_len, 0)
+        ids = torch.tensor(seq.prompt_ids)
+        n = len(seq.prompt_ids)
+        out: list[float | None] = [None] if start == 0 else []
+        lo = max(start, 1)
+        if lo < n:
+            lp = torch.log_softmax(logits[lo - 1:n - 1].float() / temp, dim=-1)
+            out.extend(lp.gather(1, ids[lo:n].unsqueeze(1)).squeeze(1).tolist())
+        seq.input_logprobs = out
+
+    def decode(self) -> torch.Tensor:
+        """One step for every running row; returns logits [rows, vocab]."""
+        assert self.cache is not None
+        length = self.cache.length
+        ids = torch.tensor([[s.output_ids[-1]] for s in self.rows], dtype=torch.long)
+        pos = torch.tensor([[length - p] for p in self.pads], dtype=torch.long)
+        mask = None
+        if any(self.pads):
+            mask = torch.ones((len(self.rows), length + 1), dtype=torch.long)
+            for i, p in enumerate(self.pads):
+                if p:
+                    mask[i, :p] = 0
+        return self._forward(ids, mask, pos, self.cache)[:, -1, :]
+
+    def remove(self, keep: list[bool]) -> None:
+        """Drop rows whose keep flag is False, and the padding columns no remaining row needs."""
+        if all(keep):
+            return
+        idx = [i for i, k in enumerate(keep) if k]
+        if not idx:
+            self.clear()
+            return
+        trim = min(self.pads[i] for i in idx)
+        assert self.cache is not None
+        self.cache.select_rows(torch.tensor(idx), trim_left=trim)
+        self.rows = [self.rows[i] for i in idx]
+        self.pads = [self.pads[i] - trim for i in idx]
+
+    def clear(self) -> None:
+        self.rows, self.pads, self.cache = [], [], None

@@ -1,0 +1,131 @@
+"""Batched next-token sampling with per-row parameters.
+
+Log-probs: the reported log-prob of a sampled token is log_softmax(logits / T) over the FULL vocabulary
+(T = the row's temperature; T = 1 for greedy rows), before top-k / top-p / min-p / penalties. That is
+exactly what the trainer recomputes, so importance ratios start at 1. The filters only shape the draw.
+
+Sampling uses the exponential-race trick (argmax p / E, E ~ Exp(1)), which draws from p exactly and lets a
+row with `sampling_seed` take its noise from its own generator: the same seed gives the same tokens
+whatever else is in the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from slimecli.rollout.engine.protocol import SamplingParams
+
+NEG_INF = float("-inf")
+
+
+@dataclass
+class RowState:
+    """What the sampler needs to know about one running sequence."""
+
+    params: SamplingParams
+    generator: torch.Generator | None
+    output_ids: list[int]
+    prompt_ids: list[int]
+    blocked: list[int]  # token ids forbidden at this step (min_new_tokens)
+    top_n: int = 0
+
+
+@dataclass
+class Draw:
+    tokens: list[int]
+    logprobs: list[float]
+    top: list[list[tuple[float, int]] | None]
+
+
+def _apply_penalties(logits: torch.Tensor, rows: list[RowState]) -> None:
+    vocab = logits.shape[-1]
+    for i, r in enumerate(rows):
+        p = r.params
+        if not p.penalized:
+            continue
+        if r.output_ids and (p.frequency_penalty or p.presence_penalty):
+            counts = torch.bincount(torch.tensor(r.output_ids), minlength=vocab)[:vocab].to(logits.dtype)
+            logits[i] -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).to(logits.dtype)
+        if p.repetition_penalty != 1.0:
+            seen = torch.tensor(sorted(set(r.prompt_ids) | set(r.output_ids)), dtype=torch.long)
+            vals = logits[i, seen]
+            logits[i, seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
+
+
+def _filter(scaled: torch.Tensor, rows: list[RowState]) -> torch.Tensor:
+    """top-k, top-p, min-p on temperature-scaled logits (rows without them are left alone)."""
+    vocab = scaled.shape[-1]
+    ks = [r.params.top_k if 0 < r.params.top_k < vocab else vocab for r in rows]
+    if any(k < vocab for k in ks):
+        kmax = max(k for k in ks if k < vocab)
+        top_vals = scaled.topk(kmax, dim=-1).values
+        idx = torch.tensor([min(k, kmax) - 1 for k in ks]).unsqueeze(1)
+        kth = top_vals.gather(1, idx)
+        keep_all = torch.tensor([k >= vocab for k in ks]).unsqueeze(1)
+        scaled = scaled.masked_fill((scaled < kth) & ~keep_all, NEG_INF)
+    ps = torch.tensor([r.params.top_p for r in rows], dtype=scaled.dtype)
+    if bool((ps < 1.0).any()):
+        sorted_vals, order = scaled.sort(dim=-1, descending=True)
+        probs = sorted_vals.softmax(-1)
+        before = probs.cumsum(-1) - probs  # mass strictly above each token
+        drop_sorted = before > ps.unsqueeze(1)  # the first token is always kept
+        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
+        scaled = scaled.masked_fill(drop, NEG_INF)
+    mins = torch.tensor([r.params.min_p for r in rows], dtype=scaled.dtype)
+    if bool((mins > 0).any()):
+        probs = scaled.softmax(-1)
+        scaled = scaled.masked_fill(probs < mins.unsqueeze(1) * probs.max(-1, keepdim=True).values, NEG_INF)
+    return scaled
+
+
+def sample(logits: torch.Tensor, rows: list[RowState], default_gen: torch.Generator | None = None) -> Draw:
+    """logits: [rows, vocab] for the next position. Returns sampled ids and their full-vocabulary log-probs."""
+    logits = logits.float()
+    temps = torch.tensor([1.0 if r.params.greedy else r.params.temperature for r in rows])
+    scaled = logits / temps.unsqueeze(1)
+    logp = torch.log_softmax(scaled, dim=-1)
+
+    shaped = scaled
+    if any(r.params.penalized for r in rows):
+        shaped_logits = logits.clone()
+        _apply_penalties(shaped_logits, rows)
+        shaped = shaped_logits / temps.unsqueeze(1)
+    if any(r.blocked for r in rows):
+        shaped = shaped.clone() if shaped is scaled else shaped
+        for i, r in enumerate(rows):
+            if r.blocked:
+                shaped[i, r.blocked] = NEG_INF
+    if any(r.params.top_k > 0 or r.params.top_p < 1.0 or r.params.min_p > 0 for r in rows if not r.params.greedy):
+        shaped = _filter(shaped, rows)
+
+    greedy = [r.params.greedy for r in rows]
+    if all(greedy):
+        tokens_t = shaped.argmax(-1)
+    else:
+        probs = shaped.softmax(-1)
+        noise = torch.empty_like(probs).exponential_(generator=default_gen)
+        for i, r in enumerate(rows):
+            if r.generator is not None:
+                noise[i] = torch.empty(probs.shape[1]).exponential_(generator=r.generator)
+        tokens_t = (probs / noise).argmax(-1)
+        if any(greedy):
+            tokens_t = torch.where(torch.tensor(greedy), shaped.argmax(-1), tokens_t)
+    chosen = logp.gather(1, tokens_t.unsqueeze(1)).squeeze(1)
+    tokens, lps = tokens_t.tolist(), chosen.tolist()
+    top: list[list[tuple[float, int]] | None] = [None] * len(rows)
+    n_top = max(r.top_n for r in rows)
+    if n_top:
+        vals, idx = logp.topk(min(n_top, logp.shape[1]), dim=-1)
+        for i, r in enumerate(rows):
+            if r.top_n:
+                top[i] = list(zip(vals[i, :r.top_n].tolist(), idx[i, :r.top_n].tolist(), strict=True))
+    return Draw(tokens, lps, top)
+
+
+def make_generator(seed: int | None, copy: int = 0) -> torch.Generator | None:
+    """A per-request generator for sampling_seed; copy j of an n>1 request uses seed + j."""
+    if seed is None:
+        return None
+    return torch.Generator().manual_seed((seed + copy) % (1 << 63))

@@ -1,0 +1,228 @@
+"""The scheduler thread: admits waiting sequences, runs decode steps over all running ones, finishes them.
+
+Everything that touches the model or the batch runs on this one thread; the HTTP side talks to it through
+a command queue (`call`) and gets updates back on its event loop. A failing step aborts the sequences of
+that step and the loop carries on: the server never dies with a request.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from slimecli.rollout.engine.runner import Runner
+from slimecli.rollout.engine.sampling import sample
+from slimecli.rollout.engine.seq import Seq
+
+log = logging.getLogger("slimecli.engine")
+
+
+class Scheduler:
+    def __init__(self, model: Any, tokenizer: Any, *, max_running: int = 64, pad_id: int = 0,
+                 max_prefill_tokens: int = 8192, seed: int | None = None,
+                 dispatch: Callable[[list[Seq]], None] | None = None) -> None:
+        self.runner = Runner(model, pad_id=pad_id, max_prefill_tokens=max_prefill_tokens)
+        self.tokenizer = tokenizer
+        self.max_running = max_running
+        self.dispatch = dispatch or (lambda seqs: None)
+        self.weight_version = "default"
+        self.paused = False
+        self.generator = torch.Generator()
+        if seed is not None:
+            self.generator.manual_seed(seed)
+        else:
+            self.generator.seed()
+        self.waiting: collections.deque[Seq] = collections.deque()
+        self._commands: collections.deque[tuple[Callable[[], Any], concurrent.futures.Future]] = collections.deque()
+        self._wake = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, name="slimecli-engine-scheduler", daemon=True)
+        self.stats = {"steps": 0, "generated_tokens": 0, "prefill_tokens": 0, "finished_requests": 0,
+                      "aborted_requests": 0, "step_errors": 0}
+
+    # ---- called from other threads --------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive() and not self._stop
+
+    def stop(self) -> None:
+        with self._wake:
+            self._stop = True
+            self._wake.notify_all()
+        self._thread.join(timeout=10)
+
+    def submit(self, seqs: list[Seq]) -> None:
+        with self._wake:
+            self.waiting.extend(seqs)
+            self._wake.notify_all()
+
+    def call(self, fn: Callable[[], Any]) -> concurrent.futures.Future:
+        """Run fn on the scheduler thread between two steps."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        with self._wake:
+            self._commands.append((fn, fut))
+            self._wake.notify_all()
+        return fut
+
+    @property
+    def running(self) -> list[Seq]:
+        return self.runner.rows
+
+    def load(self) -> dict[str, int]:
+        return {"running": len(self.runner.rows), "waiting": len(self.waiting)}
+
+    # ---- commands (run on the scheduler thread via call) ----------------------------------
+    def abort(self, match: Callable[[Seq], bool], message: str = "Aborted by request.") -> int:
+        hit = [s for s in self.runner.rows if match(s)]
+        for s in hit:
+            s.abort(message)
+        waiting_hit = [s for s in self.waiting if match(s)]
+        for s in waiting_hit:
+            s.abort(message)
+            self.waiting.remove(s)
+        self._retire()
+        self._emit(waiting_hit)
+        return len(hit) + len(waiting_hit)
+
+    def pause(self, mode: str) -> int:
+        """abort: finish everything with type abort; retract: requeue running rows (they resume from their
+        tokens so far); in_place: keep them and their cache as they are."""
+        self.paused = True
+        if mode == "abort":
+            return self.abort(lambda s: True, "Aborted: generation paused.")
+        if mode == "retract":
+            rows = list(self.runner.rows)
+            self.runner.clear()
+            self.waiting.extendleft(reversed(rows))
+            return len(rows)
+        return len(self.runner.rows)
+
+    def resume(self) -> None:
+        self.paused = False
+
+    def flush(self) -> bool:
+        if self.runner.rows or self.waiting:
+            return False
+        self.runner.clear()
+        return True
+
+    def swap_model(self, model: Any, version: str | None) -> None:
+        self.runner.set_model(model)
+        if version is not None:
+            self.weight_version = version
+
+    # ---- the loop ---------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                while not self._stop and not self._commands and (self.paused or not (self.waiting or self.running)):
+                    self._wake.wait(timeout=0.5)
+                if self._stop:
+                    break
+                commands = list(self._commands)
+                self._commands.clear()
+            for fn, fut in commands:
+                if fut.set_running_or_notify_cancel():
+                    try:
+                        fut.set_result(fn())
+                    except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                        fut.set_exception(exc)
+            if self.paused:
+                continue
+            try:
+                self._admit()
+                if self.running:
+                    self._step()
+            except Exception as exc:  # noqa: BLE001 - the engine must outlive any one batch
+                self.stats["step_errors"] += 1
+                log.error("engine step failed, aborting its requests: %s\n%s", exc, traceback.format_exc())
+                victims = list(self.runner.rows)
+                self.runner.clear()
+                for s in victims:
+                    s.abort(f"engine error: {type(exc).__name__}: {exc}")
+                self._emit(victims)
+
+    def _admit(self) -> None:
+        room = self.max_running - len(self.runner.rows)
+        if room <= 0 or not self.waiting:
+            return
+        with self._wake:
+            new = [self.waiting.popleft() for _ in range(min(room, len(self.waiting)))]
+        ready = [s for s in new if not s.done]
+        for s in new:
+            if s.params.max_new_tokens == 0 and not s.done and not s.output_ids:
+                s.finish = {"type": "length", "length": 0}
+        finished = [s for s in new if s.done]
+        ready = [s for s in ready if not s.done]
+        for group in self.runner.groups(ready):
+            try:
+                logits = self.runner.prefill(group)
+            except Exception as exc:  # noqa: BLE001 - e.g. a prompt too long for memory: fail it, not the batch
+                log.error("prefill failed: %s", exc)
+                for s in group:
+                    s.abort(f"prefill failed: {type(exc).__name__}: {exc}")
+                self._emit(group)
+                continue
+            self.stats["prefill_tokens"] += sum(len(s.context()) for s in group)
+            self._sample(group, logits)
+            self._retire()
+        self._emit(finished)
+
+    def _step(self) -> None:
+        logits = self.runner.decode()
+        self.stats["steps"] += 1
+        self._sample(self.runner.rows, logits)
+        self._retire()
+
+    def _decode_tail(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    def _sample(self, rows: list[Seq], logits: torch.Tensor) -> None:
+        draw = sample(logits, [s.row() for s in rows], self.generator)
+        streamed = []
+        for s, tok, lp, top in zip(rows, draw.tokens, draw.logprobs, draw.top, strict=True):
+            if s.done:  # aborted while the step ran
+                continue
+            s.append(tok, lp, top, self._decode_tail)
+            if s.stream and not s.done:
+                streamed.append(s)
+        self.stats["generated_tokens"] += len(rows)
+        self._emit(streamed)
+
+    def _retire(self) -> None:
+        rows = self.runner.rows
+        keep = [not s.done for s in rows]
+        if all(keep):
+            return
+        gone = [s for s, k in zip(rows, keep, strict=True) if not k]
+        self.runner.remove(keep)
+        self._emit(gone)
+
+    def _emit(self, seqs: list[Seq]) -> None:
+        if not seqs:
+            return
+        for s in seqs:
+            if s.done:
+                s.weight_version = self.weight_version
+                self.stats["finished_requests"] += 1
+                if s.finish and s.finish["type"] == "abort":
+                    self.stats["aborted_requests"] += 1
+        self.dispatch(seqs)
+
+    def wait_idle(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.running and not self.waiting:
+                return True
+            time.sleep(0.01)
+        return False

@@ -1,0 +1,128 @@
+"""One sequence in the engine: its tokens, log-probs, stop rules, and the SGLang-shaped reply built from it."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from slimecli.rollout.engine.protocol import Item, SamplingParams
+from slimecli.rollout.engine.sampling import RowState, make_generator
+
+_UID = itertools.count()
+
+
+@dataclass(eq=False)
+class Seq:
+    item: Item
+    prompt_ids: list[int]
+    eos_ids: frozenset[int]
+    notify: Callable[[Seq], None] | None = None  # runs on the event loop after each update the seq asks for
+    stream: bool = False
+    uid: int = field(default_factory=lambda: next(_UID))
+    output_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    top: list[Any] = field(default_factory=list)
+    input_logprobs: list[Any] | None = None
+    finish: dict[str, Any] | None = None
+    started: float = field(default_factory=time.monotonic)
+    weight_version: str = ""
+    generator: torch.Generator | None = None
+    _row: RowState | None = None
+
+    def __post_init__(self) -> None:
+        self.generator = make_generator(self.params.sampling_seed, self.item.extra.get("copy", 0))
+
+    @property
+    def params(self) -> SamplingParams:
+        return self.item.params
+
+    @property
+    def rid(self) -> str:
+        return self.item.rid
+
+    @property
+    def done(self) -> bool:
+        return self.finish is not None
+
+    def context(self) -> list[int]:
+        """Tokens whose keys/values must be in the cache before the next token is sampled."""
+        return self.prompt_ids + self.output_ids
+
+    def row(self) -> RowState:
+        if self._row is None:
+            self._row = RowState(self.params, self.generator, self.output_ids, self.prompt_ids, [],
+                                 self.item.top_logprobs_num if self.item.return_logprob else 0)
+        p = self.params
+        blocked: list[int] = []
+        if len(self.output_ids) < p.min_new_tokens:
+            blocked = sorted(set(p.stop_token_ids) | (set() if p.ignore_eos else set(self.eos_ids)))
+        self._row.blocked = blocked
+        return self._row
+
+    def append(self, token: int, logprob: float, top: Any, decode: Callable[[list[int]], str]) -> None:
+        self.output_ids.append(token)
+        self.logprobs.append(logprob)
+        if self.item.top_logprobs_num and self.item.return_logprob:
+            self.top.append(top)
+        p = self.params
+        if not p.ignore_eos and token in self.eos_ids:
+            self.finish = {"type": "stop", "matched": token}
+        elif token in p.stop_token_ids:
+            self.finish = {"type": "stop", "matched": token}
+        elif p.stop and (hit := self._stop_string(decode)) is not None:
+            self.finish = {"type": "stop", "matched": hit}
+        elif len(self.output_ids) >= p.max_new_tokens:
+            self.finish = {"type": "length", "length": p.max_new_tokens}
+
+    def _stop_string(self, decode: Callable[[list[int]], str]) -> str | None:
+        longest = max(len(s) for s in self.params.stop)
+        tail = decode(self.output_ids[-(longest + 4):])
+        hits = [(tail.find(s), s) for s in self.params.stop if s in tail]
+        return min(hits)[1] if hits else None
+
+    def abort(self, message: str) -> None:
+        if self.finish is None:
+            self.finish = {"type": "abort", "message": message}
+
+
+def _entry(lp: float | None, tid: int, decode_one: Callable[[int], str] | None) -> list[Any]:
+    return [lp, tid, decode_one(tid) if decode_one else None]
+
+
+def build_reply(seq: Seq, tokenizer: Any, weight_version: str) -> dict[str, Any]:
+    """The /generate reply dict for one sequence (also each streamed chunk, cumulative)."""
+    p = seq.params
+    ids = seq.output_ids
+    fin = seq.finish
+    text_ids = ids
+    if fin and fin["type"] == "stop" and isinstance(fin.get("matched"), int) and not p.no_stop_trim and ids:
+        text_ids = ids[:-1]
+    text = tokenizer.decode(text_ids, skip_special_tokens=p.skip_special_tokens) if text_ids else ""
+    if fin and fin["type"] == "stop" and isinstance(fin.get("matched"), str) and not p.no_stop_trim:
+        cut = text.find(fin["matched"])
+        if cut >= 0:
+            text = text[:cut]
+    meta: dict[str, Any] = {
+        "id": seq.rid,
+        "finish_reason": fin,
+        "prompt_tokens": len(seq.prompt_ids),
+        "completion_tokens": len(ids),
+        "cached_tokens": 0,
+        "weight_version": seq.weight_version or weight_version,
+        "e2e_latency": time.monotonic() - seq.started,
+    }
+    if seq.item.return_logprob:
+        one = (lambda t: tokenizer.decode([t])) if seq.item.return_text_in_logprobs else None
+        meta["output_token_logprobs"] = [_entry(lp, t, one) for lp, t in zip(seq.logprobs, ids, strict=True)]
+        if seq.item.top_logprobs_num:
+            meta["output_top_logprobs"] = [[_entry(lp, t, one) for lp, t in (top or [])] for top in seq.top]
+        if seq.input_logprobs is not None:
+            start = max(seq.item.logprob_start_len, 0)
+            meta["input_token_logprobs"] = [_entry(lp, t, one) for lp, t in
+                                            zip(seq.input_logprobs, seq.prompt_ids[start:], strict=True)]
+    return {"text": text, "output_ids": list(ids), "meta_info": meta}

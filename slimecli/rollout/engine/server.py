@@ -1,0 +1,350 @@
+"""The engine's HTTP face: SGLang's native API (/generate, health, model/server info, abort, pause, weights)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from slimecli.rollout.engine.protocol import BadRequest, GenerateRequest, Item, SamplingParams, parse_generate
+from slimecli.rollout.engine.scheduler import Scheduler
+from slimecli.rollout.engine.seq import Seq, build_reply
+
+log = logging.getLogger("slimecli.engine")
+MAX_BODY = 512 * 1024 * 1024
+HEALTH_TIMEOUT_S = 30.0
+PAUSE_MODES = ("abort", "retract", "in_place")
+
+
+def error(message: str, status: int = 400) -> web.Response:
+    return web.json_response({"error": {"message": message}}, status=status)
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Client mistakes become 4xx JSON; nothing a client sends can produce a 500 page."""
+    try:
+        return await handler(request)
+    except BadRequest as exc:
+        return error(str(exc))
+    except web.HTTPException as exc:
+        if exc.status >= 400:
+            return error(exc.reason or "error", exc.status)
+        raise
+
+
+async def read_json(request: web.Request, required: bool = True) -> Any:
+    raw = await request.read()
+    if not raw.strip():
+        if required:
+            raise BadRequest("body: empty (a JSON object is required)")
+        return {}
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"body: malformed JSON ({exc})") from None
+    if not isinstance(body, dict):
+        raise BadRequest("body: must be a JSON object")
+    return body
+
+
+class EngineServer:
+    """Owns the model, tokenizer and scheduler; routes HTTP requests to them."""
+
+    def __init__(self, model_path: str | Path, *, tokenizer_path: str | Path | None = None, dtype: str = "float32",
+                 max_running: int = 64, host: str = "127.0.0.1", port: int = 30000, seed: int | None = None) -> None:
+        self.model_path = str(model_path)
+        self.tokenizer_path = str(tokenizer_path or model_path)
+        self.dtype = dtype
+        self.max_running = max_running
+        self.host, self.port = host, port
+        self.seed = seed
+        self.scheduler: Scheduler | None = None
+        self.tokenizer: Any = None
+        self.ready = False
+        self.started = time.time()
+        self._update_lock = asyncio.Lock()
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    # ---- start-up ----------------------------------------------------------------------------
+    def load(self) -> None:
+        """Load model + tokenizer and start the scheduler (blocking; run off the event loop)."""
+        from slimecli.model.loading import load_model, load_tokenizer
+
+        model = load_model(self.model_path, self.dtype)
+        self.tokenizer = load_tokenizer(self.tokenizer_path)
+        self.config = model.config.get_text_config()
+        self.vocab_size = int(self.config.vocab_size)
+        self.context_length = int(getattr(self.config, "max_position_embeddings", 0) or 1 << 20)
+        self.eos_ids = self._eos_ids(model)
+        pad = self.tokenizer.pad_token_id
+        if pad is None or pad >= self.vocab_size:
+            pad = next(iter(self.eos_ids), 0)
+        self.scheduler = Scheduler(model, self.tokenizer, max_running=self.max_running, pad_id=int(pad),
+                                   seed=self.seed, dispatch=self._dispatch_threadsafe)
+        self.scheduler.start()
+
+    def _eos_ids(self, model: Any) -> frozenset[int]:
+        ids: set[int] = set()
+        for source in (getattr(model, "generation_config", None), self.config):
+            eos = getattr(source, "eos_token_id", None) if source is not None else None
+            if isinstance(eos, int):
+                ids.add(eos)
+            elif isinstance(eos, list):
+                ids.update(int(e) for e in eos)
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(int(self.tokenizer.eos_token_id))
+        return frozenset(i for i in ids if 0 <= i < self.vocab_size)
+
+    async def warm_up(self) -> None:
+        seq = self._seq(Item(index=0, rid="warmup", prompt_ids=[next(iter(self.eos_ids), 0)], text=None,
+                             params=SamplingParams(max_new_tokens=1, temperature=0.0)))
+        await self._run([seq])
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[json_errors], client_max_size=MAX_BODY)
+        r = app.router
+        r.add_post("/generate", self.generate)
+        for path, fn in (("/health", self.health), ("/health_generate", self.health_generate),
+                         ("/get_model_info", self.model_info), ("/model_info", self.model_info),
+                         ("/get_server_info", self.server_info), ("/server_info", self.server_info),
+                         ("/get_load", self.get_load)):
+            r.add_get(path, fn)
+        for path, fn in (("/flush_cache", self.flush_cache), ("/pause_generation", self.pause),
+                         ("/continue_generation", self.resume)):
+            r.add_post(path, fn)
+            r.add_get(path, fn)
+        r.add_post("/abort_request", self.abort)
+        r.add_post("/update_weights_from_disk", self.update_weights)
+        return app
+
+    # ---- scheduler <-> event loop ------------------------------------------------------------
+    def _dispatch_threadsafe(self, seqs: list[Seq]) -> None:
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self._dispatch, seqs)
+
+    @staticmethod
+    def _dispatch(seqs: list[Seq]) -> None:
+        for s in seqs:
+            if s.notify is not None:
+                s.notify(s)
+
+    def _seq(self, item: Item, stream: bool = False) -> Seq:
+        ids = item.prompt_ids if item.prompt_ids is not None else self.tokenizer.encode(item.text,
+                                                                                         add_special_tokens=False)
+        if not ids:
+            raise BadRequest("text: encodes to no tokens")
+        return Seq(item=item, prompt_ids=list(ids), eos_ids=self.eos_ids, stream=stream)
+
+    def _check_lengths(self, seqs: list[Seq]) -> None:
+        for s in seqs:
+            n = len(s.prompt_ids)
+            if n >= self.context_length:
+                raise BadRequest(f"input: {n} tokens is longer than the model's context length "
+                                 f"({self.context_length} tokens)")
+            if n + s.params.max_new_tokens > self.context_length:  # clip like SGLang: generation stops at the window
+                from dataclasses import replace
+
+                s.item.params = replace(s.params, max_new_tokens=self.context_length - n)
+
+    async def _run(self, seqs: list[Seq], on_update: Any = None) -> None:
+        """Submit and wait for all to finish; abort them if the client goes away."""
+        assert self.scheduler is not None
+        done = asyncio.Event()
+        remaining = {s.uid for s in seqs}
+
+        def notify(s: Seq) -> None:
+            if on_update is not None:
+                on_update(s)
+            if s.done:
+                remaining.discard(s.uid)
+                if not remaining:
+                    done.set()
+
+        for s in seqs:
+            s.notify = notify
+        self.scheduler.submit(seqs)
+        try:
+            await done.wait()
+        except asyncio.CancelledError:
+            uids = {s.uid for s in seqs}
+            self.scheduler.call(lambda: self.scheduler.abort(lambda s: s.uid in uids, "client disconnected"))
+            raise
+
+    def _not_ready(self) -> web.Response | None:
+        if not self.ready or self.scheduler is None:
+            return error("the engine is starting", 503)
+        if not self.scheduler.alive():
+            return error("the scheduler has stopped", 503)
+        return None
+
+    # ---- /generate ---------------------------------------------------------------------------
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        if (resp := self._not_ready()) is not None:
+            return resp
+        req: GenerateRequest = parse_generate(await read_json(request), self.vocab_size)
+        seqs = [self._seq(item, req.stream) for item in req.items]
+        self._check_lengths(seqs)
+        busy = {s.item.group for s in self.scheduler.running} | {s.item.group for s in self.scheduler.waiting}
+        dup = sorted({s.item.group for s in seqs} & busy)
+        if dup:
+            raise BadRequest(f"rid: {dup[0]!r} is already running")
+        if req.stream:
+            return await self._stream(request, req, seqs)
+        await self._run(seqs)
+        wv = self.scheduler.weight_version
+        replies = [build_reply(s, self.tokenizer, wv) for s in seqs]
+        return web.json_response(replies if req.batched else replies[0])
+
+    async def _stream(self, request: web.Request, req: GenerateRequest, seqs: list[Seq]) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        queue: asyncio.Queue[Seq] = asyncio.Queue()
+        task = asyncio.ensure_future(self._run(seqs, on_update=queue.put_nowait))
+        try:
+            pending = len(seqs)
+            while pending:
+                s = await queue.get()
+                chunk = build_reply(s, self.tokenizer, self.scheduler.weight_version)
+                if req.batched:
+                    chunk["index"] = s.item.index
+                await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                pending -= s.done
+            await task
+            await resp.write(b"data: [DONE]\n\n")
+        except (asyncio.CancelledError, ConnectionResetError):
+            task.cancel()
+            raise
+        return resp
+
+    # ---- small endpoints ---------------------------------------------------------------------
+    async def health(self, request: web.Request) -> web.Response:
+        return self._not_ready() or web.Response(text="")
+
+    async def health_generate(self, request: web.Request) -> web.Response:
+        if (resp := self._not_ready()) is not None:
+            return resp
+        if self.scheduler.paused:
+            return web.Response(text="")
+        seq = self._seq(Item(index=0, rid=f"health-{time.monotonic_ns()}", prompt_ids=[next(iter(self.eos_ids), 0)],
+                             text=None, params=SamplingParams(max_new_tokens=1, temperature=0.0)))
+        try:
+            await asyncio.wait_for(self._run([seq]), HEALTH_TIMEOUT_S)
+        except TimeoutError:
+            return error("a one-token generation did not finish in time", 503)
+        if seq.finish and seq.finish["type"] == "abort":
+            return error(f"generation failed: {seq.finish.get('message')}", 503)
+        return web.Response(text="")
+
+    def _model_info(self) -> dict[str, Any]:
+        return {"model_path": self.model_path, "tokenizer_path": self.tokenizer_path, "is_generation": True,
+                "weight_version": self.scheduler.weight_version if self.scheduler else "default",
+                "preferred_sampling_params": None, "has_image_understanding": False,
+                "has_audio_understanding": False, "model_type": getattr(getattr(self, "config", None),
+                                                                       "model_type", None)}
+
+    async def model_info(self, request: web.Request) -> web.Response:
+        return web.json_response(self._model_info())
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        sch = self.scheduler
+        info = {"engine": "slimecli-local", "model_path": self.model_path, "tokenizer_path": self.tokenizer_path,
+                "host": self.host, "port": self.port, "dtype": self.dtype, "max_running_requests": self.max_running,
+                "context_length": getattr(self, "context_length", None), "vocab_size": getattr(self, "vocab_size",
+                                                                                              None),
+                "weight_version": sch.weight_version if sch else "default", "ready": self.ready,
+                "paused": bool(sch and sch.paused), "uptime_s": time.time() - self.started,
+                "internal_states": [{**(sch.load() if sch else {}), **(sch.stats if sch else {})}]}
+        return web.json_response(info)
+
+    async def get_load(self, request: web.Request) -> web.Response:
+        return web.json_response(self.scheduler.load() if self.scheduler else {})
+
+    async def flush_cache(self, request: web.Request) -> web.Response:
+        if (resp := self._not_ready()) is not None:
+            return resp
+        ok = await asyncio.wrap_future(self.scheduler.call(self.scheduler.flush))
+        if not ok:
+            return error("Cache not flushed: requests are running or waiting.", 400)
+        return web.json_response({"success": True, "message": "Cache flushed."})
+
+    async def abort(self, request: web.Request) -> web.Response:
+        if (resp := self._not_ready()) is not None:
+            return resp
+        body = await read_json(request)
+        rid, abort_all = body.get("rid"), body.get("abort_all", False)
+        if not isinstance(abort_all, bool):
+            raise BadRequest("abort_all: must be true or false")
+        if rid is not None and not isinstance(rid, str):
+            raise BadRequest("rid: must be a string")
+        if rid is None and not abort_all:
+            raise BadRequest("rid / abort_all: give a rid, or abort_all: true")
+        sch = self.scheduler
+        match = (lambda s: True) if abort_all else (lambda s: s.item.group == rid or s.rid == rid)
+        n = await asyncio.wrap_future(sch.call(lambda: sch.abort(match, "Aborted by /abort_request.")))
+        return web.json_response({"success": True, "num_aborted": n})
+
+    async def pause(self, request: web.Request) -> web.Response:
+        if (resp := self._not_ready()) is not None:
+            return resp
+        body = await read_json(request, required=False) if request.method == "POST" else {}
+        mode = body.get("mode", "abort")
+        if mode not in PAUSE_MODES:
+            raise BadRequest(f"mode: must be one of {', '.join(PAUSE_MODES)} (got {mode!r})")
+        n = await asyncio.wrap_future(self.scheduler.call(lambda: self.scheduler.pause(mode)))
+        return web.json_response({"success": True, "message": f"Generation paused ({mode}).", "num_requests": n})
+
+    async def resume(self, request: web.Request) -> web.Response:
+        if (resp := self._not_ready()) is not None:
+            return resp
+        await asyncio.wrap_future(self.scheduler.call(self.scheduler.resume))
+        return web.json_response({"success": True, "message": "Generation continued."})
+
+    async def update_weights(self, request: web.Request) -> web.Response:
+        if (resp := self._not_ready()) is not None:
+            return resp
+        body = await read_json(request)
+        path = body.get("model_path")
+        if not isinstance(path, str) or not path:
+            raise BadRequest("model_path: required (a Hugging Face checkpoint directory)")
+        version = body.get("weight_version")
+        if version is not None and not isinstance(version, str | int) or isinstance(version, bool):
+            raise BadRequest("weight_version: must be a string")
+        for key in ("abort_all_requests", "flush_cache"):
+            if body.get(key) is not None and not isinstance(body.get(key), bool):
+                raise BadRequest(f"{key}: must be true or false")
+        sch = self.scheduler
+        async with self._update_lock:
+            try:
+                model = await asyncio.to_thread(self._load_compatible, path)
+            except Exception as exc:  # noqa: BLE001 - reported to the caller; the old weights keep serving
+                log.warning("update_weights_from_disk(%s) failed: %s", path, exc)
+                return web.json_response({"success": False, "message": f"Failed to load {path}: {exc}",
+                                          "num_paused_requests": 0}, status=400)
+            if body.get("abort_all_requests"):
+                await asyncio.wrap_future(sch.call(lambda: sch.abort(lambda s: True, "Aborted: weight update.")))
+            paused = len(sch.running) if sch.paused else 0
+            await asyncio.wrap_future(sch.call(lambda: sch.swap_model(
+                model, None if version is None else str(version))))
+            self.model_path = path
+        log.info("weights updated from %s (weight_version=%s)", path, sch.weight_version)
+        return web.json_response({"success": True, "message": "Succeeded to update model weights.",
+                                  "num_paused_requests": paused})
+
+    def _load_compatible(self, path: str) -> Any:
+        from slimecli.model.loading import load_model
+
+        if not (Path(path) / "config.json").is_file():
+            raise FileNotFoundError(f"no config.json in {path}")
+        model = load_model(path, self.dtype)
+        cfg = model.config.get_text_config()
+        if int(cfg.vocab_size) != self.vocab_size:
+            raise ValueError(f"vocab_size {cfg.vocab_size} differs from the served model's {self.vocab_size}")
+        if getattr(cfg, "model_type", None) != getattr(self.config, "model_type", None):
+            raise ValueError(f"model_type {cfg.model_type} differs from the served {self.config.model_type}")
+        return model

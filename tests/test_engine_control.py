@@ -1,0 +1,175 @@
+"""Engine control endpoints and the async client: abort, pause/continue, flush, weight updates, concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import free_port
+from engine_fixtures import Engine, engine_fixture, hf_logprobs, start_engine, stop_engine
+from transformers import AutoModelForCausalLM
+
+from slimecli.config.compose import load
+from slimecli.config.io import save_frozen
+from slimecli.model.tiny import create_tiny_model
+from slimecli.rollout.client import EngineClient, EngineError
+
+LONG = {"temperature": 1.0, "max_new_tokens": 5000, "ignore_eos": True}
+GREEDY = {"temperature": 0, "max_new_tokens": 8, "ignore_eos": True}
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    yield from engine_fixture(tmp_path_factory.mktemp("engine"))
+
+
+def run(coro):  # noqa: ANN001, ANN201
+    return asyncio.run(coro)
+
+
+async def _running(c: EngineClient, n: int = 1, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = (await c.get_server_info())["internal_states"][0]
+        if states["running"] >= n:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("requests never started running")
+
+
+def test_abort_by_rid_and_all(engine: Engine) -> None:
+    async def main() -> None:
+        async with EngineClient(engine.url) as c:
+            task = asyncio.create_task(c.generate([1, 2, 3], sampling_params=LONG, rid="long-1",
+                                                  return_logprob=True))
+            others = [asyncio.create_task(c.generate([4, 5], sampling_params=LONG)) for _ in range(2)]
+            await _running(c, 3)
+            await c.abort("long-1")
+            out = await task
+            fin = out["meta_info"]["finish_reason"]
+            assert fin["type"] == "abort" and fin["message"]
+            assert len(out["output_ids"]) < 5000
+            assert len(out["meta_info"]["output_token_logprobs"]) == len(out["output_ids"])
+            assert not any(t.done() for t in others)
+            await c.abort(all=True)
+            for t in others:
+                assert (await t)["meta_info"]["finish_reason"]["type"] == "abort"
+            assert await c.health_generate()
+    run(main())
+
+
+def test_pause_in_place_and_continue(engine: Engine) -> None:
+    async def main() -> None:
+        async with EngineClient(engine.url) as c:
+            await c.pause(mode="in_place")
+            task = asyncio.create_task(c.generate([9, 9], sampling_params=GREEDY))
+            await asyncio.sleep(0.5)
+            assert not task.done()  # paused: queued, not served
+            assert (await c.get_server_info())["paused"] is True
+            await c.resume()
+            out = await asyncio.wait_for(task, 60)
+            assert out["meta_info"]["finish_reason"]["type"] == "length"
+    run(main())
+
+
+def test_pause_abort_and_retract(engine: Engine) -> None:
+    hf = AutoModelForCausalLM.from_pretrained(str(engine.model_path)).eval()
+
+    async def main() -> None:
+        async with EngineClient(engine.url) as c:
+            task = asyncio.create_task(c.generate([1, 2], sampling_params=LONG))
+            await _running(c)
+            await c.pause()  # default mode: abort
+            assert (await task)["meta_info"]["finish_reason"]["type"] == "abort"
+            await c.resume()
+            sp = {"temperature": 1.0, "max_new_tokens": 400, "ignore_eos": True}
+            task = asyncio.create_task(c.generate([3, 4], sampling_params=sp, return_logprob=True))
+            await _running(c)
+            await c.pause(mode="retract")
+            await c.resume()
+            out = await task
+            assert out["meta_info"]["finish_reason"] == {"type": "length", "length": 400}
+            # re-prefilled from its own tokens: every log-prob is still the model's at that position
+            lps = [e[0] for e in out["meta_info"]["output_token_logprobs"]]
+            assert lps == pytest.approx(hf_logprobs(hf, [3, 4], out["output_ids"], 1.0), abs=2e-4)
+    run(main())
+
+
+def test_flush_cache(engine: Engine) -> None:
+    async def main() -> None:
+        async with EngineClient(engine.url) as c:
+            assert await c.flush_cache()
+            task = asyncio.create_task(c.generate([1], sampling_params=LONG))
+            await _running(c)
+            with pytest.raises(EngineError) as err:
+                await c.flush_cache(timeout_s=0)
+            assert err.value.status == 400
+            await c.abort(all=True)
+            await task
+            assert await c.flush_cache()
+    run(main())
+
+
+def test_concurrent_requests_match_sequential(engine: Engine) -> None:
+    prompts = [[(7 * i + j) % 4000 + 1 for j in range(1 + (i * 5) % 23)] for i in range(24)]
+
+    async def main() -> None:
+        async with EngineClient(engine.url) as c:
+            sequential = [(await c.generate(p, sampling_params=GREEDY))["output_ids"] for p in prompts[:6]]
+
+            async def one(i: int, p: list[int]) -> list[int]:
+                await asyncio.sleep(0.01 * (i % 5))  # staggered: requests join a batch that is already running
+                return (await c.generate(p, sampling_params=GREEDY))["output_ids"]
+
+            together = await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
+            assert together[:6] == sequential
+            assert all(len(t) == 8 for t in together)
+    run(main())
+
+
+def test_update_weights_from_disk(engine: Engine, tmp_path: Path) -> None:
+    new_model = create_tiny_model(tmp_path / "step1", seed=1)
+    hf_new = AutoModelForCausalLM.from_pretrained(str(new_model)).eval()
+    prompt = [5, 6, 7, 8]
+
+    async def main() -> None:
+        async with EngineClient(engine.url) as c:
+            before = await c.generate(prompt, sampling_params=GREEDY)
+            bad = await c.update_weights_from_disk(str(tmp_path / "missing"), weight_version="bad")
+            assert bad["success"] is False and "missing" in bad["message"]
+            same = await c.generate(prompt, sampling_params=GREEDY)
+            assert same["output_ids"] == before["output_ids"] and same["meta_info"]["weight_version"] == "default"
+            res = await c.sync_weights(str(new_model), weight_version=1)
+            assert res["success"] is True, res
+            assert (await c.get_model_info())["weight_version"] == "1"
+            sp = {"temperature": 0.8, "max_new_tokens": 8, "ignore_eos": True}
+            after = await c.generate(prompt, sampling_params=sp, return_logprob=True)
+            assert after["meta_info"]["weight_version"] == "1"
+            lps = [e[0] for e in after["meta_info"]["output_token_logprobs"]]
+            assert lps == pytest.approx(hf_logprobs(hf_new, prompt, after["output_ids"], 0.8), abs=2e-4)
+    run(main())
+
+
+def test_engine_module_from_frozen_config(tmp_path: Path) -> None:
+    """The supervisor's command: python -m slimecli.rollout.engine --config RUN/config.yaml --index i."""
+    port = free_port()
+    cfg = load([f"model.cache_dir={tmp_path / 'cache'}", f"rollout.port={port - 1}"])
+    cfg_path = save_frozen(cfg, tmp_path / "run" / "config.yaml")
+    argv = [sys.executable, "-m", "slimecli.rollout.engine", "--config", str(cfg_path), "--index", "1"]
+    eng = start_engine(argv, port, tmp_path, tmp_path / "engine.log")
+    try:
+        async def main() -> None:
+            async with EngineClient(eng.url) as c:
+                await c.wait_ready(timeout_s=30)
+                info = await c.get_model_info()
+                assert Path(info["model_path"]).parent == tmp_path / "cache"
+                out = await c.generate(text="hi", sampling_params={"max_new_tokens": 2})
+                assert out["meta_info"]["completion_tokens"] <= 2
+        run(main())
+    finally:
+        stop_engine(eng)
+    assert eng.proc.returncode == 0, eng.log.read_text()

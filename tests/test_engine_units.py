@@ -1,0 +1,95 @@
+"""In-process checks of the engine's parts: the sampler's filters and log-probs, and the batch KV cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from slimecli.model.tiny import create_tiny_model
+from slimecli.rollout.engine.protocol import Item, SamplingParams
+from slimecli.rollout.engine.runner import Runner
+from slimecli.rollout.engine.sampling import RowState, make_generator, sample
+from slimecli.rollout.engine.seq import Seq
+
+
+def row(seed: int | None = None, **kw: object) -> RowState:
+    p = SamplingParams(**kw)
+    return RowState(p, make_generator(seed), [], [], [])
+
+
+def test_logprob_is_full_vocab_at_temperature() -> None:
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0))
+    rows = [row(temperature=0.5, top_k=3), row(temperature=2.0, top_p=0.3), row(temperature=0.0)]
+    draw = sample(logits, rows, torch.Generator().manual_seed(1))
+    for i, (t, temp) in enumerate(zip(draw.tokens, [0.5, 2.0, 1.0], strict=True)):
+        assert draw.logprobs[i] == pytest.approx(torch.log_softmax(logits[i] / temp, -1)[t].item(), abs=1e-6)
+    assert draw.tokens[2] == int(logits[2].argmax())
+
+
+def test_filters_restrict_the_draw() -> None:
+    logits = torch.tensor([[5.0, 4.0, 3.0, 0.0, -1.0, -2.0]])
+    gen = torch.Generator().manual_seed(0)
+    seen_k, seen_p, seen_min = set(), set(), set()
+    for _ in range(300):
+        seen_k.add(sample(logits, [row(temperature=3.0, top_k=2)], gen).tokens[0])
+        # probs at T=1: .66 .24 .09 ...: top_p 0.8 keeps the first two tokens
+        seen_p.add(sample(logits, [row(top_p=0.8)], gen).tokens[0])
+        seen_min.add(sample(logits, [row(temperature=2.0, min_p=0.5)], gen).tokens[0])
+    assert seen_k == {0, 1} and seen_p == {0, 1} and seen_min <= {0, 1, 2} and 0 in seen_min
+
+
+def test_seeded_rows_do_not_depend_on_the_batch() -> None:
+    logits = torch.randn(4, 100, generator=torch.Generator().manual_seed(3))
+    alone = [sample(logits[1:2], [row(seed=7)]).tokens[0] for _ in range(1)]
+    together = sample(logits, [row(), row(seed=7), row(), row(seed=9)]).tokens[1]
+    assert together == alone[0]
+    blocked = RowState(SamplingParams(temperature=0.0), None, [], [], [int(logits[0].argmax())])
+    assert sample(logits[:1], [blocked]).tokens[0] != int(logits[0].argmax())
+
+
+def test_penalties_change_only_the_draw() -> None:
+    logits = torch.tensor([[2.0, 1.9, 0.0]])
+    r = RowState(SamplingParams(temperature=0.0, frequency_penalty=1.0), None, [0, 0], [], [])
+    d = sample(logits, [r])
+    assert d.tokens == [1]
+    assert d.logprobs[0] == pytest.approx(torch.log_softmax(logits[0], -1)[1].item())
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return create_tiny_model(tmp_path_factory.mktemp("tiny") / "m", seed=2)
+
+
+def test_runner_joins_rows_mid_batch_and_matches_full_forward(tiny: Path) -> None:
+    model = AutoModelForCausalLM.from_pretrained(str(tiny), attn_implementation="sdpa").eval()
+    runner = Runner(model, pad_id=0)
+
+    def seq(prompt: list[int]) -> Seq:
+        item = Item(index=0, rid="r", prompt_ids=prompt, text=None, params=SamplingParams(temperature=0.0))
+        return Seq(item=item, prompt_ids=prompt, eos_ids=frozenset())
+
+    a, b, c = seq([5, 6, 7, 8, 9, 10]), seq([11, 12]), seq([13, 14, 15])
+    forced = {id(a): [20, 21, 22, 23, 24], id(b): [30, 31, 32, 33], id(c): [40, 41]}
+    got: dict[int, list[torch.Tensor]] = {id(a): [], id(b): [], id(c): []}
+
+    def push(rows: list[Seq], logits: torch.Tensor) -> None:
+        for s, lg in zip(rows, logits, strict=True):
+            got[id(s)].append(lg)
+            s.output_ids.append(forced[id(s)][len(s.output_ids)])
+
+    push([a], runner.prefill([a]))
+    push(runner.rows, runner.decode())
+    push([b, c], runner.prefill([b, c]))  # joins a batch that is two tokens ahead, different lengths
+    push(runner.rows, runner.decode())
+    runner.remove([True, True, False])  # c leaves
+    push(runner.rows, runner.decode())
+    assert [len(got[id(s)]) for s in (a, b, c)] == [4, 3, 2]
+    with torch.no_grad():
+        for s in (a, b, c):
+            full = model(torch.tensor([s.prompt_ids + s.output_ids])).logits[0]
+            n = len(s.prompt_ids)
+            for k, lg in enumerate(got[id(s)]):
+                assert torch.allclose(lg, full[n - 1 + k], atol=1e-4), (s.prompt_ids, k)
