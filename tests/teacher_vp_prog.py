@@ -18,7 +18,7 @@ from slimecli.teacher import vocab_parallel as vp
 
 
 class ShapeRecorder(TorchDispatchMode):
-    """Records the largest tensor any op creates (the inputs are made before the mode is entered)."""
+    """Records the largest tensor any op creates, and the widest row of any 2-D+ one (inputs are made before)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -30,7 +30,7 @@ class ShapeRecorder(TorchDispatchMode):
         for t in out if isinstance(out, (tuple, list)) else [out]:
             if isinstance(t, torch.Tensor):
                 self.max_numel = max(self.max_numel, t.numel())
-                if t.dim():
+                if t.dim() >= 2:
                     self.max_last_dim = max(self.max_last_dim, t.shape[-1])
         return out
 

@@ -74,15 +74,35 @@ def _chunks(n: int, size: int) -> list[slice]:
     return [slice(i, min(i + size, n)) for i in range(0, n, max(1, size))]
 
 
-def _exp_shifted(local: torch.Tensor, rows: slice, shard: VocabShard, m: torch.Tensor, temperature: float):
+class Workspace:
+    """One reusable fp32 [chunk, v] scratch buffer.
+
+    On CPU a fresh buffer per chunk costs more in page faults than the arithmetic on it, so a server keeps
+    one between requests (the CUDA caching allocator does the same on GPU). It never exceeds one chunk.
+    """
+
+    def __init__(self) -> None:
+        self._buf = torch.empty(0, dtype=torch.float32)
+
+    def get(self, rows: int, cols: int) -> torch.Tensor:
+        if self._buf.numel() < rows * cols:
+            self._buf = torch.empty(rows * cols, dtype=torch.float32)
+        return self._buf[: rows * cols].view(rows, cols)
+
+
+def _exp_shifted(local: torch.Tensor, rows: slice, shard: VocabShard, m: torch.Tensor, temperature: float,
+                 workspace: Workspace | None) -> torch.Tensor:
     """exp(logits / T - max) for the real rows of one chunk: the only [chunk, v] fp32 temporary."""
-    x = local[rows, : shard.valid].to(torch.float32, copy=True)
-    return x.div_(temperature).sub_(m[rows, None]).exp_()
+    part = local[rows, : shard.valid]
+    x = (workspace or Workspace()).get(part.shape[0], part.shape[1]).copy_(part)
+    if temperature != 1.0:
+        x.div_(temperature)
+    return x.sub_(m[rows, None]).exp_()
 
 
 @torch.no_grad()
 def global_stats(local: torch.Tensor, shard: VocabShard, group: dist.ProcessGroup | None = None,
-                 temperature: float = 1.0, chunk_size: int = 4096) -> Stats:
+                 temperature: float = 1.0, chunk_size: int = 4096, workspace: Workspace | None = None) -> Stats:
     """All-reduce MAX of the row max, then chunked local Σexp in fp32 and all-reduce SUM."""
     _check(local, shard, group)
     n = local.shape[0]
@@ -94,7 +114,7 @@ def global_stats(local: torch.Tensor, shard: VocabShard, group: dist.ProcessGrou
     local_sum = torch.zeros(n, dtype=torch.float32)
     if shard.valid:
         for rows in _chunks(n, chunk_size):
-            local_sum[rows] = _exp_shifted(local, rows, shard, m, temperature).sum(-1)
+            local_sum[rows] = _exp_shifted(local, rows, shard, m, temperature, workspace).sum(-1)
     z = _all_reduce(local_sum.clone(), dist.ReduceOp.SUM, group)
     return Stats(m, z.log(), local_sum)
 
@@ -155,7 +175,8 @@ def _draw_owners(stats: Stats, n: int, shard: VocabShard, group: dist.ProcessGro
 @torch.no_grad()
 def sample(local: torch.Tensor, n: int, shard: VocabShard, group: dist.ProcessGroup | None = None,
            temperature: float = 1.0, chunk_size: int = 4096, stats: Stats | None = None,
-           generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+           generator: torch.Generator | None = None, workspace: Workspace | None = None,
+           ) -> tuple[torch.Tensor, torch.Tensor]:
     """n independent samples per row from softmax(logits / T): ids [N, n] (global) and their log-probs [N, n].
 
     A slot's owner rank is drawn with probability equal to that rank's mass, then the owner draws a token
@@ -167,7 +188,7 @@ def sample(local: torch.Tensor, n: int, shard: VocabShard, group: dist.ProcessGr
         raise ValueError("sample_n must be >= 0")
     if n == 0:
         return torch.empty((rows_total, 0), dtype=torch.long), torch.empty((rows_total, 0), dtype=torch.float32)
-    stats = stats or global_stats(local, shard, group, temperature, chunk_size)
+    stats = stats or global_stats(local, shard, group, temperature, chunk_size, workspace)
     owners = _draw_owners(stats, n, shard, group, generator)
     ids = torch.full((rows_total, n), -1, dtype=torch.long)
     logps = torch.full((rows_total, n), -math.inf, dtype=torch.float32)
@@ -176,7 +197,7 @@ def sample(local: torch.Tensor, n: int, shard: VocabShard, group: dist.ProcessGr
             mine = owners[rows] == shard.rank
             if not bool(mine.any()):
                 continue
-            cdf = _exp_shifted(local, rows, shard, stats.max, temperature).cumsum_(-1)
+            cdf = _exp_shifted(local, rows, shard, stats.max, temperature, workspace).cumsum_(-1)
             u = torch.rand((cdf.shape[0], n), generator=generator) * cdf[:, -1:]
             local_idx = torch.searchsorted(cdf, u, right=True).clamp_(max=shard.valid - 1)
             del cdf

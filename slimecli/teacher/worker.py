@@ -58,6 +58,7 @@ class TeacherWorker:
         self.tp, self.tp_rank, self.group, self.dtype = tp, tp_rank, group if tp > 1 else None, dtype
         self.sample_chunk_size, self.label_chunk_size = sample_chunk_size, label_chunk_size
         self.generator = torch.Generator().manual_seed(seed)
+        self.workspace = vp.Workspace()
         self.model: LoadedModel | None = None
 
     @property
@@ -100,13 +101,13 @@ class TeacherWorker:
         assert self.model is not None
         shard, group = self.model.shard, self.group
         local = self.local_logits(input_ids)
-        stats = vp.global_stats(local, shard, group, temperature, self.sample_chunk_size)
+        stats = vp.global_stats(local, shard, group, temperature, self.sample_chunk_size, self.workspace)
         nxt = torch.tensor(input_ids[1:], dtype=torch.long)
         out: dict[str, list] = {"log_probs": vp.next_token_log_probs(
             local, nxt, shard, group, temperature, self.label_chunk_size, stats).tolist()}
         if sample_n:
             ids, logps = vp.sample(local, sample_n, shard, group, temperature, self.sample_chunk_size, stats,
-                                   self.generator)
+                                   self.generator, self.workspace)
             out["sampled_token_ids"], out["sampled_log_probs"] = ids.tolist(), logps.tolist()
         if labels is not None:
             width = len(labels[0]) if labels else 0
