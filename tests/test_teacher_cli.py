@@ -24,3 +24,10 @@ def test_serve_reports_config_errors(tmp_path):
 def test_teacher_help_lists_serve():
     r = run_cli("teacher", "--help")
     assert r.returncode == 0 and "serve" in r.stdout
+
+
+def test_server_fields_are_validated():
+    r = run_cli("config", "validate", "teacher.dtype=int8", "teacher.keepalive_s=0", "teacher.log_interval_s=-1")
+    assert r.returncode == 2
+    for key in ("teacher.dtype", "teacher.keepalive_s", "teacher.log_interval_s"):
+        assert key in r.stderr

@@ -14,7 +14,8 @@ from tests.teacher_helpers import Server, make_checkpoint, reference_log_probs
 @pytest.mark.slow
 def test_two_dp_groups_serve_in_parallel_and_both_reload(tmp_path):
     m1, m2 = make_checkpoint(tmp_path / "m1", seed=1), make_checkpoint(tmp_path / "m2", seed=2)
-    srv = Server(tmp_path, [f"teacher.model_path={m1}", "teacher.dp=2"], env={"SLIMECLI_TEACHER_TEST_HOOKS": "1"})
+    srv = Server(tmp_path, [f"teacher.model_path={m1}", "teacher.dp=2", "teacher.keepalive_s=0.2"],
+                 env={"SLIMECLI_TEACHER_TEST_HOOKS": "1"})  # keep-alive no-ops interleave with real requests
     ids = [7, 3, 9, 2]
     try:
         srv.wait_ready()

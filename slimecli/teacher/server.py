@@ -28,7 +28,6 @@ from slimecli.teacher.ranks import Exchange
 
 log = logging.getLogger("slimecli.teacher")
 SERVER_TYPE = "slimecli_teacher"
-KEEPALIVE_S = 30.0  # idle groups get a no-op this often, so blocked peers never hit the collective timeout
 MAX_BODY = 512 * 1024 * 1024
 
 
@@ -87,11 +86,12 @@ class Front:
                 job.future.set_result(reply)
 
     async def keepalive(self) -> None:
+        pinging: dict[int, asyncio.Task] = {}
         while True:
-            await asyncio.sleep(KEEPALIVE_S / 3)
+            await asyncio.sleep(self.t.keepalive_s / 3)
             for d in range(len(self.exchanges)):
-                if time.monotonic() - self.last_call[d] > KEEPALIVE_S:
-                    await self.call(d, {"op": "noop"})
+                if time.monotonic() - self.last_call[d] > self.t.keepalive_s and (d not in pinging or pinging[d].done()):
+                    pinging[d] = asyncio.create_task(self.call(d, {"op": "noop"}))
 
     async def load_reporter(self) -> None:
         last_n, last_tok, last_t = 0, 0, time.monotonic()

@@ -30,3 +30,4 @@ class TeacherConfig:
     seed: int = 0  # sampling RNG of the server (per rank: seed + 1009 * dp_index + tp_rank)
     log_interval_s: float = 5.0  # load line (queue / running / requests/s / tokens/s) while busy
     dtype: str | None = None  # weights' dtype on the server; None = model.dtype
+    keepalive_s: float = 30.0  # idle ranks get a no-op message this often, far below the collective timeout
