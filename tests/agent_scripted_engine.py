@@ -99,3 +99,41 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+class Stack:
+    """In-process test stack: this scripted engine + one adapter on loopback ports (for the adapter tests)."""
+
+    def __init__(self, adapter_cls: type, tokenizer: Any, script: list[Any], context_len: int = 65536,
+                 max_turns: int = 64, max_body_bytes: int = 32 << 20) -> None:
+        from slimecli.agent.adapter import AdapterSettings
+        from slimecli.agent.engine import EngineLink
+        from slimecli.agent.parsers import get_parser
+        from slimecli.agent.render import Renderer
+        from slimecli.agent.trajectory import TrajectoryManager
+
+        self.engine = ScriptedEngine(tokenizer, script)
+        self.renderer = Renderer(tokenizer, context_len)
+        self.manager = TrajectoryManager(self.renderer.stop_ids, self.renderer.decode_all, max_turns)
+        self._link = EngineLink("http://127.0.0.1:1")
+        self.adapter = adapter_cls(self.renderer, self._link, self.manager, get_parser("qwen"),
+                                   AdapterSettings(max_new_tokens=256, max_body_bytes=max_body_bytes))
+        self._runners: list[web.AppRunner] = []
+
+    async def _serve(self, app: web.Application, **kw: Any) -> str:
+        runner = web.AppRunner(app, access_log=None, **kw)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        self._runners.append(runner)
+        return f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+    async def __aenter__(self) -> Stack:
+        self._link.base_url = await self._serve(self.engine.app())
+        self.url = await self._serve(self.adapter.app(), handler_cancellation=True)
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self._link.close()
+        for runner in reversed(self._runners):
+            await runner.cleanup()

@@ -46,6 +46,12 @@ class TurnResult:
     gen: Generation
     parsed: ParsedOutput
     stop_sequence: str | None = None
+    capped: bool = False  # cut by the adapter's own per-turn cap (agent.max_new_tokens), not by the client
+
+    @property
+    def truncated(self) -> bool:
+        """Length-finished as far as the client is concerned (its max_tokens or the context window)."""
+        return self.gen.finish_reason == "length" and not self.capped
 
     def to_turn(self) -> Turn:
         return Turn(self.prompt_ids, self.gen.output_ids, self.gen.log_probs, self.gen.finish_reason,
@@ -152,12 +158,17 @@ class Adapter:
         """Render, clamp to the context window, generate (or not, at the limit), parse."""
         prompt_ids = await self.render(req)
         remaining = self.renderer.context_len - len(prompt_ids)
+        capped = False
         if remaining <= 0:
             gen = Generation([], [], "length")
         else:
             wanted = req.max_tokens if req.max_tokens is not None else self.settings.max_new_tokens
+            max_new = max(1, min(wanted, self.settings.max_new_tokens, remaining))
+            # A turn cut by our own cap ends normally for the client (a CLI told max_tokens retries or fails);
+            # the recorded turn keeps finish_reason=length, so the sample is still marked truncated.
+            capped = max_new == self.settings.max_new_tokens < min(wanted, remaining)
             params: dict[str, Any] = {
-                "max_new_tokens": max(1, min(wanted, self.settings.max_new_tokens, remaining)),
+                "max_new_tokens": max_new,
                 "temperature": self.settings.temperature, "top_p": self.settings.top_p, "top_k": self.settings.top_k,
                 "stop_token_ids": sorted(self.renderer.stop_ids), "skip_special_tokens": False,
                 "spaces_between_special_tokens": False, "no_stop_trim": True}
@@ -168,7 +179,7 @@ class Adapter:
         stop_sequence = gen.matched if isinstance(gen.matched, str) and gen.matched in req.stop else None
         if stop_sequence and text.endswith(stop_sequence):
             text = text[: -len(stop_sequence)]
-        return TurnResult(prompt_ids, gen, self.parser.parse(text), stop_sequence)
+        return TurnResult(prompt_ids, gen, self.parser.parse(text), stop_sequence, capped)
 
     async def serve_turn(self, request: web.Request, sid: str, req: TurnRequest, reply: Any) -> web.StreamResponse:
         """Admit, run, send the reply with `reply(request, result)`, then record; always release the slot."""

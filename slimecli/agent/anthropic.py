@@ -118,7 +118,7 @@ def stop_reason(result: TurnResult) -> str:
         return "tool_use"
     if result.stop_sequence is not None:
         return "stop_sequence"
-    return "max_tokens" if result.gen.finish_reason == "length" else "end_turn"
+    return "max_tokens" if result.truncated else "end_turn"
 
 
 def usage(result: TurnResult) -> dict[str, int]:

@@ -107,7 +107,7 @@ def response_object(model: str, result: TurnResult) -> dict[str, Any]:
         output.append({"type": "function_call", "id": new_id("fc_"), "call_id": new_id("call_"), "name": call.name,
                        "arguments": json.dumps(call.arguments, ensure_ascii=False), "status": "completed"})
     n_in, n_out = len(result.prompt_ids), len(result.gen.output_ids)
-    truncated = result.gen.finish_reason == "length" and not parsed.tool_calls
+    truncated = result.truncated and not parsed.tool_calls
     return {"id": new_id("resp_"), "object": "response", "created_at": int(time.time()), "status": "completed",
             "model": model, "output": output, "error": None,
             "incomplete_details": {"reason": "max_output_tokens"} if truncated else None,

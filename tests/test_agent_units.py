@@ -1,0 +1,236 @@
+"""Agent layer pieces without servers: tool-call parsing, trajectories, exit-status parsing, registry, install."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from slimecli.agent import install, registry
+from slimecli.agent.parsers import HermesToolParser, get_parser
+from slimecli.agent.sandbox import read_exit_status
+from slimecli.agent.trajectory import SessionClosed, TooManyTurns, TrajectoryManager, Turn
+from slimecli.rollout.sample import Sample, Status
+
+STOP = 99
+
+
+def call(name: str, args: dict) -> str:
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': args})}\n</tool_call>"
+
+
+def test_parser_text_reasoning_and_calls():
+    p = HermesToolParser()
+    out = p.parse("<think>\nplan it\n</think>\n\nI will write.\n" + call("Write", {"path": "a"}) + call("Bash", {}))
+    assert out.reasoning == "plan it" and out.text == "I will write." and not out.ill_formed
+    assert [(c.name, c.arguments) for c in out.tool_calls] == [("Write", {"path": "a"}), ("Bash", {})]
+    assert p.parse("just text").text == "just text"
+    assert p.parse("x <tool_call>\n{\"name\": \"W\", \"arguments\": \"{\\\"a\\\": 1}\"}</tool_call>").tool_calls[0] \
+        .arguments == {"a": 1}
+
+
+@pytest.mark.parametrize("bad", [
+    "<tool_call>\n{not json}\n</tool_call>",
+    "<tool_call>\n{\"arguments\": {}}\n</tool_call>",              # no name
+    "<tool_call>\n{\"name\": \"W\", \"arguments\": [1]}\n</tool_call>",  # arguments not an object
+    "<tool_call>\n{\"name\": \"W\", \"arguments\": {}}",            # unterminated (length-cut)
+    "[1]<tool_call>[1]</tool_call>",
+])
+def test_parser_ill_formed_is_returned_as_text(bad):
+    out = HermesToolParser().parse(bad)
+    assert out.ill_formed and not out.tool_calls and out.text == bad.strip()
+
+
+def test_get_parser_by_name_and_import_path():
+    assert isinstance(get_parser("qwen"), HermesToolParser)
+    assert isinstance(get_parser("slimecli.agent.parsers:HermesToolParser"), HermesToolParser)
+    with pytest.raises(ValueError, match="valid: hermes, qwen"):
+        get_parser("nope")
+
+
+def manager(**kw) -> TrajectoryManager:
+    return TrajectoryManager({STOP}, lambda ids: " ".join(map(str, ids)), **kw)
+
+
+def finish(m: TrajectoryManager, sid: str = "s") -> list[Sample]:
+    return asyncio.run(m.finish_session(sid, Sample(prompt="task", rollout_id=7), reward=1.0))
+
+
+def turn(prompt, out, finish="stop"):
+    return Turn(list(prompt), list(out), [-0.5] * len(out), finish)
+
+
+def check_consistent(s: Sample) -> None:
+    assert s.response_length == len(s.tokens) - s.prompt_length
+    assert len(s.loss_mask) == len(s.rollout_log_probs) == s.response_length
+
+
+def test_clean_extension_appends_context_with_mask_zero():
+    m = manager()
+    for prompt, out in (([1, 2, 3], [10, 11, STOP]), ([1, 2, 3, 10, 11, STOP, 4, 5], [12, STOP])):
+        m.begin_turn("s")
+        m.end_turn("s", turn(prompt, out))
+    [s] = finish(m)
+    check_consistent(s)
+    assert s.tokens == [1, 2, 3, 10, 11, STOP, 4, 5, 12, STOP] and s.prompt_length == 3
+    assert s.loss_mask == [1, 1, 1, 0, 0, 1, 1]
+    assert s.rollout_log_probs == [-0.5, -0.5, -0.5, 0.0, 0.0, -0.5, -0.5]
+    assert s.reward == 1.0 and s.rollout_id == 7 and s.status == Status.COMPLETED and s.metadata["turns"] == 2
+
+
+def test_small_drift_in_last_response_is_realigned_onto_sampled_tokens():
+    m = manager(realign_min_ratio=0.5)
+    m.begin_turn("s")
+    m.end_turn("s", turn([1, 2], [10, 11, 12, STOP]))
+    m.begin_turn("s")  # the client re-serialised the response: 10 11 12 came back as 10 13 12
+    m.end_turn("s", turn([1, 2, 10, 13, 12, STOP, 4], [20, STOP]))
+    [s] = finish(m)
+    check_consistent(s)
+    assert s.tokens == [1, 2, 10, 11, 12, STOP, 4, 20, STOP]
+    assert s.loss_mask == [1, 1, 1, 1, 0, 1, 1] and s.metadata["realigned"] == 1
+
+
+def test_divergence_forks_and_shared_response_is_trained_once():
+    m = manager()
+    turns = [([1, 2], [10, STOP]),                 # main agent
+             ([1, 2, 10, STOP, 3], [11, STOP]),    # main agent continues: appended
+             ([7, 8], [30, STOP]),                 # a sub-agent / compaction: unrelated prompt -> fork
+             ([1, 2, 10, STOP, 5], [12, STOP])]    # branches after the shared response 10 -> fork, 10 is context
+    for prompt, out in turns:
+        m.begin_turn("s")
+        m.end_turn("s", turn(prompt, out))
+    samples = finish(m)
+    assert len(samples) == 3
+    for s in samples:
+        check_consistent(s)
+    trained = [t for s in samples for t, keep in zip(s.tokens[s.prompt_length:], s.loss_mask, strict=True) if keep]
+    assert sorted(trained) == sorted([10, STOP, 11, STOP, 30, STOP, 12, STOP])  # every sampled token exactly once
+    assert len({s.rollout_id for s in samples}) == 1 and all(s.reward == 1.0 for s in samples)
+
+
+def test_finish_is_idempotent_drop_is_idempotent_and_closed_sessions_refuse():
+    m = manager(max_turns=2)
+    m.begin_turn("s")
+    m.end_turn("s", turn([1], [2, STOP]))
+    m.begin_turn("s")
+    m.end_turn("s", None)  # reply never reached the client: not recorded
+    with pytest.raises(TooManyTurns):
+        m.begin_turn("s")
+    assert len(finish(m)) == 1 and finish(m) == []
+    with pytest.raises(SessionClosed):
+        m.begin_turn("s")
+    m.begin_turn("t")
+    m.drop_session("t")
+    m.drop_session("t")
+    m.end_turn("t", turn([1], [2]))  # a late turn of a dropped session is ignored
+    assert finish(m, "t") == [] and m.sessions() == []
+
+
+def test_length_finish_is_truncated_and_unrecorded_sessions_give_nothing():
+    m = manager()
+    m.begin_turn("s")
+    m.end_turn("s", turn([1, 2], [5, 6], finish="length"))
+    [s] = finish(m)
+    assert s.status == Status.TRUNCATED
+    m.begin_turn("e")
+    m.end_turn("e", turn([1, 2], [], finish="length"))  # at the context limit: nothing sampled
+    assert finish(m, "e") == []
+
+
+@pytest.mark.parametrize("text,expected", [(None, None), ("", None), ("  \n", None), ("1", 1), ("0\n", 0),
+                                           ("12", 12), ("-1", -1), ("1 2", None), ("abc", None)])
+def test_exit_status_file_parsing_tolerates_empty_files(text, expected):
+    assert read_exit_status(text) == expected
+
+
+def test_registry_names_env_and_custom_pairs(monkeypatch):
+    assert registry.resolve("claude_code")[1].__name__ == "ClaudeCodeHarness"
+    assert registry.resolve("codex")[2].__name__ == "ResponsesAdapter"
+    with pytest.raises(ValueError, match="valid: claude_code, codex"):
+        registry.resolve("aider")
+    monkeypatch.setenv("SWE_AGENT", "codex")
+    assert registry.resolve("none")[0] == "codex"
+    name, h, a = registry.resolve("mine", "slimecli.agent.harness:ClaudeCodeHarness",
+                                  "slimecli.agent.responses:ResponsesAdapter")
+    assert (name, h.__name__, a.__name__) == ("mine", "ClaudeCodeHarness", "ResponsesAdapter")
+    with pytest.raises(ValueError, match="cannot import"):
+        registry.resolve("mine", "nowhere.mod:X", "slimecli.agent.responses:ResponsesAdapter")
+
+
+def test_install_command_is_pinned_into_the_tools_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLIMECLI_TOOLS_DIR", str(tmp_path))
+    cmd = install.install_command("codex")
+    assert cmd[:4] == ["npm", "install", "--prefix", str(tmp_path / "codex")]
+    assert cmd[-1] == f"@openai/codex@{install.PACKAGES['codex'].version}"
+    assert install.locate("claude_code", binary=str(tmp_path / "missing")) is None
+    with pytest.raises(ValueError):
+        install.install_command("aider")
+
+
+class ShellHarness:
+    """A harness whose 'CLI' is a shell snippet (the base class machinery is what is under test)."""
+
+    @staticmethod
+    def make(script: str):
+        from slimecli.agent.harness import Harness
+
+        class _H(Harness):
+            agent = "shell"
+
+            def locate(self) -> str:
+                return "/bin/sh"
+
+            def configure(self, sandbox, base_url, session_id):
+                return {"SESSION": session_id}
+
+            def command(self, binary, prompt, sandbox):
+                return [binary, "-c", script.replace("META", str(sandbox.meta))]
+
+        return _H()
+
+
+def test_harness_treats_an_empty_status_file_as_still_running(tmp_path):
+    from slimecli.agent.sandbox import LocalSandbox
+
+    # The CLI itself leaves an empty status file early (as a remote wrapper may): it is not an exit.
+    harness = ShellHarness.make(": > META/shell.status; sleep 1; echo done; exit 3")
+    sandbox = LocalSandbox(tmp_path)
+    try:
+        result = asyncio.run(harness.run(sandbox, "p", "http://x", "sid", budget_s=60))
+    finally:
+        sandbox.close()
+    assert result.exit_code == 3 and not result.timed_out and result.stdout == "done\n"
+
+
+def test_sandbox_scrubs_env_and_kills_the_group_at_the_time_limit(tmp_path, monkeypatch):
+    from conftest import wait_dead
+
+    from slimecli.agent.sandbox import LocalSandbox
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "secret-of-the-caller")
+    sandbox = LocalSandbox()
+    try:
+        sandbox.write_file("sub/a.txt", "content")
+        assert sandbox.read_file("sub/a.txt") == "content" and sandbox.read_file("missing") is None
+        res = asyncio.run(sandbox.exec(["/bin/sh", "-c", "env; cat sub/a.txt"], timeout_s=30, env={"X": "1"}))
+        assert res.returncode == 0 and "secret-of-the-caller" not in res.stdout and "X=1" in res.stdout
+        assert f"HOME={sandbox.home}" in res.stdout and res.stdout.endswith("content")
+        script = f"trap '' TERM; sleep 300 & echo $! > {tmp_path}/child; wait"
+        res = asyncio.run(sandbox.exec(["/bin/sh", "-c", script], timeout_s=1))
+        assert res.timed_out and res.returncode is None
+        assert wait_dead([int((tmp_path / "child").read_text())], timeout=10) == []
+    finally:
+        sandbox.close()
+
+
+def test_agent_cli_needs_an_agent_and_a_prompt(monkeypatch):
+    from conftest import run_cli
+
+    monkeypatch.delenv("SWE_AGENT", raising=False)
+    proc = run_cli("agent", "run", "task.prompt=x")
+    assert proc.returncode == 2 and "no agent chosen" in proc.stderr
+    proc = run_cli("agent", "run", "agent=codex")
+    assert proc.returncode == 2 and "task.prompt" in proc.stderr
+    proc = run_cli("agent", "install", "aider", "--print")
+    assert proc.returncode == 2 and "valid: claude_code, codex" in proc.stderr
