@@ -4,7 +4,8 @@ Each tensor-parallel rank holds logits [N, v] for the rows [start, start + v) of
 multiple of tp. Only O(N * (tp + n)) numbers cross ranks: the row max, the log-sum-exp, the per-rank
 probability mass, the owner of each sample slot and the merged samples. Padded rows (ids >= vocab_size)
 are sliced off before any reduction, so they never carry mass and can never be sampled.
-Every function takes the TP process group; None means one rank and no communication.
+Every function takes the TP process group; None means one rank and no communication. Tensors stay on the
+logits' device (a generator, if given, must live there too).
 """
 
 from __future__ import annotations
@@ -84,9 +85,9 @@ class Workspace:
     def __init__(self) -> None:
         self._buf = torch.empty(0, dtype=torch.float32)
 
-    def get(self, rows: int, cols: int) -> torch.Tensor:
-        if self._buf.numel() < rows * cols:
-            self._buf = torch.empty(rows * cols, dtype=torch.float32)
+    def get(self, rows: int, cols: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        if self._buf.numel() < rows * cols or self._buf.device != torch.device(device):
+            self._buf = torch.empty(rows * cols, dtype=torch.float32, device=device)
         return self._buf[: rows * cols].view(rows, cols)
 
 
@@ -94,7 +95,7 @@ def _exp_shifted(local: torch.Tensor, rows: slice, shard: VocabShard, m: torch.T
                  workspace: Workspace | None) -> torch.Tensor:
     """exp(logits / T - max) for the real rows of one chunk: the only [chunk, v] fp32 temporary."""
     part = local[rows, : shard.valid]
-    x = (workspace or Workspace()).get(part.shape[0], part.shape[1]).copy_(part)
+    x = (workspace or Workspace()).get(part.shape[0], part.shape[1], part.device).copy_(part)
     if temperature != 1.0:
         x.div_(temperature)
     return x.sub_(m[rows, None]).exp_()
@@ -106,12 +107,12 @@ def global_stats(local: torch.Tensor, shard: VocabShard, group: dist.ProcessGrou
     """All-reduce MAX of the row max, then chunked local Σexp in fp32 and all-reduce SUM."""
     _check(local, shard, group)
     n = local.shape[0]
-    m = torch.full((n,), -math.inf, dtype=torch.float32)
+    m = torch.full((n,), -math.inf, dtype=torch.float32, device=local.device)
     if shard.valid:
         for rows in _chunks(n, chunk_size):
             m[rows] = local[rows, : shard.valid].amax(-1).to(torch.float32) / temperature
     _all_reduce(m, dist.ReduceOp.MAX, group)
-    local_sum = torch.zeros(n, dtype=torch.float32)
+    local_sum = torch.zeros(n, dtype=torch.float32, device=local.device)
     if shard.valid:
         for rows in _chunks(n, chunk_size):
             local_sum[rows] = _exp_shifted(local, rows, shard, m, temperature, workspace).sum(-1)
@@ -139,8 +140,8 @@ def label_log_probs(local: torch.Tensor, labels: torch.Tensor, shard: VocabShard
     if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= shard.vocab_size):
         raise ValueError(f"label ids must be in [0, {shard.vocab_size})")
     stats = stats or global_stats(local, shard, group, temperature, chunk_size)
-    labels = labels.to(torch.long)
-    out = torch.zeros(labels.shape, dtype=torch.float32)
+    labels = labels.to(device=local.device, dtype=torch.long)
+    out = torch.zeros(labels.shape, dtype=torch.float32, device=local.device)
     if shard.valid and labels.shape[1]:
         for rows in _chunks(local.shape[0], chunk_size):
             logp, own = _gather_log_probs(local, labels[rows], shard, stats, rows, temperature)
@@ -161,11 +162,11 @@ def _draw_owners(stats: Stats, n: int, shard: VocabShard, group: dist.ProcessGro
     """Which rank serves each of the n slots of each row: drawn on group rank 0 from the gathered masses."""
     rows = stats.max.shape[0]
     if shard.tp == 1:
-        return torch.zeros((rows, n), dtype=torch.long)
+        return torch.zeros((rows, n), dtype=torch.long, device=stats.max.device)
     mass = stats.local_sum / stats.logz.exp()  # this rank's share of each row's probability
     parts = [torch.empty_like(mass) for _ in range(shard.tp)]
     dist.all_gather(parts, mass, group=group)
-    owners = torch.empty((rows, n), dtype=torch.long)
+    owners = torch.empty((rows, n), dtype=torch.long, device=stats.max.device)
     if shard.rank == 0 and rows:
         owners = torch.multinomial(torch.stack(parts, dim=1).clamp_(min=0), n, replacement=True, generator=generator)
     dist.broadcast(owners, src=dist.get_global_rank(group, 0), group=group)
@@ -187,18 +188,19 @@ def sample(local: torch.Tensor, n: int, shard: VocabShard, group: dist.ProcessGr
     if n < 0:
         raise ValueError("sample_n must be >= 0")
     if n == 0:
-        return torch.empty((rows_total, 0), dtype=torch.long), torch.empty((rows_total, 0), dtype=torch.float32)
+        return (torch.empty((rows_total, 0), dtype=torch.long, device=local.device),
+                torch.empty((rows_total, 0), dtype=torch.float32, device=local.device))
     stats = stats or global_stats(local, shard, group, temperature, chunk_size, workspace)
     owners = _draw_owners(stats, n, shard, group, generator)
-    ids = torch.full((rows_total, n), -1, dtype=torch.long)
-    logps = torch.full((rows_total, n), -math.inf, dtype=torch.float32)
+    ids = torch.full((rows_total, n), -1, dtype=torch.long, device=local.device)
+    logps = torch.full((rows_total, n), -math.inf, dtype=torch.float32, device=local.device)
     if shard.valid:
         for rows in _chunks(rows_total, chunk_size):
             mine = owners[rows] == shard.rank
             if not bool(mine.any()):
                 continue
             cdf = _exp_shifted(local, rows, shard, stats.max, temperature, workspace).cumsum_(-1)
-            u = torch.rand((cdf.shape[0], n), generator=generator) * cdf[:, -1:]
+            u = torch.rand((cdf.shape[0], n), generator=generator, device=cdf.device) * cdf[:, -1:]
             local_idx = torch.searchsorted(cdf, u, right=True).clamp_(max=shard.valid - 1)
             del cdf
             global_ids = local_idx + shard.start
