@@ -219,9 +219,13 @@ def test_hanging_cli_is_killed_at_the_budget_and_yields_an_aborted_sample(tmp_pa
     assert wait_dead([int(p) for p in pids.read_text().split()], timeout=10) == []  # the whole group is gone
 
 
-def test_missing_cli_yields_an_aborted_sample(tmp_path, tiny, scripted):
+def test_missing_cli_yields_an_aborted_sample_and_swe_agent_picks_the_agent(tmp_path, tiny, scripted):
     url = scripted([])
-    proc, [s], _ = agent_run("codex", tmp_path, tiny, "x", f"agent.engine_url={url}",
-                             f"agent.binary={tmp_path / 'no-such-codex'}")
+    ws, out = tmp_path / "ws", tmp_path / "samples.jsonl"
+    ws.mkdir()
+    proc = run_cli("agent", "run", f"model.path={tiny}", "task.prompt=x", f"task.workdir={ws}", f"agent.output={out}",
+                   f"agent.engine_url={url}", f"agent.binary={tmp_path / 'no-such-codex'}", env={"SWE_AGENT": "codex"})
+    [s] = [json.loads(line) for line in out.read_text().splitlines()]
     assert proc.returncode == 1 and s["metadata"]["abort_reason"] == "cli_missing"
-    assert s["remove_sample"] is True and s["loss_mask"] == [0]
+    assert s["metadata"]["agent"] == "codex" and "no-such-codex" in s["metadata"]["error"]
+    assert s["remove_sample"] is True and s["loss_mask"] == [0] and s["status"] == "aborted"

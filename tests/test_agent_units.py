@@ -234,3 +234,22 @@ def test_agent_cli_needs_an_agent_and_a_prompt(monkeypatch):
     assert proc.returncode == 2 and "task.prompt" in proc.stderr
     proc = run_cli("agent", "install", "aider", "--print")
     assert proc.returncode == 2 and "valid: claude_code, codex" in proc.stderr
+
+
+@pytest.mark.parametrize("overrides,key,words", [
+    (["agent.name=mine"], "agent.name", "unknown agent; valid: claude_code, codex"),
+    (["agent.harness=a.b:H"], "agent.adapter", "needs both agent.harness and agent.adapter"),
+    (["agent.tool_parser=xml"], "agent.tool_parser", "must be qwen or hermes"),
+    (["agent.max_new_tokens=0"], "agent.max_new_tokens", "must be > 0"),
+    (["agent.realign_min_ratio=1.5"], "agent.realign_min_ratio", "must be in [0, 1]"),
+    (["agent.engine_url=localhost:1"], "agent.engine_url", "must start with http://"),
+    (["agent.port=70000"], "agent.port", "must be a TCP port"),
+])
+def test_agent_config_rules(overrides, key, words):
+    from slimecli.config.compose import load
+    from slimecli.config.errors import ConfigErrors
+
+    with pytest.raises(ConfigErrors) as info:
+        load(overrides)
+    assert key in info.value.render() and words in info.value.render()
+    assert load(["agent.name=mine", "agent.harness=a.b:H", "agent.adapter=a.b:A"]).agent.name == "mine"

@@ -1,0 +1,48 @@
+"""Agent rules: the custom (harness, adapter) pair, the tool parser, limits and URLs."""
+
+from __future__ import annotations
+
+from slimecli.config.errors import ConfigError
+from slimecli.config.schema import SlimeConfig
+
+KNOWN_AGENTS = ("none", "claude_code", "codex")
+KNOWN_PARSERS = ("qwen", "hermes")
+
+
+def pair(cfg: SlimeConfig) -> list[ConfigError]:
+    a = cfg.agent
+    if bool(a.harness) != bool(a.adapter):
+        missing = "agent.adapter" if a.harness else "agent.harness"
+        return [ConfigError(missing, None, "a custom agent needs both agent.harness and agent.adapter (import paths)")]
+    if a.name not in KNOWN_AGENTS and not a.harness:
+        return [ConfigError("agent.name", a.name, f"unknown agent; valid: {', '.join(KNOWN_AGENTS[1:])}, or set "
+                            "agent.harness and agent.adapter to import paths")]
+    return []
+
+
+def parser(cfg: SlimeConfig) -> list[ConfigError]:
+    p = cfg.agent.tool_parser
+    if p not in KNOWN_PARSERS and "." not in p and ":" not in p:
+        return [ConfigError("agent.tool_parser", p, f"must be {' or '.join(KNOWN_PARSERS)}, or an import path "
+                            "package.module:Class")]
+    return []
+
+
+def limits(cfg: SlimeConfig) -> list[ConfigError]:
+    a = cfg.agent
+    errors = []
+    if not 0 <= a.port < 65536:
+        errors.append(ConfigError("agent.port", a.port, "must be a TCP port in 0..65535 (0 = any free port)"))
+    for key in ("max_turns", "time_budget_s", "eval_budget_s", "concurrency", "max_new_tokens"):
+        if getattr(a, key) <= 0:
+            errors.append(ConfigError(f"agent.{key}", getattr(a, key), "must be > 0"))
+    if a.max_context_len is not None and a.max_context_len <= 0:
+        errors.append(ConfigError("agent.max_context_len", a.max_context_len, "must be > 0 (or unset)"))
+    if not 0.0 <= a.realign_min_ratio <= 1.0:
+        errors.append(ConfigError("agent.realign_min_ratio", a.realign_min_ratio, "must be in [0, 1]"))
+    if a.engine_url and not a.engine_url.startswith(("http://", "https://")):
+        errors.append(ConfigError("agent.engine_url", a.engine_url, "must start with http:// or https://"))
+    return errors
+
+
+RULES = [pair, parser, limits]
