@@ -280,3 +280,25 @@ def test_responses_message_events_and_errors():
             status, err, _ = await post(http, f"{st.url}/v1/responses", {"input": [{"type": "message"}]})
             assert status == 400 and err["error"]["type"] == "invalid_request_error"
     run(main())
+
+
+def test_reserialised_tool_arguments_are_realigned_onto_the_sampled_tokens():
+    """The model wrote compact JSON; the client sends the call back re-serialised: same sample, realigned."""
+    async def main():
+        compact = '<tool_call>\n{"name":"Write","arguments":{"file_path":"/w/a.txt","content":"x"}}\n</tool_call>'
+        async with Stack(AnthropicAdapter, tokenizer(), [compact, "Done."]) as st, aiohttp.ClientSession() as http:
+            msgs: list = [{"role": "user", "content": "write a.txt"}]
+            _, reply, _ = await post(http, f"{st.url}/v1/messages", anthropic_body(msgs))
+            msgs += [{"role": "assistant", "content": reply["content"]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": reply["content"][0]["id"],
+                                                   "content": "ok"}]}]
+            await post(http, f"{st.url}/v1/messages", anthropic_body(msgs))
+            [sample] = await st.manager.finish_session("sess", Sample(), 0.0)
+            consistent(sample)
+            assert sample.metadata["realigned"] == 1 and sample.metadata["turns"] == 2
+            response = sample.tokens[sample.prompt_length:]
+            sampled = [t for t, m in zip(response, sample.loss_mask, strict=True) if m]
+            stop = st.engine.stop_id
+            assert sampled == tokenizer().encode(compact) + [stop] + tokenizer().encode("Done.") + [stop]
+            assert "<tool_response>\nok\n</tool_response>" in sample.response
+    run(main())

@@ -35,10 +35,12 @@ class Harness:
     agent = "base"
     poll_interval_s = 0.2
 
-    def __init__(self, binary: str | None = None, tools_dir: str | None = None, model_name: str = "slimecli") -> None:
+    def __init__(self, binary: str | None = None, tools_dir: str | None = None, model_name: str = "slimecli",
+                 context_len: int | None = None) -> None:
         self.binary = binary
         self.tools_dir = tools_dir
         self.model_name = model_name
+        self.context_len = context_len
 
     def locate(self) -> str:
         found = locate(self.agent, self.binary, self.tools_dir)
@@ -107,7 +109,7 @@ class CodexHarness(Harness):
     def configure(self, sandbox: LocalSandbox, base_url: str, session_id: str) -> dict[str, str]:
         codex_home = sandbox.home / ".codex"
         codex_home.mkdir(parents=True, exist_ok=True)
-        (codex_home / "config.toml").write_text(codex_config_toml(base_url, self.model_name))
+        (codex_home / "config.toml").write_text(codex_config_toml(base_url, self.model_name, self.context_len))
         return {"CODEX_HOME": str(codex_home), "OPENAI_API_KEY": session_id, "RUST_LOG": "error"}
 
     def command(self, binary: str, prompt: str, sandbox: LocalSandbox) -> list[str]:
@@ -121,8 +123,9 @@ def codex_provider(base_url: str) -> str:
             f'env_key="OPENAI_API_KEY",request_max_retries=2,stream_max_retries=2}}')
 
 
-def codex_config_toml(base_url: str, model_name: str) -> str:
-    return (f'model = "{model_name}"\nmodel_provider = "{PROVIDER}"\n'
+def codex_config_toml(base_url: str, model_name: str, context_len: int | None = None) -> str:
+    window = f"model_context_window = {context_len}\n" if context_len else ""  # Codex compacts before the limit
+    return (f'model = "{model_name}"\nmodel_provider = "{PROVIDER}"\n{window}'
             f'model_providers.{PROVIDER} = {codex_provider(base_url)}\n')
 
 

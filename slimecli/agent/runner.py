@@ -28,7 +28,8 @@ async def run_task(service: AgentService, prompt: str, workdir: str | None = Non
     base = base_sample if base_sample is not None else Sample(prompt=prompt)
     info: dict[str, Any] = {"agent": service.name, "session": sid}
     harness = service.harness_cls(binary=agent.binary, tools_dir=agent.tools_dir,
-                                  model_name=service.adapter.settings.model_name)
+                                  model_name=service.adapter.settings.model_name,
+                                  context_len=service.renderer.context_len)
     sandbox: LocalSandbox | None = None
 
     def aborted(reason: str) -> list[Sample]:
