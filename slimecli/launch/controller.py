@@ -22,7 +22,7 @@ def materialize(cfg: SlimeConfig) -> SlimeConfig:
 
 
 def run(cfg: SlimeConfig, argv: list[str], overrides: list[str], console: Console | None = None) -> int:
-    console = console or Console(highlight=False)
+    console = console or Console(highlight=False, soft_wrap=True)
     cfg = materialize(cfg)
     run_dir = prepare(cfg, argv, overrides)
     if run_dir.resumed:

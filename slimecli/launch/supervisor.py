@@ -37,12 +37,23 @@ class Child:
     proc: subprocess.Popen
     log_path: Path
     colour: str
-    tail: deque = field(default_factory=lambda: deque(maxlen=30))
+    tail: deque = field(default_factory=lambda: deque(maxlen=400))
     pump: threading.Thread | None = None
 
     def tail_text(self, n: int = 20) -> str:
-        lines = list(self.tail)[-n:]
-        return "\n".join(f"    {line}" for line in lines) if lines else "    (no output)"
+        """The last `n` lines, preceded by the first traceback when it scrolled out of them
+        (torchrun prints its own summary after the worker's real error)."""
+        lines = list(self.tail)
+        if not lines:
+            return "    (no output)"
+        shown = lines[-n:]
+        first = next((i for i, line in enumerate(lines) if "Traceback (most recent call last)" in line), None)
+        if first is not None and first < len(lines) - n:
+            block = lines[first:first + 40]
+            end = next((i for i, line in enumerate(block) if i and not line.lstrip("[rank0123456789]: ").startswith(" ")
+                        and "Traceback" not in line), len(block) - 1)
+            shown = block[:end + 1] + ["..."] + shown
+        return "\n".join(f"    {line}" for line in shown)
 
 
 class Supervisor:
@@ -50,7 +61,7 @@ class Supervisor:
                  grace_s: float = 10.0, poll_s: float = 0.2):
         self.specs = specs
         self.log_dir = Path(log_dir)
-        self.console = console or Console(highlight=False)
+        self.console = console or Console(highlight=False, soft_wrap=True)
         self.grace_s = grace_s
         self.poll_s = poll_s
         self.children: list[Child] = []

@@ -1,7 +1,8 @@
-"""The quickstart task: a tiny random model learns, by RL alone, to answer with the letter it is asked for.
+"""The quickstart task: a tiny random model learns, by RL alone, to answer in CAPITAL letters.
 
-The reward is dense partial credit (the fraction of the response's characters that are the
-asked-for letter), so a random model already earns a little and GRPO has signal from step one.
+The reward is dense partial credit (the fraction of the response's letters that are upper
+case), so a random model already earns a little and GRPO has signal from the first step,
+while the best answers need the policy to move nearly all its mass onto upper-case tokens.
 """
 
 from __future__ import annotations
@@ -9,28 +10,31 @@ from __future__ import annotations
 import random
 from typing import Any
 
-LETTERS = "aeiou"
 TEMPLATES = (
-    "Write the letter {x} and nothing else.",
-    "Answer with the letter {x} only.",
-    "Say {x}.",
+    "Reply in CAPITAL letters: {x}",
+    "Shout it back: {x}",
+    "Answer only in upper case. {x}",
+    "Say it loudly! {x}",
 )
+WORDS = ("hello there", "good morning", "where is the cat", "we won", "look out", "it works", "run the tests",
+         "ship it", "stop the build", "all green")
 
 
 def make_prompt(seed: int, index: int) -> dict[str, Any]:
-    """Prompt number `index` of the task: a pure function of (seed, index), so resumes see the same data."""
+    """Prompt number `index`: a pure function of (seed, index), so a resumed run sees the same data."""
     rng = random.Random(seed * 1_000_003 + index)
-    letter = rng.choice(LETTERS)
-    return {"prompt": rng.choice(TEMPLATES).format(x=letter), "label": letter, "metadata": {"task": "quickstart"}}
+    words = rng.choice(WORDS)
+    return {"prompt": rng.choice(TEMPLATES).format(x=words), "label": words.upper(),
+            "metadata": {"task": "quickstart"}}
 
 
-def letter_reward(response: str, label: str) -> float:
-    """Fraction of the response's non-space characters that are the target letter (0 for an empty answer)."""
-    chars = [c for c in response if not c.isspace()]
-    if not chars:
+def uppercase_reward(response: str) -> float:
+    """Fraction of the response's letters that are upper case; 0 for a response without letters."""
+    letters = [c for c in response if c.isalpha()]
+    if not letters:
         return 0.0
-    return sum(c == label for c in chars) / len(chars)
+    return sum(c.isupper() for c in letters) / len(letters)
 
 
 def quickstart_reward(sample: Any) -> float:
-    return letter_reward(sample.response, str(sample.label))
+    return uppercase_reward(str(sample.response))

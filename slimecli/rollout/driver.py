@@ -1,0 +1,152 @@
+"""Rank 0's rollout: prompts -> engine samples -> rewards -> filtered groups, ready for training."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from slimecli.config.schema import SlimeConfig
+from slimecli.rollout.data import PromptSource
+from slimecli.rollout.sample import Sample, Status
+
+log = logging.getLogger("slimecli.rollout")
+MAX_OVERSAMPLING = 20  # give up after this many batches worth of groups fail the filters
+
+
+@dataclass
+class RolloutResult:
+    samples: list[Sample]  # batch_size groups x n_samples_per_prompt, sorted by index
+    train_rewards: list[float]  # one training value per sample (invalid rewards already resolved)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+class RolloutDriver:
+    def __init__(self, cfg: SlimeConfig, tokenizer: Any, engines: list[Any], source: PromptSource):
+        self.cfg = cfg
+        self.tokenizer = tokenizer
+        self.engines = engines
+        self.source = source
+        self._engine_cycle = itertools.cycle(range(len(engines)))
+        self._next_index = 0
+        self._limit = asyncio.Semaphore(max(1, cfg.rollout.max_running_requests * len(engines)))
+
+    # ---- prompts --------------------------------------------------------------------------
+    def encode_prompt(self, prompt: str | list[dict[str, Any]]) -> list[int]:
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        if self.cfg.task.apply_chat_template and getattr(self.tokenizer, "chat_template", None):
+            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+                ids = ids["input_ids"]
+        else:
+            ids = self.tokenizer.encode(prompt if isinstance(prompt, str) else messages[-1]["content"])
+        limit = self.cfg.rollout.max_prompt_len
+        return list(ids[-limit:]) if len(ids) > limit else list(ids)
+
+    def sampling_params(self, max_new_tokens: int) -> dict[str, Any]:
+        r = self.cfg.rollout
+        return {"temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k, "max_new_tokens": max_new_tokens,
+                "skip_special_tokens": False, "no_stop_trim": True, "spaces_between_special_tokens": False}
+
+    # ---- generation -----------------------------------------------------------------------
+    async def _generate(self, sample: Sample) -> None:
+        budget = self.cfg.rollout.max_new_tokens - sample.response_length
+        if budget <= 0:
+            sample.status = Status.TRUNCATED
+            return
+        engine = self.engines[next(self._engine_cycle)]
+        async with self._limit:
+            out = await engine.generate(input_ids=list(sample.tokens), sampling_params=self.sampling_params(budget),
+                                        return_logprob=True)
+        meta = out["meta_info"]
+        entries = meta.get("output_token_logprobs") or []
+        ids = [int(e[1]) for e in entries] or list(out.get("output_ids", []))
+        logps = [float(e[0]) for e in entries]
+        sample.append_response(ids, logps)
+        sample.response = out.get("text", "")
+        sample.status = Status.from_finish_reason((meta.get("finish_reason") or {}).get("type", "stop"))
+        sample.weight_versions.append(str(meta.get("weight_version", "")))
+
+    async def _group(self, record: dict[str, Any], group_index: int) -> list[Sample]:
+        prompt_ids = self.encode_prompt(record["prompt"])
+        n = self.cfg.rollout.n_samples_per_prompt
+        group = []
+        for _ in range(n):
+            group.append(Sample(prompt=record["prompt"], label=record.get("label"), group_index=group_index,
+                                index=self._next_index, tokens=list(prompt_ids),
+                                metadata=dict(record.get("metadata") or {})))
+            self._next_index += 1
+        await asyncio.gather(*(self._generate(s) for s in group))
+        return group
+
+    # ---- one rollout ----------------------------------------------------------------------
+    async def collect(self) -> RolloutResult:
+        """Pull groups until `rollout.batch_size` of them pass the filters; extras are discarded."""
+        from slimecli.reward import assign_rewards
+        from slimecli.reward.normalize import apply_invalid_policy
+
+        r = self.cfg.rollout
+        start = time.perf_counter()
+        kept: list[tuple[list[Sample], list[float]]] = []
+        drops: dict[str, int] = {}
+        all_scored: list[Sample] = []
+        groups_seen = 0
+        per_round = r.over_sampling_batch_size or r.batch_size
+        while len(kept) < r.batch_size:
+            if groups_seen >= MAX_OVERSAMPLING * r.batch_size:
+                raise RuntimeError(f"only {len(kept)} of rollout.batch_size={r.batch_size} groups passed the filters "
+                                   f"after {groups_seen} groups (dropped: {drops}); relax rollout.dynamic_filter "
+                                   "or reward.on_invalid")
+            records = self.source.next(per_round)
+            groups = await asyncio.gather(*(self._group(rec, groups_seen + i) for i, rec in enumerate(records)))
+            groups_seen += len(groups)
+            flat = [s for g in groups for s in g]
+            await assign_rewards(flat, self.cfg.reward, log)
+            scored = apply_invalid_policy(flat, self.cfg.reward.key, self.cfg.reward.on_invalid)
+            all_scored.extend(flat)
+            dropped = set(scored.dropped)
+            pos = 0
+            for group in groups:
+                rewards = scored.rewards[pos:pos + len(group)]
+                positions = range(pos, pos + len(group))
+                pos += len(group)
+                if dropped.intersection(positions):
+                    drops["invalid_reward"] = drops.get("invalid_reward", 0) + 1
+                elif r.dynamic_filter == "zero_std" and _std(rewards) <= 1e-6:
+                    drops["zero_std"] = drops.get("zero_std", 0) + 1
+                else:
+                    kept.append((group, rewards))
+        kept = sorted(kept[: r.batch_size], key=lambda item: item[0][0].index)
+        samples = [s for g, _ in kept for s in g]
+        rewards = [x for _, rs in kept for x in rs]
+        elapsed = time.perf_counter() - start
+        lengths = [s.response_length for s in samples]
+        metrics: dict[str, Any] = {
+            "rollout/time_s": elapsed,
+            "rollout/groups_generated": groups_seen,
+            "rollout/response_len_mean": sum(lengths) / max(len(lengths), 1),
+            "rollout/response_len_max": max(lengths, default=0),
+            "rollout/response_len_min": min(lengths, default=0),
+            "rollout/truncated_ratio": sum(s.status == Status.TRUNCATED for s in samples) / max(len(samples), 1),
+            "rollout/tokens_per_s": sum(lengths) / elapsed if elapsed > 0 else 0.0,
+            **{f"rollout/dropped_{k}": v for k, v in drops.items()},
+        }
+        metrics.update(reward_metrics(all_scored, self.cfg.reward.key, drops))
+        return RolloutResult(samples, rewards, metrics)
+
+
+def reward_metrics(samples: list[Sample], key: str | None, drops: dict[str, int]) -> dict[str, Any]:
+    """Reward statistics over everything scored this step (kept or dropped); never raises."""
+    from slimecli.reward.stats import reward_metrics as stats
+
+    return stats(samples, key, filter_drops=drops)
+
+
+def _std(values: list[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    return (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5

@@ -1,0 +1,34 @@
+"""Trainer worker entry: `torchrun ... -m slimecli.train --config RUN/config.yaml`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    from slimecli.launch.watchdog import start_parent_watchdog
+
+    start_parent_watchdog()
+    parser = argparse.ArgumentParser(prog="python -m slimecli.train")
+    parser.add_argument("--config", required=True, help="the resolved config.yaml of the run")
+    args = parser.parse_args(argv)
+    from slimecli.config.errors import ConfigErrors
+    from slimecli.config.io import load_frozen
+
+    try:
+        cfg = load_frozen(args.config)
+    except (OSError, ConfigErrors) as exc:
+        print(f"cannot read {args.config}: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=cfg.run.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from slimecli.train.loop import Trainer
+
+    Trainer(cfg, Path(args.config).resolve().parent).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""What only trainer rank 0 does: talk to the engines (and teacher), run rollouts, push weights."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from slimecli.config.schema import SlimeConfig
+from slimecli.rollout.data import PromptSource
+from slimecli.rollout.driver import RolloutDriver, RolloutResult
+
+log = logging.getLogger("slimecli.train")
+
+
+class RolloutSide:
+    def __init__(self, cfg: SlimeConfig, run_dir: Path, tokenizer: Any):
+        from slimecli.rollout.client import EngineClient
+
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.loop = asyncio.new_event_loop()
+        r = cfg.rollout
+        self.engines = [EngineClient(f"http://{r.host}:{r.port + i}") for i in range(r.num_engines)]
+        self.source = PromptSource(cfg.task, cfg.run.seed)
+        self.driver = RolloutDriver(cfg, tokenizer, self.engines, self.source)
+        self.teacher = None
+        if cfg.teacher.name != "none":
+            from slimecli.teacher.client import TeacherClient
+
+            self.teacher = TeacherClient(cfg.teacher)
+
+    def run(self, coro: Any) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    def wait_ready(self) -> None:
+        async def all_ready() -> None:
+            await asyncio.gather(*(e.wait_ready(self.cfg.rollout.start_timeout_s) for e in self.engines))
+
+        self.run(all_ready())
+
+    def collect(self) -> RolloutResult:
+        result = self.run(self.driver.collect())
+        if self.teacher is not None:
+            result.metrics.update(self.run(self._teacher_scores(result)))
+        return result
+
+    async def _teacher_scores(self, result: RolloutResult) -> dict[str, float]:
+        scores = await self.teacher.score(result.samples)
+        gaps, teacher_means = [], []
+        for sample, teacher_lp in zip(result.samples, scores, strict=True):
+            sample.teacher_log_probs = list(teacher_lp)
+            mask = sample.effective_loss_mask()
+            student = sample.rollout_log_probs or [0.0] * sample.response_length
+            n = sum(mask)
+            if n:
+                teacher_means.append(sum(t * m for t, m in zip(teacher_lp, mask, strict=True)) / n)
+                gaps.append(sum((s - t) * m for s, t, m in zip(student, teacher_lp, mask, strict=True)) / n)
+        return {"opd/teacher_logp_mean": _mean(teacher_means), "opd/student_teacher_gap": _mean(gaps)}
+
+    def push_weights(self, model: torch.nn.Module, version: int) -> str:
+        """Write the weights as an HF dir, then pause -> flush -> update -> continue on every engine."""
+        from slimecli.train.hf_export import export_version
+
+        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+        path = export_version(state, self.cfg.model.path, self.run_dir, version, keep=2)
+        async def update_all() -> None:
+            await asyncio.gather(*(self._update(e, str(path), str(version)) for e in self.engines))
+
+        self.run(update_all())
+        return str(path)
+
+    async def _update(self, engine: Any, path: str, version: str) -> None:
+        result = await engine.sync_weights(path, version)  # pause -> flush -> update -> continue
+        if not result.get("success", False):
+            raise RuntimeError(f"engine {engine.base_url} refused weights {path}: {result.get('message')}")
+
+    def close(self) -> None:
+        for engine in self.engines:
+            close = getattr(engine, "close", None)
+            if close is not None:
+                self.run(close())
+        if self.teacher is not None and hasattr(self.teacher, "close"):
+            self.run(self.teacher.close())
+        self.loop.close()
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
