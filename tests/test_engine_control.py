@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from conftest import free_port
 from engine_fixtures import Engine, engine_fixture, hf_logprobs, start_engine, stop_engine
@@ -60,6 +61,20 @@ def test_abort_by_rid_and_all(engine: Engine) -> None:
                 assert (await t)["meta_info"]["finish_reason"]["type"] == "abort"
             assert await c.health_generate()
     run(main())
+
+
+def test_client_disconnect_aborts_its_request(engine: Engine) -> None:
+    aborted = engine.get("/get_server_info").json()["internal_states"][0]["aborted_requests"]
+    endless = {**LONG, "max_new_tokens": 60000}  # far more than the deadline below allows
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(engine.url + "/generate", json={"input_ids": [1, 2], "sampling_params": endless}, timeout=1.0)
+    deadline = time.monotonic() + 60
+    while True:
+        states = engine.get("/get_server_info").json()["internal_states"][0]
+        if states["running"] == 0 and states["waiting"] == 0 and states["aborted_requests"] == aborted + 1:
+            break
+        assert time.monotonic() < deadline, f"the abandoned request kept running: {states}"
+        time.sleep(0.1)
 
 
 def test_pause_in_place_and_continue(engine: Engine) -> None:
