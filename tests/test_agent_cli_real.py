@@ -229,3 +229,16 @@ def test_missing_cli_yields_an_aborted_sample_and_swe_agent_picks_the_agent(tmp_
     assert proc.returncode == 1 and s["metadata"]["abort_reason"] == "cli_missing"
     assert s["metadata"]["agent"] == "codex" and "no-such-codex" in s["metadata"]["error"]
     assert s["remove_sample"] is True and s["loss_mask"] == [0] and s["status"] == "aborted"
+
+
+@needs_cli("claude_code")
+def test_claude_over_max_turns_gets_429_stops_and_keeps_the_captured_turns(tmp_path, tiny, scripted):
+    target = tmp_path / "ws" / "a.txt"
+    url = scripted([tool_call("Write", {"file_path": str(target), "content": "1"}), "never sent"])
+    proc, [s], _ = agent_run("claude_code", tmp_path, tiny, "go", f"agent.engine_url={url}", "agent.max_turns=1",
+                             "agent.time_budget_s=120")
+    assert s["metadata"]["exit_code"] not in (None, 0) and not s["metadata"]["timed_out"]  # no retry loop
+    assert "agent.max_turns=1" in s["metadata"]["cli_stdout"] + s["metadata"]["cli_stderr"]
+    assert s["metadata"]["turns"] == 1 and target.read_text() == "1"
+    check_sample(s)
+    assert len(engine_log(url)["requests"]) == 1

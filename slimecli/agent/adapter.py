@@ -25,11 +25,13 @@ log = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, kind: str | None = None) -> None:
+    def __init__(self, status: int, message: str, kind: str | None = None, retry: bool | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.kind = kind
+        # SDK-based CLIs honour x-should-retry: a closed or exhausted session must end the run, not back off.
+        self.headers = {} if retry is None else {"x-should-retry": "true" if retry else "false"}
 
 
 @dataclass
@@ -100,7 +102,8 @@ class Adapter:
         try:
             return await handler(request)
         except ApiError as exc:
-            return web.json_response(self.error_body(exc.status, exc.message, exc.kind), status=exc.status)
+            return web.json_response(self.error_body(exc.status, exc.message, exc.kind), status=exc.status,
+                                     headers=exc.headers)
         except web.HTTPException as exc:  # 404 / 405 / 413 from aiohttp itself, in the client's format
             if exc.status < 400:
                 raise
@@ -144,9 +147,10 @@ class Adapter:
         try:
             self.manager.begin_turn(sid)
         except SessionClosed:
-            raise ApiError(503, f"session {sid[:64]!r} is closed") from None
+            raise ApiError(503, f"session {sid[:64]!r} is closed", retry=False) from None
         except TooManyTurns:
-            raise ApiError(429, f"session {sid[:64]!r} reached agent.max_turns={self.manager.max_turns}") from None
+            raise ApiError(429, f"session {sid[:64]!r} reached agent.max_turns={self.manager.max_turns}",
+                           retry=False) from None
 
     async def render(self, req: TurnRequest) -> list[int]:
         try:
