@@ -1,4 +1,5 @@
-"""The adapters' async link to a rollout engine speaking SGLang's native API (/generate, /abort_request)."""
+"""The adapters' view of a rollout engine (SGLang's native API via slimecli's EngineClient): one turn's
+generation with log-probs, and an abort when the turn is cancelled (the CLI went away)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+
+from slimecli.rollout import client as engine_client
 
 
 class EngineError(Exception):
@@ -25,52 +28,40 @@ class Generation:
 
 class EngineLink:
     def __init__(self, base_url: str, timeout_s: float = 600.0) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.timeout_s = timeout_s
-        self._session: aiohttp.ClientSession | None = None
+        self.client = engine_client.EngineClient(base_url, timeout_s=timeout_s)
 
-    async def _http(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
-        return self._session
+    @property
+    def base_url(self) -> str:
+        return self.client.base_url
+
+    @base_url.setter
+    def base_url(self, value: str) -> None:
+        self.client.base_url = value.rstrip("/")
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self.client.close()
 
     async def healthy(self) -> bool:
-        try:
-            http = await self._http()
-            async with http.get(f"{self.base_url}/health_generate", timeout=aiohttp.ClientTimeout(total=30)) as r:
-                return r.status == 200
-        except (TimeoutError, aiohttp.ClientError, OSError):
-            return False
+        return await self.client.health_generate()
 
     async def generate(self, input_ids: list[int], sampling_params: dict[str, Any], rid: str | None = None
                        ) -> Generation:
         """One /generate call; cancelling the awaiting task aborts the request on the engine."""
         rid = rid or uuid.uuid4().hex
-        body = {"input_ids": input_ids, "sampling_params": sampling_params, "return_logprob": True, "rid": rid}
-        http = await self._http()
         try:
-            async with http.post(f"{self.base_url}/generate", json=body) as r:
-                data = await r.json(content_type=None)
-                if r.status != 200:
-                    raise EngineError(f"engine answered {r.status}: {str(data)[:300]}")
+            data = await self.client.generate(input_ids, sampling_params=sampling_params, return_logprob=True,
+                                              rid=rid)
         except asyncio.CancelledError:
             await asyncio.shield(self.abort(rid))
             raise
-        except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
-            raise EngineError(f"engine request failed: {exc!r}") from exc
+        except (engine_client.EngineError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            raise EngineError(f"engine request failed: {exc}") from exc
         return _parse_generation(data)
 
     async def abort(self, rid: str) -> None:
         try:
-            http = await self._http()
-            async with http.post(f"{self.base_url}/abort_request", json={"rid": rid},
-                                 timeout=aiohttp.ClientTimeout(total=10)):
-                pass
-        except (TimeoutError, aiohttp.ClientError, OSError):
+            await asyncio.wait_for(self.client.abort(rid), 10.0)
+        except (engine_client.EngineError, aiohttp.ClientError, TimeoutError, OSError):
             pass
 
 
