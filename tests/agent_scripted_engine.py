@@ -46,11 +46,13 @@ class ScriptedEngine:
         return web.json_response({"requests": self.requests, "aborted": self.aborted})
 
     async def abort(self, request: web.Request) -> web.Response:
-        rid = (await request.json()).get("rid")
+        await self.abort_rid((await request.json()).get("rid"))
+        return web.json_response({})
+
+    async def abort_rid(self, rid: str) -> None:
         self.aborted.append(rid)
         if rid in self._hanging:
             self._hanging[rid].set()
-        return web.json_response({})
 
     async def generate(self, request: web.Request) -> web.Response:
         body = await request.json()

@@ -200,6 +200,25 @@ def test_anthropic_errors_sessions_and_turn_limit():
     run(main())
 
 
+def test_engine_abort_is_a_retryable_503_and_not_recorded():
+    async def main():
+        async with Stack(AnthropicAdapter, tokenizer(), [{"hang": True}, "after retry"]) as st, \
+                aiohttp.ClientSession() as http:
+            task = asyncio.create_task(post(http, f"{st.url}/v1/messages",
+                                             anthropic_body([{"role": "user", "content": "hi"}])))
+            while not st.engine.requests:
+                await asyncio.sleep(0.05)
+            await st.engine.abort_rid(st.engine.requests[0]["rid"])  # as a weight update with pause mode abort
+            status, err, _ = await task
+            assert status == 503 and err["error"]["type"] == "overloaded_error"
+            status, reply, _ = await post(http, f"{st.url}/v1/messages",
+                                          anthropic_body([{"role": "user", "content": "hi"}]))
+            assert status == 200 and reply["content"][0]["text"] == "after retry"
+            [sample] = await st.manager.finish_session("sess", Sample(), 0.0)
+            assert sample.metadata["turns"] == 1
+    run(main())
+
+
 def test_client_disconnect_aborts_the_engine_request_and_records_nothing():
     async def main():
         async with Stack(AnthropicAdapter, tokenizer(), [{"hang": True}]) as st, aiohttp.ClientSession() as http:

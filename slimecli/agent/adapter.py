@@ -179,6 +179,8 @@ class Adapter:
             if req.stop:
                 params["stop"] = req.stop
             gen = await self.engine.generate(prompt_ids, params, rid=f"{self.name}-{uuid.uuid4().hex}")
+            if gen.finish_reason == "abort":  # e.g. paused for a weight update: not a turn, let the CLI retry
+                raise ApiError(503, "the engine aborted this generation; retry", retry=True)
         text = self.renderer.decode(gen.output_ids)
         stop_sequence = gen.matched if isinstance(gen.matched, str) and gen.matched in req.stop else None
         if stop_sequence and text.endswith(stop_sequence):
