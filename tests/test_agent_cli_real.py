@@ -242,3 +242,12 @@ def test_claude_over_max_turns_gets_429_stops_and_keeps_the_captured_turns(tmp_p
     assert s["metadata"]["turns"] == 1 and target.read_text() == "1"
     check_sample(s)
     assert len(engine_log(url)["requests"]) == 1
+
+
+@needs_cli("claude_code")
+def test_claude_waiting_on_a_stuck_engine_is_killed_and_the_engine_request_aborted(tmp_path, tiny, scripted):
+    url = scripted([{"hang": True}])
+    proc, [s], _ = agent_run("claude_code", tmp_path, tiny, "go", f"agent.engine_url={url}", "agent.time_budget_s=8")
+    assert s["metadata"]["abort_reason"] == "wall_clock_timeout" and s["remove_sample"] is True
+    log = engine_log(url)
+    assert [r["rid"] for r in log["requests"]] == log["aborted"]  # the CLI went away: its request was aborted
