@@ -251,3 +251,34 @@ def test_claude_waiting_on_a_stuck_engine_is_killed_and_the_engine_request_abort
     assert s["metadata"]["abort_reason"] == "wall_clock_timeout" and s["remove_sample"] is True
     log = engine_log(url)
     assert [r["rid"] for r in log["requests"]] == log["aborted"]  # the CLI went away: its request was aborted
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def test_agent_serve_starts_the_real_engine_and_sigterm_stops_both(tmp_path, tiny):
+    import signal
+
+    port = free_port()
+    serve = subprocess.Popen([sys.executable, "-m", "slimecli", "agent", "serve", "agent=codex", f"model.path={tiny}",
+                              f"agent.port={port}"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", timeout=180)
+        assert "model_provider=slimecli" in serve.stdout.readline() + serve.stdout.readline()
+        engines = children(serve.pid)
+        assert engines, "the engine runs as a child of agent serve"
+        serve.send_signal(signal.SIGTERM)
+        assert serve.wait(timeout=60) == 0
+        assert wait_dead(engines, timeout=30) == []
+    finally:
+        if serve.poll() is None:
+            serve.kill()

@@ -57,6 +57,23 @@ def _usage(service) -> str:
     return f"base URL: {url}"
 
 
+def _run_until_signal(coro):
+    """asyncio.run, with SIGTERM / SIGINT cancelling the main task so every `finally` (engine, CLI) runs."""
+    import signal
+
+    async def main():
+        task = asyncio.ensure_future(coro)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            raise KeyboardInterrupt from None
+
+    return asyncio.run(main())
+
+
 def register(app: typer.Typer) -> None:
     agent_app = typer.Typer(help="Coding-agent back-ends: LLM API adapters over the rollout engine, CLI harnesses.",
                             no_args_is_help=True)
@@ -79,7 +96,7 @@ def register(app: typer.Typer) -> None:
                 await service.stop()
 
         try:
-            asyncio.run(main())
+            _run_until_signal(main())
         except KeyboardInterrupt:
             pass
         except (RuntimeError, OSError) as exc:
@@ -105,7 +122,9 @@ def register(app: typer.Typer) -> None:
                 await service.stop()
 
         try:
-            samples = asyncio.run(main())
+            samples = _run_until_signal(main())
+        except KeyboardInterrupt:
+            fail("agent run: interrupted", code=130)
         except (RuntimeError, OSError) as exc:
             fail(f"agent run: {exc}", code=1)
         out.parent.mkdir(parents=True, exist_ok=True)
