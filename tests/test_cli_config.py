@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import yaml
 
@@ -21,9 +22,11 @@ def test_help_lists_every_command_with_examples():
 
 
 def test_python_dash_m_and_console_script_agree():
-    script = ROOT / ".venv" / "bin" / "slimecli"
-    if script.exists():
-        assert subprocess.run([str(script), "--help"], capture_output=True, text=True).stdout == run_cli("--help").stdout
+    script = Path(sys.executable).parent / "slimecli"
+    assert script.exists(), "the console script is installed with the package"
+    script_help = subprocess.run([str(script), "--help"], capture_output=True, text=True).stdout
+    module_help = run_cli("--help").stdout
+    assert script_help.replace("Usage: slimecli", "Usage: python -m slimecli") == module_help
 
 
 def test_recipes_list_show_copy(tmp_path):

@@ -1,0 +1,124 @@
+"""`slimecli train` end to end on CPU: learning, checkpoints, resume after kill -9, engine death."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from slimecli.train import checkpoint
+from tests.conftest import wait_dead
+from tests.e2e import descendants, kill_tree, metrics, run_train, start_train, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def test_quickstart_reward_rises(tmp_path):
+    """A shortened quickstart (2 trainer ranks, 1 engine): the reward must clearly go up."""
+    run = tmp_path / "qs"
+    out = run_train(run, "trainer.max_steps=36", "trainer.save_interval=0")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    rows = metrics(run)
+    assert [r["step"] for r in rows] == list(range(1, 37))
+    rewards = [r["reward/mean"] for r in rows]
+    first, last = sum(rewards[:4]) / 4, sum(rewards[-4:]) / 4
+    assert last > 3 * first and last > 0.3, rewards
+    assert all(r["weight_version"] == r["step"] for r in rows)
+    for key in ("train/entropy", "train/grad_norm", "train/lr", "train/pg_clipfrac", "train/ppo_kl",
+                "rollout/response_len_mean", "time/step_s", "perf/tokens_per_s", "reward/std"):
+        assert key in rows[-1], key
+    assert checkpoint.latest_complete(run).name == "step_36"
+    assert (run / "tensorboard").is_dir() and (run / "logs" / "engine-0.log").is_file()
+    assert "train step 36/36" in out.stdout
+
+
+def test_resume_after_controller_kill(tmp_path):
+    """kill -9 the controller mid-run; the same command resumes: no finished step lost or repeated."""
+    run = tmp_path / "r"
+    args = ("trainer.max_steps=8", "trainer.save_interval=1")
+    proc = start_train(run, *args)
+    try:
+        wait_for(lambda: checkpoint.latest_complete(run) is not None and
+                 checkpoint.latest_complete(run).name == "step_3", 300, proc, "checkpoint step_3")
+        children = descendants(proc.pid)
+        proc.kill()  # SIGKILL: the children must notice and go on their own
+        proc.wait()
+        assert wait_dead(children, timeout=15) == [], "children outlived the killed controller"
+    finally:
+        if proc.poll() is None:
+            kill_tree(proc)
+    done_before = checkpoint.load(run).step
+    out = run_train(run, *args)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "resuming" in out.stdout
+    steps = [r["step"] for r in metrics(run)]
+    assert steps == list(range(1, 9)), steps
+    assert re.search(rf"train step {done_before + 1}/8", out.stdout)  # continued, not restarted
+    assert f"train step {done_before}/8" not in out.stdout.replace(f"step {done_before}/8 [", "")
+
+
+def test_engine_kill_stops_the_run(tmp_path):
+    run = tmp_path / "k"
+    proc = start_train(run, "trainer.max_steps=200", "trainer.save_interval=0")
+    try:
+        wait_for(lambda: len(metrics(run)) >= 2, 300, proc, "two steps")
+        children = descendants(proc.pid)
+        (engine_pid,) = [p for p in children if b"slimecli.rollout.engine" in _cmdline(p)]
+        os.kill(engine_pid, signal.SIGKILL)
+        started = time.monotonic()
+        code = proc.wait(timeout=30)
+        elapsed = time.monotonic() - started
+        output = proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            kill_tree(proc)
+    assert code != 0 and elapsed < 15, (code, elapsed)
+    assert "engine-0 was killed by SIGKILL" in output
+    assert wait_dead(children, timeout=10) == []
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def test_stateless_adam_checkpoint_has_no_moments(tmp_path):
+    run = tmp_path / "s"
+    out = run_train(run, "optimizer=stateless_adam", "trainer.max_steps=3", "trainer.save_interval=0")
+    assert out.returncode == 0, out.stdout[-3000:]
+    ckpt = checkpoint.load(run)
+    assert ckpt.step == 3 and ckpt.optimizer_state is None
+    assert not (ckpt.path / "optimizer.pt").exists()
+    assert ckpt.metadata["optimizer"] == "stateless_adam"
+
+
+def test_python_reward_with_bad_values_keeps_running(tmp_path):
+    """A reward returning dicts, strings and raising: the run finishes and metrics count the invalid ones."""
+    fn = tmp_path / "my_reward.py"
+    fn.write_text(
+        "def score(sample):\n"
+        "    k = sample.index % 4\n"
+        "    if k == 0:\n"
+        "        return {'score': 1.0 if sample.response.isupper() else 0.25, 'acc': True, 'pred': sample.response}\n"
+        "    if k == 1:\n"
+        "        return 'not a number'\n"
+        "    if k == 2:\n"
+        "        raise ValueError('broken reward')\n"
+        "    return {'acc': False}\n"
+    )
+    run = tmp_path / "p"
+    out = run_train(run, "reward=python", f"reward.path={fn}:score", "reward.key=score", "trainer.max_steps=2",
+                    "trainer.save_interval=0")
+    assert out.returncode == 0, out.stdout[-3000:]
+    rows = metrics(run)
+    assert len(rows) == 2
+    last = rows[-1]
+    assert last["reward/valid"] == 16 and last["reward/invalid"] == 48
+    assert any(k.startswith("reward/invalid/") for k in last)
+    assert "reward/key/acc/mean" in last  # per-key means of dict rewards
