@@ -253,3 +253,20 @@ def test_agent_config_rules(overrides, key, words):
         load(overrides)
     assert key in info.value.render() and words in info.value.render()
     assert load(["agent.name=mine", "agent.harness=a.b:H", "agent.adapter=a.b:A"]).agent.name == "mine"
+
+
+def test_locate_skips_the_claude_placeholder_when_npm_skipped_install_scripts(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLIMECLI_TOOLS_DIR", str(tmp_path))
+    modules = tmp_path / "claude_code" / "node_modules"
+    stub = modules / "@anthropic-ai" / "claude-code" / "bin" / "claude.exe"
+    native = modules / "@anthropic-ai" / "claude-code-linux-x64" / "claude"
+    for f, size in ((stub, 100), (native, 2 << 20)):
+        f.parent.mkdir(parents=True)
+        f.write_bytes(b"\0" * size)
+        f.chmod(0o755)
+    (modules / ".bin").mkdir()
+    (modules / ".bin" / "claude").symlink_to(stub)
+    assert install.locate("claude_code") == str(native)
+    native.unlink()
+    stub.write_bytes(b"\0" * (2 << 20))  # the postinstall replaced the placeholder: use the launcher
+    assert install.locate("claude_code") == str(modules / ".bin" / "claude")

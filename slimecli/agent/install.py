@@ -66,8 +66,16 @@ def install(agent: str, configured_dir: str | None = None) -> Path:
 
 def installed_binary(agent: str, configured_dir: str | None = None) -> Path | None:
     pkg = package(agent)
-    path = tools_dir(configured_dir) / agent / "node_modules" / ".bin" / pkg.binary
-    return path if path.exists() and os.access(path, os.X_OK) else None
+    modules = tools_dir(configured_dir) / agent / "node_modules"
+    path = modules / ".bin" / pkg.binary
+    if not (path.exists() and os.access(path, os.X_OK)):
+        return None
+    if agent == "claude_code" and path.resolve().stat().st_size < (1 << 20):
+        # The launcher is a placeholder until the package's postinstall copies the native binary over it;
+        # where npm skipped install scripts, use the platform package's binary directly.
+        native = sorted(modules.glob("@anthropic-ai/claude-code-*/claude"))
+        return native[0] if native else None
+    return path
 
 
 def locate(agent: str, binary: str | None = None, configured_dir: str | None = None) -> str | None:
