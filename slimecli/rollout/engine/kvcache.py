@@ -56,8 +56,10 @@ class SlotLayer(DynamicLayer):
     def get_seq_length(self) -> int:
         return self.length
 
-    def get_mask_sizes(self, query_length: int, *args: Any) -> tuple[int, int]:
-        return self.length + query_length, 0
+    def get_mask_sizes(self, query: int | torch.Tensor, *args: Any) -> tuple[int, int]:
+        # transformers 5 passes the query length; 4.5x passes cache_position (one entry per query token)
+        q = int(query.shape[0]) if isinstance(query, torch.Tensor) else int(query)
+        return self.length + q, 0
 
     def reset(self) -> None:
         self.length, self.kbuf, self.vbuf = 0, None, None

@@ -23,12 +23,13 @@ from slimecli.rollout.engine.sampling import sample
 from slimecli.rollout.engine.seq import Seq
 
 log = logging.getLogger("slimecli.engine")
+Update = tuple[Seq, int, "dict[str, Any] | None"]  # a sequence, its token count and finish reason at that moment
 
 
 class Scheduler:
     def __init__(self, model: Any, tokenizer: Any, *, max_running: int = 64, pad_id: int = 0,
                  max_prefill_tokens: int = 8192, seed: int | None = None,
-                 dispatch: Callable[[list[Seq]], None] | None = None) -> None:
+                 dispatch: Callable[[list[Update]], None] | None = None) -> None:
         self.runner = Runner(model, pad_id=pad_id, max_prefill_tokens=max_prefill_tokens)
         self.tokenizer = tokenizer
         self.max_running = max_running
@@ -158,12 +159,11 @@ class Scheduler:
             return
         with self._wake:
             new = [self.waiting.popleft() for _ in range(min(room, len(self.waiting)))]
-        ready = [s for s in new if not s.done]
         for s in new:
-            if s.params.max_new_tokens == 0 and not s.done and not s.output_ids:
+            if s.params.max_new_tokens == 0 and not s.done:
                 s.finish = {"type": "length", "length": 0}
         finished = [s for s in new if s.done]
-        ready = [s for s in ready if not s.done]
+        ready = [s for s in new if not s.done]
         for group in self.runner.groups(ready):
             try:
                 logits = self.runner.prefill(group)
@@ -217,7 +217,7 @@ class Scheduler:
                 self.stats["finished_requests"] += 1
                 if s.finish and s.finish["type"] == "abort":
                     self.stats["aborted_requests"] += 1
-        self.dispatch(seqs)
+        self.dispatch([(s, len(s.output_ids), s.finish) for s in seqs])
 
     def wait_idle(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

@@ -21,7 +21,9 @@ class Seq:
     item: Item
     prompt_ids: list[int]
     eos_ids: frozenset[int]
-    notify: Callable[[Seq], None] | None = None  # runs on the event loop after each update the seq asks for
+    # Runs on the event loop for each update: (seq, tokens so far, finish reason at that moment). The scheduler
+    # thread keeps appending, so readers use the snapshot length, never len(output_ids).
+    notify: Callable[[Seq, int, dict[str, Any] | None], None] | None = None
     stream: bool = False
     uid: int = field(default_factory=lambda: next(_UID))
     output_ids: list[int] = field(default_factory=list)
@@ -94,11 +96,14 @@ def _entry(lp: float | None, tid: int, decode_one: Callable[[int], str] | None) 
     return [lp, tid, decode_one(tid) if decode_one else None]
 
 
-def build_reply(seq: Seq, tokenizer: Any, weight_version: str) -> dict[str, Any]:
-    """The /generate reply dict for one sequence (also each streamed chunk, cumulative)."""
+def build_reply(seq: Seq, tokenizer: Any, weight_version: str, n: int | None = None,
+                finish: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The /generate reply dict for one sequence, or for its first n tokens (a streamed chunk, cumulative)."""
     p = seq.params
-    ids = seq.output_ids
-    fin = seq.finish
+    if n is None:
+        n, finish = len(seq.output_ids), seq.finish
+    ids = seq.output_ids[:n]
+    fin = finish
     text_ids = ids
     if fin and fin["type"] == "stop" and isinstance(fin.get("matched"), int) and not p.no_stop_trim and ids:
         text_ids = ids[:-1]
@@ -118,9 +123,9 @@ def build_reply(seq: Seq, tokenizer: Any, weight_version: str) -> dict[str, Any]
     }
     if seq.item.return_logprob:
         one = (lambda t: tokenizer.decode([t])) if seq.item.return_text_in_logprobs else None
-        meta["output_token_logprobs"] = [_entry(lp, t, one) for lp, t in zip(seq.logprobs, ids, strict=True)]
+        meta["output_token_logprobs"] = [_entry(lp, t, one) for lp, t in zip(seq.logprobs[:n], ids, strict=True)]
         if seq.item.top_logprobs_num:
-            meta["output_top_logprobs"] = [[_entry(lp, t, one) for lp, t in (top or [])] for top in seq.top]
+            meta["output_top_logprobs"] = [[_entry(lp, t, one) for lp, t in (top or [])] for top in seq.top[:n]]
         if seq.input_logprobs is not None:
             start = max(seq.item.logprob_start_len, 0)
             meta["input_token_logprobs"] = [_entry(lp, t, one) for lp, t in

@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from slimecli.rollout.engine.protocol import BadRequest, GenerateRequest, Item, SamplingParams, parse_generate
-from slimecli.rollout.engine.scheduler import Scheduler
+from slimecli.rollout.engine.scheduler import Scheduler, Update
 from slimecli.rollout.engine.seq import Seq, build_reply
 
 log = logging.getLogger("slimecli.engine")
@@ -36,6 +36,11 @@ async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
         if exc.status >= 400:
             return error(exc.reason or "error", exc.status)
         raise
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a bug of ours: report it as JSON and keep serving
+        log.exception("internal error on %s %s", request.method, request.path)
+        return error(f"internal error: {type(exc).__name__}: {exc}", 500)
 
 
 async def read_json(request: web.Request, required: bool = True) -> Any:
@@ -69,6 +74,7 @@ class EngineServer:
         self.ready = False
         self.started = time.time()
         self._update_lock = asyncio.Lock()
+        self.active: dict[str, int] = {}  # client rid -> unfinished sequences (event-loop side only)
         self.loop: asyncio.AbstractEventLoop | None = None
 
     # ---- start-up ----------------------------------------------------------------------------
@@ -124,15 +130,15 @@ class EngineServer:
         return app
 
     # ---- scheduler <-> event loop ------------------------------------------------------------
-    def _dispatch_threadsafe(self, seqs: list[Seq]) -> None:
+    def _dispatch_threadsafe(self, updates: list[Update]) -> None:
         if self.loop is not None and not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(self._dispatch, seqs)
+            self.loop.call_soon_threadsafe(self._dispatch, updates)
 
     @staticmethod
-    def _dispatch(seqs: list[Seq]) -> None:
-        for s in seqs:
+    def _dispatch(updates: list[Update]) -> None:
+        for s, n, fin in updates:
             if s.notify is not None:
-                s.notify(s)
+                s.notify(s, n, fin)
 
     def _seq(self, item: Item, stream: bool = False) -> Seq:
         ids = item.prompt_ids if item.prompt_ids is not None else self.tokenizer.encode(item.text,
@@ -158,16 +164,20 @@ class EngineServer:
         done = asyncio.Event()
         remaining = {s.uid for s in seqs}
 
-        def notify(s: Seq) -> None:
+        def notify(s: Seq, n: int, fin: dict[str, Any] | None) -> None:
             if on_update is not None:
-                on_update(s)
-            if s.done:
+                on_update((s, n, fin))
+            if fin is not None and s.uid in remaining:
                 remaining.discard(s.uid)
+                self.active[s.item.group] -= 1
+                if not self.active[s.item.group]:
+                    del self.active[s.item.group]
                 if not remaining:
                     done.set()
 
         for s in seqs:
             s.notify = notify
+            self.active[s.item.group] = self.active.get(s.item.group, 0) + 1
         self.scheduler.submit(seqs)
         try:
             await done.wait()
@@ -190,8 +200,7 @@ class EngineServer:
         req: GenerateRequest = parse_generate(await read_json(request), self.vocab_size)
         seqs = [self._seq(item, req.stream) for item in req.items]
         self._check_lengths(seqs)
-        busy = {s.item.group for s in self.scheduler.running} | {s.item.group for s in self.scheduler.waiting}
-        dup = sorted({s.item.group for s in seqs} & busy)
+        dup = sorted({s.item.group for s in seqs} & self.active.keys())
         if dup:
             raise BadRequest(f"rid: {dup[0]!r} is already running")
         if req.stream:
@@ -204,17 +213,17 @@ class EngineServer:
     async def _stream(self, request: web.Request, req: GenerateRequest, seqs: list[Seq]) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
-        queue: asyncio.Queue[Seq] = asyncio.Queue()
+        queue: asyncio.Queue[Update] = asyncio.Queue()
         task = asyncio.ensure_future(self._run(seqs, on_update=queue.put_nowait))
         try:
             pending = len(seqs)
             while pending:
-                s = await queue.get()
-                chunk = build_reply(s, self.tokenizer, self.scheduler.weight_version)
+                s, n, fin = await queue.get()
+                chunk = build_reply(s, self.tokenizer, self.scheduler.weight_version, n, fin)
                 if req.batched:
                     chunk["index"] = s.item.index
                 await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                pending -= s.done
+                pending -= fin is not None
             await task
             await resp.write(b"data: [DONE]\n\n")
         except (asyncio.CancelledError, ConnectionResetError):
