@@ -32,6 +32,7 @@ class Runner:
     def set_model(self, model: Any) -> None:
         self.model = model
         self.num_layers = model.config.get_text_config().num_hidden_layers
+        self.device = next(model.parameters()).device
         self.cache_kw = _cache_kwarg(model)
 
     # ---- forward --------------------------------------------------------------------------
@@ -77,12 +78,14 @@ class Runner:
         padded = bool((mask == 0).any())
         cache = BatchCache(self.num_layers)
         full = len(group) == 1 and group[0].item.return_logprob and group[0].item.logprob_start_len >= 0
-        logits = self._forward(ids, mask if padded else None, pos, cache, keep=0 if full else 1)
+        dev = self.device
+        logits = self._forward(ids.to(dev), mask.to(dev) if padded else None, pos.to(dev), cache,
+                               keep=0 if full else 1)
         if full:
             self._input_logprobs(group[0], logits[0])
         last = logits[:, -1, :]
         if len(prompts) != len(group) or which != list(range(len(group))):
-            index = torch.tensor(which)
+            index = torch.tensor(which, device=self.device)
             cache.repeat_rows(index)
             last = last.index_select(0, index)
         own_pads = [longest - len(contexts[i]) for i in range(len(group))]
@@ -98,7 +101,7 @@ class Runner:
         p = seq.params
         temp = 1.0 if p.greedy else p.temperature
         start = max(seq.item.logprob_start_len, 0)
-        ids = torch.tensor(seq.prompt_ids)
+        ids = torch.tensor(seq.prompt_ids, device=logits.device)
         n = len(seq.prompt_ids)
         out: list[float | None] = [None] if start == 0 else []
         lo = max(start, 1)
@@ -111,14 +114,16 @@ class Runner:
         """One step for every running row; returns logits [rows, vocab]."""
         assert self.cache is not None
         length = self.cache.length
-        ids = torch.tensor([[s.output_ids[-1]] for s in self.rows], dtype=torch.long)
-        pos = torch.tensor([[length - p] for p in self.pads], dtype=torch.long)
+        dev = self.device
+        ids = torch.tensor([[s.output_ids[-1]] for s in self.rows], dtype=torch.long, device=dev)
+        pos = torch.tensor([[length - p] for p in self.pads], dtype=torch.long, device=dev)
         mask = None
         if any(self.pads):
             mask = torch.ones((len(self.rows), length + 1), dtype=torch.long)
             for i, p in enumerate(self.pads):
                 if p:
                     mask[i, :p] = 0
+            mask = mask.to(dev)
         return self._forward(ids, mask, pos, self.cache)[:, -1, :]
 
     def remove(self, keep: list[bool]) -> None:
@@ -131,7 +136,7 @@ class Runner:
             return
         trim = min(self.pads[i] for i in idx)
         assert self.cache is not None
-        self.cache.select_rows(torch.tensor(idx), trim_left=trim)
+        self.cache.select_rows(torch.tensor(idx, device=self.device), trim_left=trim)
         self.rows = [self.rows[i] for i in idx]
         self.pads = [self.pads[i] - trim for i in idx]
 

@@ -46,26 +46,28 @@ def _apply_penalties(logits: torch.Tensor, rows: list[RowState]) -> None:
         if not p.penalized:
             continue
         if r.output_ids and (p.frequency_penalty or p.presence_penalty):
-            counts = torch.bincount(torch.tensor(r.output_ids), minlength=vocab)[:vocab].to(logits.dtype)
+            ids = torch.tensor(r.output_ids, device=logits.device)
+            counts = torch.bincount(ids, minlength=vocab)[:vocab].to(logits.dtype)
             logits[i] -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).to(logits.dtype)
         if p.repetition_penalty != 1.0:
-            seen = torch.tensor(sorted(set(r.prompt_ids) | set(r.output_ids)), dtype=torch.long)
+            seen = torch.tensor(sorted(set(r.prompt_ids) | set(r.output_ids)), dtype=torch.long,
+                                device=logits.device)
             vals = logits[i, seen]
             logits[i, seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
 
 
 def _filter(scaled: torch.Tensor, rows: list[RowState]) -> torch.Tensor:
     """top-k, top-p, min-p on temperature-scaled logits (rows without them are left alone)."""
-    vocab = scaled.shape[-1]
+    vocab, dev = scaled.shape[-1], scaled.device
     ks = [r.params.top_k if 0 < r.params.top_k < vocab else vocab for r in rows]
     if any(k < vocab for k in ks):
         kmax = max(k for k in ks if k < vocab)
         top_vals = scaled.topk(kmax, dim=-1).values
-        idx = torch.tensor([min(k, kmax) - 1 for k in ks]).unsqueeze(1)
+        idx = torch.tensor([min(k, kmax) - 1 for k in ks], device=dev).unsqueeze(1)
         kth = top_vals.gather(1, idx)
-        keep_all = torch.tensor([k >= vocab for k in ks]).unsqueeze(1)
+        keep_all = torch.tensor([k >= vocab for k in ks], device=dev).unsqueeze(1)
         scaled = scaled.masked_fill((scaled < kth) & ~keep_all, NEG_INF)
-    ps = torch.tensor([r.params.top_p for r in rows], dtype=scaled.dtype)
+    ps = torch.tensor([r.params.top_p for r in rows], dtype=scaled.dtype, device=dev)
     if bool((ps < 1.0).any()):
         sorted_vals, order = scaled.sort(dim=-1, descending=True)
         probs = sorted_vals.softmax(-1)
@@ -73,7 +75,7 @@ def _filter(scaled: torch.Tensor, rows: list[RowState]) -> torch.Tensor:
         drop_sorted = before > ps.unsqueeze(1)  # the first token is always kept
         drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
         scaled = scaled.masked_fill(drop, NEG_INF)
-    mins = torch.tensor([r.params.min_p for r in rows], dtype=scaled.dtype)
+    mins = torch.tensor([r.params.min_p for r in rows], dtype=scaled.dtype, device=dev)
     if bool((mins > 0).any()):
         probs = scaled.softmax(-1)
         scaled = scaled.masked_fill(probs < mins.unsqueeze(1) * probs.max(-1, keepdim=True).values, NEG_INF)
@@ -83,7 +85,8 @@ def _filter(scaled: torch.Tensor, rows: list[RowState]) -> torch.Tensor:
 def sample(logits: torch.Tensor, rows: list[RowState], default_gen: torch.Generator | None = None) -> Draw:
     """logits: [rows, vocab] for the next position. Returns sampled ids and their full-vocabulary log-probs."""
     logits = logits.float()
-    temps = torch.tensor([1.0 if r.params.greedy else r.params.temperature for r in rows])
+    dev = logits.device
+    temps = torch.tensor([1.0 if r.params.greedy else r.params.temperature for r in rows], device=dev)
     scaled = logits / temps.unsqueeze(1)
     logp = torch.log_softmax(scaled, dim=-1)
 
@@ -108,10 +111,10 @@ def sample(logits: torch.Tensor, rows: list[RowState], default_gen: torch.Genera
         noise = torch.empty_like(probs).exponential_(generator=default_gen)
         for i, r in enumerate(rows):
             if r.generator is not None:
-                noise[i] = torch.empty(probs.shape[1]).exponential_(generator=r.generator)
+                noise[i] = torch.empty(probs.shape[1], device=dev).exponential_(generator=r.generator)
         tokens_t = (probs / noise).argmax(-1)
         if any(greedy):
-            tokens_t = torch.where(torch.tensor(greedy), shaped.argmax(-1), tokens_t)
+            tokens_t = torch.where(torch.tensor(greedy, device=dev), shaped.argmax(-1), tokens_t)
     chosen = logp.gather(1, tokens_t.unsqueeze(1)).squeeze(1)
     tokens, lps = tokens_t.tolist(), chosen.tolist()
     top: list[list[tuple[float, int]] | None] = [None] * len(rows)
@@ -124,8 +127,8 @@ def sample(logits: torch.Tensor, rows: list[RowState], default_gen: torch.Genera
     return Draw(tokens, lps, top)
 
 
-def make_generator(seed: int | None, copy: int = 0) -> torch.Generator | None:
+def make_generator(seed: int | None, copy: int = 0, device: str | torch.device = "cpu") -> torch.Generator | None:
     """A per-request generator for sampling_seed; copy j of an n>1 request uses seed + j."""
     if seed is None:
         return None
-    return torch.Generator().manual_seed((seed + copy) % (1 << 63))
+    return torch.Generator(device=device).manual_seed((seed + copy) % (1 << 63))

@@ -36,7 +36,7 @@ class Scheduler:
         self.dispatch = dispatch or (lambda seqs: None)
         self.weight_version = "default"
         self.paused = False
-        self.generator = torch.Generator()
+        self.generator = torch.Generator(device=self.runner.device)
         if seed is not None:
             self.generator.manual_seed(seed)
         else:
@@ -118,7 +118,7 @@ class Scheduler:
         return True
 
     def swap_model(self, model: Any, version: str | None) -> None:
-        self.runner.set_model(model)
+        self.runner.set_model(model)  # same device as before: load_compatible loads it there
         if version is not None:
             self.weight_version = version
 
@@ -188,7 +188,7 @@ class Scheduler:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
     def _sample(self, rows: list[Seq], logits: torch.Tensor) -> None:
-        draw = sample(logits, [s.row() for s in rows], self.generator)
+        draw = sample(logits, [s.row(self.runner.device) for s in rows], self.generator)
         streamed = []
         for s, tok, lp, top in zip(rows, draw.tokens, draw.logprobs, draw.top, strict=True):
             if s.done:  # aborted while the step ran

@@ -36,9 +36,6 @@ class Seq:
     generator: torch.Generator | None = None
     _row: RowState | None = None
 
-    def __post_init__(self) -> None:
-        self.generator = make_generator(self.params.sampling_seed, self.item.extra.get("copy", 0))
-
     @property
     def params(self) -> SamplingParams:
         return self.item.params
@@ -55,8 +52,9 @@ class Seq:
         """Tokens whose keys/values must be in the cache before the next token is sampled."""
         return self.prompt_ids + self.output_ids
 
-    def row(self) -> RowState:
+    def row(self, device: torch.device | str = "cpu") -> RowState:
         if self._row is None:
+            self.generator = make_generator(self.params.sampling_seed, self.item.extra.get("copy", 0), device)
             self._row = RowState(self.params, self.generator, self.output_ids, self.prompt_ids, [],
                                  self.item.top_logprobs_num if self.item.return_logprob else 0)
         p = self.params

@@ -21,6 +21,15 @@ HEALTH_TIMEOUT_S = 30.0
 PAUSE_MODES = ("abort", "retract", "in_place")
 
 
+def default_device() -> str:
+    """$SLIMECLI_ENGINE_DEVICE, else the first GPU when there is one, else the CPU."""
+    import os
+
+    import torch
+
+    return os.environ.get("SLIMECLI_ENGINE_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def error(message: str, status: int = 400) -> web.Response:
     return web.json_response({"error": {"message": message}}, status=status)
 
@@ -62,13 +71,15 @@ class EngineServer:
     """Owns the model, tokenizer and scheduler; routes HTTP requests to them."""
 
     def __init__(self, model_path: str | Path, *, tokenizer_path: str | Path | None = None, dtype: str = "float32",
-                 max_running: int = 64, host: str = "127.0.0.1", port: int = 30000, seed: int | None = None) -> None:
+                 max_running: int = 64, host: str = "127.0.0.1", port: int = 30000, seed: int | None = None,
+                 device: str | None = None) -> None:
         self.model_path = str(model_path)
         self.tokenizer_path = str(tokenizer_path or model_path)
         self.dtype = dtype
         self.max_running = max_running
         self.host, self.port = host, port
         self.seed = seed
+        self.device = device or default_device()
         self.scheduler: Scheduler | None = None
         self.tokenizer: Any = None
         self.ready = False
@@ -82,7 +93,7 @@ class EngineServer:
         """Load model + tokenizer and start the scheduler (blocking; run off the event loop)."""
         from slimecli.model.loading import load_model, load_tokenizer
 
-        model = load_model(self.model_path, self.dtype)
+        model = load_model(self.model_path, self.dtype, self.device)
         self.tokenizer = load_tokenizer(self.tokenizer_path)
         self.config = model.config.get_text_config()
         self.vocab_size = int(self.config.vocab_size)
@@ -263,7 +274,7 @@ class EngineServer:
     async def server_info(self, request: web.Request) -> web.Response:
         sch = self.scheduler
         info = {"engine": "slimecli-local", "model_path": self.model_path, "tokenizer_path": self.tokenizer_path,
-                "host": self.host, "port": self.port, "dtype": self.dtype, "max_running_requests": self.max_running,
+                "host": self.host, "port": self.port, "dtype": self.dtype, "device": str(self.device), "max_running_requests": self.max_running,
                 "context_length": getattr(self, "context_length", None), "vocab_size": getattr(self, "vocab_size",
                                                                                               None),
                 "weight_version": sch.weight_version if sch else "default", "ready": self.ready,
@@ -350,7 +361,7 @@ class EngineServer:
 
         if not (Path(path) / "config.json").is_file():
             raise FileNotFoundError(f"no config.json in {path}")
-        model = load_model(path, self.dtype)
+        model = load_model(path, self.dtype, self.device)
         cfg = model.config.get_text_config()
         if int(cfg.vocab_size) != self.vocab_size:
             raise ValueError(f"vocab_size {cfg.vocab_size} differs from the served model's {self.vocab_size}")
