@@ -63,8 +63,25 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return create_tiny_model(tmp_path_factory.mktemp("tiny") / "m", seed=2)
 
 
-def test_runner_joins_rows_mid_batch_and_matches_full_forward(tiny: Path) -> None:
-    model = AutoModelForCausalLM.from_pretrained(str(tiny), attn_implementation="sdpa").eval()
+def other_arch(name: str) -> torch.nn.Module:
+    """Small random models of other architectures: the engine must not assume Qwen3."""
+    from transformers import AutoConfig
+
+    common = {"vocab_size": 300, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512}
+    extra = {"llama": {}, "qwen2": {}, "mistral": {"sliding_window": 3}}[name]
+    torch.manual_seed(0)
+    cfg = AutoConfig.for_model(name, **common, **extra)
+    cfg._attn_implementation = "sdpa"
+    return AutoModelForCausalLM.from_config(cfg).eval()
+
+
+@pytest.mark.parametrize("arch", ["qwen3-tiny", "llama", "qwen2", "mistral"])
+def test_runner_joins_rows_mid_batch_and_matches_full_forward(tiny: Path, arch: str) -> None:
+    if arch == "qwen3-tiny":
+        model = AutoModelForCausalLM.from_pretrained(str(tiny), attn_implementation="sdpa").eval()
+    else:
+        model = other_arch(arch)
     runner = Runner(model, pad_id=0)
 
     def seq(prompt: list[int]) -> Seq:
@@ -72,7 +89,7 @@ def test_runner_joins_rows_mid_batch_and_matches_full_forward(tiny: Path) -> Non
         return Seq(item=item, prompt_ids=prompt, eos_ids=frozenset())
 
     a, b, c = seq([5, 6, 7, 8, 9, 10]), seq([11, 12]), seq([13, 14, 15])
-    forced = {id(a): [20, 21, 22, 23, 24], id(b): [30, 31, 32, 33], id(c): [40, 41]}
+    forced = {id(a): [20, 21, 22, 23, 24], id(b): [30, 31, 32, 33], id(c): [40, 41]}  # teacher-forced tokens
     got: dict[int, list[torch.Tensor]] = {id(a): [], id(b): [], id(c): []}
 
     def push(rows: list[Seq], logits: torch.Tensor) -> None:

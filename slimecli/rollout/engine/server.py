@@ -102,7 +102,9 @@ class EngineServer:
         pad = self.tokenizer.pad_token_id
         if pad is None or pad >= self.vocab_size:
             pad = next(iter(self.eos_ids), 0)
-        self.scheduler = Scheduler(model, self.tokenizer, max_running=self.max_running, pad_id=int(pad),
+        # The scheduler thread decodes with its own tokenizer object: the Rust tokenizer behind an HF fast
+        # tokenizer must not be borrowed by two threads at once.
+        self.scheduler = Scheduler(model, load_tokenizer(self.tokenizer_path), max_running=self.max_running, pad_id=int(pad),
                                    seed=self.seed, dispatch=self._dispatch_threadsafe)
         self.scheduler.start()
 
