@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 MEGATRON ?= megatron-core==0.16.1
 
-.PHONY: setup train test lint bench clean-runs
+.PHONY: setup agent-clis train test lint bench
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,12 @@ setup: $(BIN)/.installed
 train: setup
 	$(BIN)/slimecli train $(ARGS)
 
-test: setup
+# The real agent CLIs (pinned npm packages) that the agent tests run against.
+agent-clis: setup
+	$(BIN)/slimecli agent install claude_code
+	$(BIN)/slimecli agent install codex
+
+test: setup agent-clis
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: setup

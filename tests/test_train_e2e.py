@@ -122,3 +122,47 @@ def test_python_reward_with_bad_values_keeps_running(tmp_path):
     assert last["reward/valid"] == 16 and last["reward/invalid"] == 48
     assert any(k.startswith("reward/invalid/") for k in last)
     assert "reward/key/acc/mean" in last  # per-key means of dict rewards
+
+
+def test_opd_student_learns_from_teacher_with_zero_task_reward(tmp_path):
+    """A quickstart-trained teacher serves a fresh student; pure distillation closes the gap."""
+    from tests.conftest import free_port
+
+    teacher_run = tmp_path / "teacher"
+    out = run_train(teacher_run, "trainer.max_steps=50", "trainer.save_interval=0")
+    assert out.returncode == 0, out.stdout[-3000:]
+    teacher_reward = sum(r["reward/mean"] for r in metrics(teacher_run)[-5:]) / 5
+    student_run = tmp_path / "student"
+    out = run_train(student_run, "+recipe=opd", f"teacher.model_path={teacher_run / 'final'}",
+                    f"teacher.port={free_port()}", "trainer.max_steps=32", "trainer.save_interval=0")
+    assert out.returncode == 0, out.stdout[-3000:]
+    rows = metrics(student_run)
+    assert all(r["reward/mean"] is not None for r in rows)  # the task reward is logged, not trained on
+    gaps = [r["opd/student_teacher_gap"] for r in rows]
+    assert sum(gaps[-3:]) / 3 < 0.5 * sum(gaps[:3]) / 3, gaps
+    assert rows[-1]["opd/teacher_logp_mean"] > rows[0]["opd/teacher_logp_mean"]
+    student_reward = sum(r["reward/mean"] for r in rows[-3:]) / 3
+    assert student_reward > 3 * rows[0]["reward/mean"] and student_reward > 0.25 * teacher_reward, (
+        student_reward, teacher_reward)
+
+
+def test_opd_rejects_a_teacher_with_another_tokenizer(tmp_path):
+    from slimecli.model.tiny import create_tiny_model
+    from tests.conftest import run_cli
+
+    other = create_tiny_model(tmp_path / "other", seed=1)
+    tok = other / "tokenizer.json"
+    import json
+
+    from slimecli.model.loading import load_tokenizer
+    from slimecli.teacher.client import PROBE_TEXT
+
+    data = json.loads(tok.read_text())
+    vocab = data["model"]["vocab"]
+    first_ids = load_tokenizer(other).encode(PROBE_TEXT, add_special_tokens=False)
+    by_id = {v: k for k, v in vocab.items()}
+    a, b = by_id[first_ids[0]], by_id[next(i for i in first_ids if i != first_ids[0])]
+    vocab[a], vocab[b] = vocab[b], vocab[a]  # same size, different ids
+    tok.write_text(json.dumps(data))
+    out = run_cli("train", "+recipe=opd", f"teacher.model_path={other}", f"run.root={tmp_path / 'runs'}")
+    assert out.returncode == 2 and "teacher.model_path" in out.stderr and str(other) in out.stderr, out.stderr

@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from slimecli.cli.common import OVERRIDES, RecipeDirOption, load_config_or_exit, split_overrides
+from slimecli.cli.common import OVERRIDES, RecipeDirOption, fail, load_config_or_exit, split_overrides
 
 
 def register(app: typer.Typer) -> None:
@@ -23,8 +23,13 @@ def register(app: typer.Typer) -> None:
   slimecli train +recipe=swe_agent agent=codex optimizer=stateless_adam optimizer.lr=1e-6""")
     def train(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> None:
         """Train: rollout engines and teacher start first, then the trainer under torchrun."""
+        from slimecli.config.errors import ConfigErrors
         from slimecli.launch.controller import run
 
         overrides = split_overrides(ctx.args)
         cfg = load_config_or_exit(overrides, recipe_dir)
-        raise typer.Exit(run(cfg, sys.argv, overrides))
+        try:
+            code = run(cfg, sys.argv, overrides)
+        except ConfigErrors as exc:  # checks that need the model files
+            fail(exc.render())
+        raise typer.Exit(code)

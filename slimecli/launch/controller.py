@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from rich.console import Console
 
+from slimecli.config.errors import ConfigError, ConfigErrors
 from slimecli.config.schema import SlimeConfig
 from slimecli.launch.plan import build_plan
 from slimecli.launch.rundir import prepare, write_plan
@@ -13,11 +14,18 @@ from slimecli.launch.supervisor import Supervisor
 
 
 def materialize(cfg: SlimeConfig) -> SlimeConfig:
-    """Make model paths concrete (model=tiny is created on first use) so workers never re-resolve."""
+    """Make model paths concrete (model=tiny is created on first use) so workers never re-resolve,
+    then check what needs the files themselves: a teacher must share the student's tokenizer."""
     if cfg.model.path is None:
         from slimecli.model.loading import resolve_model_path
 
         cfg = replace(cfg, model=replace(cfg.model, path=str(resolve_model_path(cfg.model))))
+    if cfg.teacher.name == "server" and cfg.teacher.model_path and not cfg.teacher.url:
+        from slimecli.teacher.client import check_tokenizers_compatible
+
+        problem = check_tokenizers_compatible(cfg.model.tokenizer_path or cfg.model.path, cfg.teacher.model_path)
+        if problem:
+            raise ConfigErrors([ConfigError("teacher.model_path", cfg.teacher.model_path, problem)])
     return cfg
 
 

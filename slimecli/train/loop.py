@@ -96,6 +96,8 @@ class Trainer:
                     progress.update(self.step, meter.postfix())
                 if self._should_save():
                     self._save()
+            if self.info.is_main:
+                self._export_final()
         finally:
             if progress is not None:
                 progress.close()
@@ -130,6 +132,14 @@ class Trainer:
                             metadata={"optimizer": self.cfg.optimizer.name}, keep=self.cfg.trainer.keep_checkpoints)
             log.info("saved checkpoint step_%d", self.step)
         dist.barrier()
+
+    def _export_final(self) -> None:
+        """RUN/final: the trained policy as a Hugging Face checkpoint (serve it, distil from it, fine-tune it)."""
+        from slimecli.train.hf_export import export_hf
+
+        state = {k: v.detach().cpu() for k, v in unwrap(self.model).state_dict().items()}
+        path = export_hf(state, self.cfg.model.path, self.run_dir / "final")
+        log.info("final model written to %s", path)
 
     def _resume(self) -> bool:
         """Continue from the last complete checkpoint of this run dir, if any."""
@@ -175,7 +185,8 @@ class Trainer:
     # ---- one step ---------------------------------------------------------------------------------
     def _train_on(self, batch: StepBatch) -> dict[str, float]:
         cfg, info = self.cfg, self.info
-        samples, rewards = batch.samples, batch.rewards
+        samples = batch.samples
+        rewards = [r * cfg.trainer.reward_coef for r in batch.rewards]
         gbs = cfg.trainer.global_batch_size
         n_updates = len(samples) // gbs
         recompute_old = n_updates > 1 and not cfg.trainer.use_rollout_logprobs

@@ -31,7 +31,8 @@ class RolloutSide:
         if cfg.teacher.name != "none":
             from slimecli.teacher.client import TeacherClient
 
-            self.teacher = TeacherClient(cfg.teacher)
+            # the teacher scores the student's tokens at the rollout temperature
+            self.teacher = TeacherClient(cfg.teacher, temperature=cfg.rollout.temperature)
 
     def run(self, coro: Any) -> Any:
         return self.loop.run_until_complete(coro)
@@ -83,7 +84,7 @@ class RolloutSide:
             close = getattr(engine, "close", None)
             if close is not None:
                 self.run(close())
-        if self.teacher is not None and hasattr(self.teacher, "close"):
+        if self.teacher is not None:
             self.run(self.teacher.close())
         self.loop.close()
 

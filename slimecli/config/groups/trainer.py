@@ -33,6 +33,7 @@ class TrainerConfig:
     use_rollout_logprobs: bool = False  # old log-probs from the engine instead of a recompute
     loss_reduction: Literal["per_rollout", "per_token"] = "per_rollout"
     opd_kl_coef: float = 0.0  # on-policy distillation strength
+    reward_coef: float = 1.0  # scale of the task reward in the advantages; 0 = pure distillation (still logged)
     save_interval: int = 0  # 0 -> only at the end
     keep_checkpoints: int = 2
     gradient_checkpointing: bool = False
