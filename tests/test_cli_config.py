@@ -113,3 +113,11 @@ def test_light_commands_never_import_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert "NO_TORCH" in out.stdout, out.stderr
+
+
+def test_machine_checks_refuse_back_ends_this_machine_cannot_run(tmp_path):
+    out = run_cli("train", "trainer=megatron", "trainer.strategy=ddp", f"run.root={tmp_path}")
+    assert out.returncode == 2 and "trainer: the megatron-core training loop is not in this release" in out.stderr
+    out = run_cli("train", "trainer.strategy=fsdp", f"run.root={tmp_path}")
+    assert out.returncode == 2 and "trainer.strategy: FSDP is not in this release" in out.stderr
+    assert "Traceback" not in out.stderr

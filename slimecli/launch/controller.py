@@ -20,6 +20,9 @@ def materialize(cfg: SlimeConfig) -> SlimeConfig:
         from slimecli.model.loading import resolve_model_path
 
         cfg = replace(cfg, model=replace(cfg.model, path=str(resolve_model_path(cfg.model))))
+    errors = machine_errors(cfg)
+    if errors:
+        raise ConfigErrors(errors)
     if cfg.teacher.name == "server" and cfg.teacher.model_path and not cfg.teacher.url:
         from slimecli.teacher.client import check_tokenizers_compatible
 
@@ -27,6 +30,28 @@ def materialize(cfg: SlimeConfig) -> SlimeConfig:
         if problem:
             raise ConfigErrors([ConfigError("teacher.model_path", cfg.teacher.model_path, problem)])
     return cfg
+
+
+def machine_errors(cfg: SlimeConfig) -> list[ConfigError]:
+    """Checks that need this machine rather than the config alone (back-ends that need GPUs)."""
+    import importlib.util
+
+    errors = []
+    t = cfg.trainer
+    if t.name == "megatron":
+        if importlib.util.find_spec("megatron") is None:
+            errors.append(ConfigError("trainer", "megatron", "megatron-core is not installed",
+                                      "pip install 'slimecli[megatron]' on a GPU machine, or use trainer=torch"))
+        errors.append(ConfigError("trainer", "megatron", "the megatron-core training loop is not in this release "
+                                  "(only its stateless Adam patch is: slimecli.train.optim.megatron_patch)",
+                                  "use trainer=torch"))
+    if t.name == "torch" and t.strategy == "fsdp":
+        errors.append(ConfigError("trainer.strategy", "fsdp", "FSDP is not in this release of the torch trainer",
+                                  "use trainer.strategy=ddp"))
+    if cfg.rollout.name == "sglang" and importlib.util.find_spec("sglang") is None:
+        errors.append(ConfigError("rollout", "sglang", "sglang is not installed",
+                                  "pip install 'slimecli[sglang]' on a GPU machine, or use rollout=local"))
+    return errors
 
 
 def run(cfg: SlimeConfig, argv: list[str], overrides: list[str], console: Console | None = None) -> int:
