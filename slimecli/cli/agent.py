@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shlex
 import time
@@ -59,6 +58,7 @@ def _usage(service) -> str:
 
 def _run_until_signal(coro):
     """asyncio.run, with SIGTERM / SIGINT cancelling the main task so every `finally` (engine, CLI) runs."""
+    import asyncio
     import signal
 
     async def main():
@@ -86,6 +86,8 @@ def register(app: typer.Typer) -> None:
         service = _service(cfg)
 
         async def main() -> None:
+            import asyncio
+
             await service.start()
             typer.echo(f"agent {service.name}: adapter on {service.base_url} (GET /healthz), "
                        f"engine {service.engine.base_url}")
