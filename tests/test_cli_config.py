@@ -121,3 +121,9 @@ def test_machine_checks_refuse_back_ends_this_machine_cannot_run(tmp_path):
     out = run_cli("train", "trainer.strategy=fsdp", f"run.root={tmp_path}")
     assert out.returncode == 2 and "trainer.strategy: FSDP is not in this release" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_agent_training_is_refused_before_launch(tmp_path):
+    out = run_cli("train", "+recipe=swe_agent", f"run.root={tmp_path}")
+    assert out.returncode == 2 and "agent: training with coding agents" in out.stderr
+    assert not (tmp_path).exists() or not any(tmp_path.iterdir())

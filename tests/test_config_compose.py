@@ -12,6 +12,7 @@ from slimecli.config.io import dump_yaml, load_frozen, save_frozen
 from slimecli.config.paths import group_members
 from slimecli.config.recipes import available
 from slimecli.config.schema import GROUPS
+from tests.conftest import ROOT
 
 # What a shipped recipe needs from the user before it can run (documented in the recipe's first line).
 RECIPE_NEEDS = {"opd": ["teacher.url=http://127.0.0.1:7999"]}
@@ -19,6 +20,7 @@ MEMBER_NEEDS = {
     ("teacher", "server"): ["teacher.url=http://127.0.0.1:7999"],
     ("teacher", "sglang"): ["teacher.url=http://127.0.0.1:30000"],
     ("reward", "python"): ["reward.path=slimecli.reward:__name__"],
+    ("task", "jsonl"): [f"task.path={ROOT / 'pyproject.toml'}"],
 }
 
 
@@ -193,3 +195,8 @@ def test_user_recipe_by_path_and_by_dir(tmp_path):
     assert load([f"+recipe={tmp_path / 'mine.yaml'}"]).optimizer.lr == 3e-6
     cfg = load(["+recipe=mine"], recipe_dirs=(str(tmp_path),))
     assert (cfg.recipe, cfg.optimizer.name) == ("mine", "stateless_adam")
+
+
+def test_jsonl_task_needs_an_existing_file(tmp_path):
+    assert "task.path: task=jsonl needs task.path (a JSONL file of prompts) (got None)" in errors_of(["task=jsonl"])
+    assert f"task.path: file does not exist (got '{tmp_path}/x.jsonl')" in errors_of(["task=jsonl", f"task.path={tmp_path}/x.jsonl"])

@@ -48,6 +48,10 @@ def machine_errors(cfg: SlimeConfig) -> list[ConfigError]:
     if t.name == "torch" and t.strategy == "fsdp":
         errors.append(ConfigError("trainer.strategy", "fsdp", "FSDP is not in this release of the torch trainer",
                                   "use trainer.strategy=ddp"))
+    if cfg.task.name == "swe" or cfg.agent.name != "none":
+        errors.append(ConfigError("agent", cfg.agent.name, "training with coding agents (the SWE rollout loop) is not "
+                                  "in this release; the agent back-ends run on their own",
+                                  "try: slimecli agent serve / slimecli agent run"))
     if cfg.rollout.name == "sglang" and importlib.util.find_spec("sglang") is None:
         errors.append(ConfigError("rollout", "sglang", "sglang is not installed",
                                   "pip install 'slimecli[sglang]' on a GPU machine, or use rollout=local"))
