@@ -2,7 +2,8 @@
 
 For 1, 8 and 32 concurrent requests (same model, same prompts, same number of new tokens, sampling at
 T=1): the engine over HTTP (with log-probs, as RL uses it), HF generate one prompt at a time
-(sequential), and HF generate on the whole left-padded batch (batched). Prints tokens/s and ratios.
+(sequential; its rate does not depend on the count, so it is measured on at most 4 prompts), and HF
+generate on the whole left-padded batch (batched). Prints tokens/s and ratios.
 
     python bench/bench_engine.py [--hidden 256 --layers 4 --new-tokens 64 --prompt-len 64]
 """
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,19 +39,46 @@ def make_prompts(n: int, length: int, vocab: int, seed: int = 0) -> list[list[in
             for _ in range(n)]
 
 
-def hf_sequential(model, prompts: list[list[int]], new_tokens: int) -> float:  # noqa: ANN001
+@dataclass
+class Rate:
+    """Tokens per wall-clock second, and tokens per CPU-second (steadier on a shared, busy machine)."""
+
+    wall: float
+    cpu: float
+
+    def best(self, other: Rate | None) -> Rate:
+        return self if other is None else Rate(max(self.wall, other.wall), max(self.cpu, other.cpu))
+
+
+def proc_cpu(pid: int | None = None) -> float:
+    """CPU seconds (user + system, all threads) of this process or of `pid`."""
+    if pid is None:
+        return time.process_time()
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed(tokens: int, fn, pid: int | None = None) -> Rate:  # noqa: ANN001
+    cpu0, t0 = proc_cpu(pid), time.perf_counter()
+    fn()
+    wall, cpu = time.perf_counter() - t0, proc_cpu(pid) - cpu0
+    return Rate(tokens / wall, tokens / max(cpu, 1e-9))
+
+
+def hf_sequential(model, prompts: list[list[int]], new_tokens: int) -> Rate:  # noqa: ANN001
     import torch
 
-    start = time.perf_counter()
-    for p in prompts:
-        with torch.inference_mode():
-            out = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
-                                 max_new_tokens=new_tokens, do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
-        assert out.shape[1] == len(p) + new_tokens
-    return len(prompts) * new_tokens / (time.perf_counter() - start)
+    def go() -> None:
+        for p in prompts:
+            with torch.inference_mode():
+                out = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                                     max_new_tokens=new_tokens, do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
+            assert out.shape[1] == len(p) + new_tokens
+
+    return timed(len(prompts) * new_tokens, go)
 
 
-def hf_batched(model, prompts: list[list[int]], new_tokens: int, pad: int) -> float:  # noqa: ANN001
+def hf_batched(model, prompts: list[list[int]], new_tokens: int, pad: int) -> Rate:  # noqa: ANN001
     import torch
 
     longest = max(len(p) for p in prompts)
@@ -58,40 +87,44 @@ def hf_batched(model, prompts: list[list[int]], new_tokens: int, pad: int) -> fl
     for i, p in enumerate(prompts):
         ids[i, longest - len(p):] = torch.tensor(p)
         mask[i, longest - len(p):] = 1
-    start = time.perf_counter()
-    with torch.inference_mode():
-        out = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=True, temperature=1.0,
-                             top_k=0, top_p=1.0)
-    assert out.shape[1] == longest + new_tokens
-    return len(prompts) * new_tokens / (time.perf_counter() - start)
+
+    def go() -> None:
+        with torch.inference_mode():
+            out = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=True,
+                                 temperature=1.0, top_k=0, top_p=1.0)
+        assert out.shape[1] == longest + new_tokens
+
+    return timed(len(prompts) * new_tokens, go)
 
 
-async def engine_run(url: str, prompts: list[list[int]], new_tokens: int) -> float:
+async def _engine_requests(url: str, prompts: list[list[int]], new_tokens: int) -> None:
     from slimecli.rollout.client import EngineClient
 
     sp = {"temperature": 1.0, "max_new_tokens": new_tokens, "ignore_eos": True}
     async with EngineClient(url) as c:
-        start = time.perf_counter()
         outs = await asyncio.gather(*(c.generate(p, sampling_params=sp, return_logprob=True) for p in prompts))
-        wall = time.perf_counter() - start
     assert all(len(o["output_ids"]) == new_tokens for o in outs)
-    return len(prompts) * new_tokens / wall
 
 
-def start_engine(model_dir: Path, port: int) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "slimecli", "rollout", "serve", f"model.path={model_dir}",
-                             f"rollout.port={port}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, cwd=ROOT, start_new_session=True)
+def engine_run(url: str, prompts: list[list[int]], new_tokens: int, pid: int) -> Rate:
+    """All prompts at once over HTTP; CPU time is the engine process's."""
+    return timed(len(prompts) * new_tokens, lambda: asyncio.run(_engine_requests(url, prompts, new_tokens)), pid)
+
+
+def start_engine(model_dir: Path, port: int, log: Path, threads: int) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": str(threads)}
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "slimecli", "rollout", "serve", f"model.path={model_dir}",
+                                 f"rollout.port={port}"], stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                                start_new_session=True)
     deadline = time.monotonic() + 300
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if "slimecli engine ready" in line:
+    while time.monotonic() < deadline and proc.poll() is None:
+        if "slimecli engine ready" in log.read_text():
             return proc
-        if time.monotonic() > deadline:
-            break
-    os.killpg(proc.pid, signal.SIGKILL)
-    raise RuntimeError("engine did not start")
+        time.sleep(0.2)
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    raise RuntimeError(f"engine did not start:\n{log.read_text()}")
 
 
 def main() -> None:
@@ -101,6 +134,9 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--concurrency", default="1,8,32")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads on both sides (1 is steadiest on a shared machine)")
+    ap.add_argument("--repeats", type=int, default=3, help="engine and HF batched runs per level (best counts)")
     args = ap.parse_args()
 
     import torch
@@ -108,6 +144,7 @@ def main() -> None:
 
     from slimecli.model.tiny import create_tiny_model
 
+    torch.set_num_threads(args.threads)
     levels = [int(x) for x in args.concurrency.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = create_tiny_model(Path(tmp) / "m", seed=0, hidden_size=args.hidden, num_layers=args.layers,
@@ -119,23 +156,33 @@ def main() -> None:
         n_params = sum(p.numel() for p in model.parameters())
         prompts = make_prompts(max(levels), args.prompt_len, model.config.vocab_size)
         port = free_port()
-        proc = start_engine(model_dir, port)
+        proc = start_engine(model_dir, port, Path(tmp) / "engine.log", args.threads)
         url = f"http://127.0.0.1:{port}"
         try:
-            asyncio.run(engine_run(url, prompts[:4], 4))  # warm-up
+            engine_run(url, prompts[:4], 4, proc.pid)  # warm-up
             hf_batched(model, prompts[:2], 2, 0)
             print(f"model: Qwen3 hidden={args.hidden} layers={args.layers} params={n_params / 1e6:.1f}M; "
                   f"prompts ~{args.prompt_len} tokens, {args.new_tokens} new tokens each, sampling T=1; "
-                  f"torch threads={torch.get_num_threads()}")
-            print(f"{'conc':>4} {'engine tok/s':>13} {'HF seq tok/s':>13} {'HF batch tok/s':>15} "
-                  f"{'vs seq':>7} {'vs batch':>9}")
+                  f"torch threads={torch.get_num_threads()}; best of {args.repeats} interleaved runs")
+            print("tokens per wall second (tokens per CPU-second of the generating process in brackets)")
+            print(f"{'conc':>4} {'engine':>16} {'HF sequential':>16} {'HF batched':>16} {'vs seq':>15} "
+                  f"{'vs batched':>15}")
             for c in levels:
                 batch = prompts[:c]
-                eng = asyncio.run(engine_run(url, batch, args.new_tokens))
-                seq = hf_sequential(model, batch, args.new_tokens)
-                bat = hf_batched(model, batch, args.new_tokens, 0)
-                print(f"{c:>4} {eng:>13.1f} {seq:>13.1f} {bat:>15.1f} {eng / seq:>6.2f}x {eng / bat:>8.2f}x",
-                      flush=True)
+                eng = bat = seq = None
+                for _ in range(args.repeats):  # interleaved, best of N: the machine's load varies
+                    eng = engine_run(url, batch, args.new_tokens, proc.pid).best(eng)
+                    bat = hf_batched(model, batch, args.new_tokens, 0).best(bat)
+                    seq = hf_sequential(model, batch[:4], args.new_tokens).best(seq)  # a rate: 1 at a time
+
+                def cell(r: Rate) -> str:
+                    return f"{r.wall:7.1f} ({r.cpu:6.1f})"
+
+                def ratio(a: Rate, b: Rate) -> str:
+                    return f"{a.wall / b.wall:5.2f}x ({a.cpu / b.cpu:5.2f}x)"
+
+                print(f"{c:>4} {cell(eng):>16} {cell(seq):>16} {cell(bat):>16} {ratio(eng, seq):>15} "
+                      f"{ratio(eng, bat):>15}", flush=True)
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=30)

@@ -46,8 +46,10 @@ class Scheduler:
         self._wake = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._loop, name="slimecli-engine-scheduler", daemon=True)
-        self.stats = {"steps": 0, "generated_tokens": 0, "prefill_tokens": 0, "finished_requests": 0,
-                      "aborted_requests": 0, "step_errors": 0}
+        self.stats: dict[str, float] = {
+            "steps": 0, "prefills": 0, "generated_tokens": 0, "prefill_tokens": 0, "finished_requests": 0,
+            "aborted_requests": 0, "step_errors": 0, "max_batch": 0, "prefill_s": 0.0, "decode_s": 0.0,
+            "sample_s": 0.0}
 
     # ---- called from other threads --------------------------------------------------------
     def start(self) -> None:
@@ -165,6 +167,7 @@ class Scheduler:
         finished = [s for s in new if s.done]
         ready = [s for s in new if not s.done]
         for group in self.runner.groups(ready):
+            t0 = time.perf_counter()
             try:
                 logits = self.runner.prefill(group)
             except Exception as exc:  # noqa: BLE001 - e.g. a prompt too long for memory: fail it, not the batch
@@ -174,13 +177,18 @@ class Scheduler:
                 self._emit(group)
                 continue
             self.stats["prefill_tokens"] += sum(len(s.context()) for s in group)
+            self.stats["prefills"] += 1
+            self.stats["prefill_s"] += time.perf_counter() - t0
             self._sample(group, logits)
             self._retire()
         self._emit(finished)
 
     def _step(self) -> None:
+        t0 = time.perf_counter()
         logits = self.runner.decode()
         self.stats["steps"] += 1
+        self.stats["max_batch"] = max(self.stats["max_batch"], len(self.runner.rows))
+        self.stats["decode_s"] += time.perf_counter() - t0
         self._sample(self.runner.rows, logits)
         self._retire()
 
@@ -188,6 +196,7 @@ class Scheduler:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
     def _sample(self, rows: list[Seq], logits: torch.Tensor) -> None:
+        t0 = time.perf_counter()
         draw = sample(logits, [s.row(self.runner.device) for s in rows], self.generator)
         streamed = []
         for s, tok, lp, top in zip(rows, draw.tokens, draw.logprobs, draw.top, strict=True):
@@ -197,6 +206,7 @@ class Scheduler:
             if s.stream and not s.done:
                 streamed.append(s)
         self.stats["generated_tokens"] += len(rows)
+        self.stats["sample_s"] += time.perf_counter() - t0
         self._emit(streamed)
 
     def _retire(self) -> None:
