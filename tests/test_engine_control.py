@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import free_port
+from conftest import ROOT, free_port
 from engine_fixtures import Engine, engine_fixture, hf_logprobs, start_engine, stop_engine
 from transformers import AutoModelForCausalLM
 
@@ -188,3 +189,18 @@ def test_engine_module_from_frozen_config(tmp_path: Path) -> None:
     finally:
         stop_engine(eng)
     assert eng.proc.returncode == 0, eng.log.read_text()
+
+
+def test_start_failures_exit_non_zero_with_a_reason(engine: Engine, tmp_path: Path) -> None:
+    port = int(engine.url.rsplit(":", 1)[1])
+    argv = [sys.executable, "-m", "slimecli", "rollout", "serve", f"model.path={engine.model_path}",
+            f"rollout.port={port}"]
+    busy = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert busy.returncode == 1 and f"cannot serve on 127.0.0.1:{port}" in busy.stderr
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "qwen3"}')
+    argv[5] = f"model.path={broken}"
+    argv[6] = f"rollout.port={free_port()}"
+    bad = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert bad.returncode == 1 and "cannot load the model" in bad.stderr, bad.stderr

@@ -12,6 +12,11 @@ from aiohttp import web
 
 from slimecli.rollout.engine.server import EngineServer
 
+
+class EngineStartError(RuntimeError):
+    pass
+
+
 READY_LINE = "slimecli engine ready on http://{host}:{port} (model {model}, weight_version {version})"
 
 
@@ -29,7 +34,11 @@ async def serve(server: EngineServer, stop: asyncio.Event | None = None) -> None
         except (NotImplementedError, RuntimeError):
             pass
     try:
-        await asyncio.to_thread(server.load)
+        try:
+            await asyncio.to_thread(server.load)
+        except Exception as exc:  # noqa: BLE001 - say what failed, exit non-zero
+            raise EngineStartError(f"cannot load the model from {server.model_path}: {type(exc).__name__}: {exc}"
+                                   ) from exc
         await server.warm_up()
         server.ready = True
         print(READY_LINE.format(host=server.host, port=server.port, model=server.model_path,
@@ -48,6 +57,9 @@ def run(model_path: str | Path, *, host: str, port: int, tokenizer_path: str | P
                           host=host, port=port, seed=seed)
     try:
         asyncio.run(serve(server))
+    except EngineStartError as exc:
+        print(f"slimecli engine: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
     except OSError as exc:
         print(f"slimecli engine: cannot serve on {host}:{port}: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
