@@ -76,8 +76,9 @@ def test_stray_option_is_an_error():
     assert out.returncode == 2 and "unknown option" in out.stderr
 
 
-def test_plan_json_lists_processes_in_start_order():
-    out = run_cli("plan", "+recipe=opd", "teacher.model_path=/ckpt", "--json")
+def test_plan_json_lists_processes_in_start_order(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    out = run_cli("plan", "+recipe=opd", f"teacher.model_path={tmp_path}", "--json")
     assert out.returncode == 0, out.stderr
     plan = json.loads(out.stdout)
     assert [p["name"] for p in plan] == ["engine-0", "teacher", "trainer"]
