@@ -92,7 +92,8 @@ def test_bad_control_bodies(engine: Engine) -> None:
     assert engine.get("/get_server_info").json()["paused"] is False
 
 
-_json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-10, 64), st.floats(allow_nan=False, allow_infinity=False, width=32),
+_json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-10, 64),
+                       st.floats(allow_nan=False, allow_infinity=False, width=32),
                        st.text(max_size=5))
 _json = st.recursive(_json_leaf, lambda c: st.one_of(st.lists(c, max_size=3),
                                                      st.dictionaries(st.text(max_size=4), c, max_size=3)),

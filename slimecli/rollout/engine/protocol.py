@@ -15,7 +15,8 @@ MAX_N = 256
 # Top-level /generate keys we honour; keys SGLang knows that change nothing here are accepted when unset.
 GENERATE_KEYS = {"text", "input_ids", "sampling_params", "return_logprob", "logprob_start_len", "top_logprobs_num",
                  "rid", "stream", "return_text_in_logprobs"}
-INERT_KEYS = {"image_data", "audio_data", "video_data", "lora_path", "lora_id", "session_params", "custom_logit_processor",
+INERT_KEYS = {"image_data", "audio_data", "video_data", "lora_path", "lora_id", "session_params",
+              "custom_logit_processor",
               "bootstrap_host", "bootstrap_port", "bootstrap_room", "data_parallel_rank", "log_metrics",
               "return_hidden_states", "input_embeds", "token_ids_logprob", "modalities", "priority", "extra_key",
               "no_logs", "background", "routed_dp_rank", "return_routed_experts", "conversation_id"}

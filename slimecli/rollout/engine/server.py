@@ -104,8 +104,8 @@ class EngineServer:
             pad = next(iter(self.eos_ids), 0)
         # The scheduler thread decodes with its own tokenizer object: the Rust tokenizer behind an HF fast
         # tokenizer must not be borrowed by two threads at once.
-        self.scheduler = Scheduler(model, load_tokenizer(self.tokenizer_path), max_running=self.max_running, pad_id=int(pad),
-                                   seed=self.seed, dispatch=self._dispatch_threadsafe)
+        self.scheduler = Scheduler(model, load_tokenizer(self.tokenizer_path), max_running=self.max_running,
+                                   pad_id=int(pad), seed=self.seed, dispatch=self._dispatch_threadsafe)
         self.scheduler.start()
 
     def _eos_ids(self, model: Any) -> frozenset[int]:
@@ -276,9 +276,9 @@ class EngineServer:
     async def server_info(self, request: web.Request) -> web.Response:
         sch = self.scheduler
         info = {"engine": "slimecli-local", "model_path": self.model_path, "tokenizer_path": self.tokenizer_path,
-                "host": self.host, "port": self.port, "dtype": self.dtype, "device": str(self.device), "max_running_requests": self.max_running,
-                "context_length": getattr(self, "context_length", None), "vocab_size": getattr(self, "vocab_size",
-                                                                                              None),
+                "host": self.host, "port": self.port, "dtype": self.dtype, "device": str(self.device),
+                "max_running_requests": self.max_running, "context_length": getattr(self, "context_length", None),
+                "vocab_size": getattr(self, "vocab_size", None),
                 "weight_version": sch.weight_version if sch else "default", "ready": self.ready,
                 "paused": bool(sch and sch.paused), "uptime_s": time.time() - self.started,
                 "internal_states": [{**(sch.load() if sch else {}), **(sch.stats if sch else {})}]}
