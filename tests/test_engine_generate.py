@@ -162,3 +162,21 @@ def test_duplicate_rid_in_one_request(engine: Engine) -> None:  # noqa: F811
     assert resp.status_code == 400 and "rid" in resp.json()["error"]["message"]
     out = engine.generate(input_ids=[1, 2], rid="my-id", sampling_params={"max_new_tokens": 1})
     assert out["meta_info"]["id"] == "my-id"
+
+
+def test_prefix_cache_serves_the_next_turn(engine: Engine, hf) -> None:  # noqa: F811
+    turn1 = [(i * 37) % 3000 + 5 for i in range(300)]
+    sp = {"temperature": 1.0, "max_new_tokens": 6, "ignore_eos": True}
+    first = engine.generate(input_ids=turn1, sampling_params=sp)
+    assert first["meta_info"]["cached_tokens"] == 0
+    turn2 = turn1 + first["output_ids"] + [11, 12, 13]  # an agent's next request re-sends the whole context
+    second = engine.generate(input_ids=turn2, sampling_params=sp, return_logprob=True)
+    assert second["meta_info"]["cached_tokens"] == len(turn1) + len(first["output_ids"]) - 1
+    lps = [e[0] for e in second["meta_info"]["output_token_logprobs"]]
+    assert lps == pytest.approx(hf_logprobs(hf, turn2, second["output_ids"], 1.0), abs=2e-4)
+    states = engine.get("/get_server_info").json()["internal_states"][0]
+    assert states["prefix_cache_entries"] >= 1 and states["prefix_cache_hits"] >= 1
+    assert engine.post("/flush_cache").status_code == 200
+    assert engine.get("/get_server_info").json()["internal_states"][0]["prefix_cache_entries"] == 0
+    again = engine.generate(input_ids=turn2, sampling_params=sp)
+    assert again["meta_info"]["cached_tokens"] == 0

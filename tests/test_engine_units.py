@@ -110,3 +110,40 @@ def test_runner_joins_rows_mid_batch_and_matches_full_forward(tiny: Path, arch: 
             n = len(s.prompt_ids)
             for k, lg in enumerate(got[id(s)]):
                 assert torch.allclose(lg, full[n - 1 + k], atol=1e-4), (s.prompt_ids, k)
+
+
+def test_prefix_cache_reuses_a_shared_prefix(tiny: Path) -> None:
+    from slimecli.rollout.engine.prefix_cache import PrefixCache, common_prefix
+
+    assert common_prefix([1, 2, 3, 4], [1, 2, 9]) == 2 and common_prefix([1, 2], [1, 2, 3]) == 2
+    model = AutoModelForCausalLM.from_pretrained(str(tiny), attn_implementation="sdpa").eval()
+    prefix = PrefixCache(max_bytes=1 << 26, min_tokens=4)
+    runner = Runner(model, pad_id=0, prefix_cache=prefix)
+
+    def seq(prompt: list[int]) -> Seq:
+        item = Item(index=0, rid="r", prompt_ids=prompt, text=None, params=SamplingParams(temperature=0.0))
+        return Seq(item=item, prompt_ids=prompt, eos_ids=frozenset())
+
+    first = seq(list(range(10, 30)))
+    runner.prefill([first])
+    first.output_ids.append(7)
+    runner.decode()
+    first.output_ids.append(8)
+    runner.remove([False])  # finished: its 21 cached tokens (prompt + first output) go to the prefix cache
+    assert len(prefix.entries) == 1 and prefix.entries[0].tokens == list(range(10, 30)) + [7]
+    # the next turn extends the conversation; another prompt shares only the first 12 tokens
+    turn2, other = seq(list(range(10, 30)) + [7, 8, 99, 98]), seq(list(range(10, 22)) + [5, 5, 5])
+    logits = runner.prefill([turn2, other])
+    assert (turn2.cached_tokens, other.cached_tokens) == (21, 12)
+    with torch.no_grad():
+        for s, lg in zip((turn2, other), logits, strict=True):
+            full = model(torch.tensor([s.prompt_ids])).logits[0, -1]
+            assert torch.allclose(lg, full, atol=1e-4)
+    turn2.output_ids.append(3)
+    other.output_ids.append(4)
+    step = runner.decode()  # both keep decoding in one batch on top of the reused keys/values
+    with torch.no_grad():
+        for s, lg in zip((turn2, other), step, strict=True):
+            assert torch.allclose(lg, model(torch.tensor([s.context()])).logits[0, -1], atol=1e-4)
+    runner.set_model(model)  # new weights: nothing cached may survive
+    assert not prefix.entries

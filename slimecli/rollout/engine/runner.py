@@ -11,7 +11,8 @@ from typing import Any
 
 import torch
 
-from slimecli.rollout.engine.kvcache import BatchCache
+from slimecli.rollout.engine.kvcache import GROW_MIN, BatchCache
+from slimecli.rollout.engine.prefix_cache import PrefixCache
 from slimecli.rollout.engine.seq import Seq
 
 
@@ -21,8 +22,10 @@ def _cache_kwarg(model: Any) -> str:
 
 
 class Runner:
-    def __init__(self, model: Any, pad_id: int = 0, max_prefill_tokens: int = 8192) -> None:
+    def __init__(self, model: Any, pad_id: int = 0, max_prefill_tokens: int = 8192,
+                 prefix_cache: PrefixCache | None = None) -> None:
         self.pad_id = pad_id
+        self.prefix = prefix_cache
         self.max_prefill_tokens = max_prefill_tokens
         self.rows: list[Seq] = []
         self.pads: list[int] = []
@@ -34,6 +37,8 @@ class Runner:
         self.num_layers = model.config.get_text_config().num_hidden_layers
         self.device = next(model.parameters()).device
         self.cache_kw = _cache_kwarg(model)
+        if self.prefix is not None:
+            self.prefix.clear()  # keys/values of the old weights must not serve the new ones
 
     # ---- forward --------------------------------------------------------------------------
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor | None, pos: torch.Tensor, cache: BatchCache,
@@ -62,8 +67,41 @@ class Runner:
             groups.append(cur)
         return groups
 
+    @staticmethod
+    def _needs_all_logits(s: Seq) -> bool:
+        return s.item.return_logprob and s.item.logprob_start_len >= 0
+
     def prefill(self, group: list[Seq]) -> torch.Tensor:
         """Run the group's contexts, join them to the batch; return next-token logits [len(group), vocab]."""
+        out: dict[int, torch.Tensor] = {}
+        misses = []
+        for s in group:
+            hit, kv = (0, None)
+            if self.prefix is not None and not self._needs_all_logits(s):
+                hit, kv = self.prefix.match(s.context())
+            if kv is None:
+                misses.append(s)
+            else:
+                s.cached_tokens = hit
+                out[s.uid] = self._prefill_cached(s, hit, kv)
+        if misses:
+            for s, row in zip(misses, self._prefill_batch(misses), strict=True):
+                out[s.uid] = row
+        return torch.stack([out[s.uid] for s in group])
+
+    def _prefill_cached(self, seq: Seq, hit: int, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """Only the tail after a cached prefix runs; it attends to the cached keys/values."""
+        ctx = seq.context()
+        cache = BatchCache(self.num_layers)
+        for layer, (k, v) in zip(cache.slot_layers, kv, strict=True):
+            layer.set(k, v, spare=len(ctx) - hit + GROW_MIN)
+        ids = torch.tensor([ctx[hit:]], dtype=torch.long, device=self.device)
+        pos = torch.arange(hit, len(ctx), device=self.device).unsqueeze(0)
+        logits = self._forward(ids, None, pos, cache)[:, -1, :]
+        self._join(cache, [seq], [0])
+        return logits[0]
+
+    def _prefill_batch(self, group: list[Seq]) -> torch.Tensor:
         contexts = [s.context() for s in group]
         unique: dict[tuple[int, ...], int] = {}
         which = [unique.setdefault(tuple(c), len(unique)) for c in contexts]
@@ -77,7 +115,7 @@ class Runner:
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         padded = bool((mask == 0).any())
         cache = BatchCache(self.num_layers)
-        full = len(group) == 1 and group[0].item.return_logprob and group[0].item.logprob_start_len >= 0
+        full = len(group) == 1 and self._needs_all_logits(group[0])
         dev = self.device
         logits = self._forward(ids.to(dev), mask.to(dev) if padded else None, pos.to(dev), cache,
                                keep=0 if full else 1)
@@ -88,14 +126,16 @@ class Runner:
             index = torch.tensor(which, device=self.device)
             cache.repeat_rows(index)
             last = last.index_select(0, index)
-        own_pads = [longest - len(contexts[i]) for i in range(len(group))]
+        self._join(cache, group, [longest - len(c) for c in contexts])
+        return last
+
+    def _join(self, cache: BatchCache, seqs: list[Seq], own_pads: list[int]) -> None:
         if self.cache is None or not self.rows:
-            self.cache, self.rows, self.pads = cache, list(group), own_pads
+            self.cache, self.rows, self.pads = cache, list(seqs), own_pads
         else:
             add_self, add_new = self.cache.merge(cache)
             self.pads = [p + add_self for p in self.pads] + [p + add_new for p in own_pads]
-            self.rows.extend(group)
-        return last
+            self.rows.extend(seqs)
 
     def _input_logprobs(self, seq: Seq, logits: torch.Tensor) -> None:
         p = seq.params
@@ -126,10 +166,25 @@ class Runner:
             mask = mask.to(dev)
         return self._forward(ids, mask, pos, self.cache)[:, -1, :]
 
+    def save(self, rows: list[int]) -> None:
+        """Hand these rows' keys/values (their context minus the last sampled token) to the prefix cache."""
+        if self.prefix is None or self.cache is None:
+            return
+        length = self.cache.length
+        layers = [layer.valid() for layer in self.cache.slot_layers]
+        for i in rows:
+            n = length - self.pads[i]
+            if n < self.prefix.min_tokens:
+                continue
+            kv = [(k[i:i + 1, :, self.pads[i]:length].clone(), v[i:i + 1, :, self.pads[i]:length].clone())
+                  for k, v in layers]
+            self.prefix.put(self.rows[i].context()[:n], kv)
+
     def remove(self, keep: list[bool]) -> None:
         """Drop rows whose keep flag is False, and the padding columns no remaining row needs."""
         if all(keep):
             return
+        self.save([i for i, k in enumerate(keep) if not k])
         idx = [i for i, k in enumerate(keep) if k]
         if not idx:
             self.clear()

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from slimecli.rollout.engine.prefix_cache import PrefixCache
 from slimecli.rollout.engine.runner import Runner
 from slimecli.rollout.engine.sampling import sample
 from slimecli.rollout.engine.seq import Seq
@@ -28,9 +29,11 @@ Update = tuple[Seq, int, "dict[str, Any] | None"]  # a sequence, its token count
 
 class Scheduler:
     def __init__(self, model: Any, tokenizer: Any, *, max_running: int = 64, pad_id: int = 0,
-                 max_prefill_tokens: int = 8192, seed: int | None = None,
+                 max_prefill_tokens: int = 8192, seed: int | None = None, prefix_cache_bytes: int = 1 << 30,
+                 prefix_cache_min_tokens: int = 256,
                  dispatch: Callable[[list[Update]], None] | None = None) -> None:
-        self.runner = Runner(model, pad_id=pad_id, max_prefill_tokens=max_prefill_tokens)
+        self.prefix = PrefixCache(prefix_cache_bytes, prefix_cache_min_tokens)
+        self.runner = Runner(model, pad_id=pad_id, max_prefill_tokens=max_prefill_tokens, prefix_cache=self.prefix)
         self.tokenizer = tokenizer
         self.max_running = max_running
         self.dispatch = dispatch or (lambda seqs: None)
@@ -82,7 +85,9 @@ class Scheduler:
         return self.runner.rows
 
     def load(self) -> dict[str, int]:
-        return {"running": len(self.runner.rows), "waiting": len(self.waiting)}
+        return {"running": len(self.runner.rows), "waiting": len(self.waiting),
+                "prefix_cache_entries": len(self.prefix.entries), "prefix_cache_bytes": self.prefix.nbytes,
+                "prefix_cache_hits": self.prefix.hits, "prefix_cache_hit_tokens": self.prefix.hit_tokens}
 
     # ---- commands (run on the scheduler thread via call) ----------------------------------
     def abort(self, match: Callable[[Seq], bool], message: str = "Aborted by request.") -> int:
@@ -105,6 +110,7 @@ class Scheduler:
             return self.abort(lambda s: True, "Aborted: generation paused.")
         if mode == "retract":
             rows = list(self.runner.rows)
+            self.runner.save(list(range(len(rows))))  # resuming them re-uses their keys/values
             self.runner.clear()
             self.waiting.extendleft(reversed(rows))
             return len(rows)
@@ -117,6 +123,7 @@ class Scheduler:
         if self.runner.rows or self.waiting:
             return False
         self.runner.clear()
+        self.prefix.clear()
         return True
 
     def swap_model(self, model: Any, version: str | None) -> None:

@@ -33,6 +33,7 @@ class Seq:
     finish: dict[str, Any] | None = None
     started: float = field(default_factory=time.monotonic)
     weight_version: str = ""
+    cached_tokens: int = 0  # prompt tokens whose keys/values came from the prefix cache
     generator: torch.Generator | None = None
     _row: RowState | None = None
 
@@ -115,7 +116,7 @@ def build_reply(seq: Seq, tokenizer: Any, weight_version: str, n: int | None = N
         "finish_reason": fin,
         "prompt_tokens": len(seq.prompt_ids),
         "completion_tokens": len(ids),
-        "cached_tokens": 0,
+        "cached_tokens": seq.cached_tokens,
         "weight_version": seq.weight_version or weight_version,
         "e2e_latency": time.monotonic() - seq.started,
     }

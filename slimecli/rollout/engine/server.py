@@ -30,6 +30,13 @@ def default_device() -> str:
     return os.environ.get("SLIMECLI_ENGINE_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def prefix_cache_bytes() -> int:
+    """$SLIMECLI_ENGINE_PREFIX_CACHE_MB (default 1024; 0 turns the prefix cache off)."""
+    import os
+
+    return int(os.environ.get("SLIMECLI_ENGINE_PREFIX_CACHE_MB", "1024")) << 20
+
+
 def error(message: str, status: int = 400) -> web.Response:
     return web.json_response({"error": {"message": message}}, status=status)
 
@@ -105,7 +112,8 @@ class EngineServer:
         # The scheduler thread decodes with its own tokenizer object: the Rust tokenizer behind an HF fast
         # tokenizer must not be borrowed by two threads at once.
         self.scheduler = Scheduler(model, load_tokenizer(self.tokenizer_path), max_running=self.max_running,
-                                   pad_id=int(pad), seed=self.seed, dispatch=self._dispatch_threadsafe)
+                                   pad_id=int(pad), seed=self.seed, dispatch=self._dispatch_threadsafe,
+                                   prefix_cache_bytes=prefix_cache_bytes())
         self.scheduler.start()
 
     def _eos_ids(self, model: Any) -> frozenset[int]:
