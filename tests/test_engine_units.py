@@ -147,3 +147,13 @@ def test_prefix_cache_reuses_a_shared_prefix(tiny: Path) -> None:
             assert torch.allclose(lg, model(torch.tensor([s.context()])).logits[0, -1], atol=1e-4)
     runner.set_model(model)  # new weights: nothing cached may survive
     assert not prefix.entries
+
+
+def test_draws_follow_the_distribution() -> None:
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0, float("-inf")]]).repeat(20000, 1)
+    rows = [row(temperature=0.8)] * 20000
+    draw = sample(logits, rows, torch.Generator().manual_seed(0))
+    freq = torch.bincount(torch.tensor(draw.tokens), minlength=5).float() / 20000
+    expected = torch.softmax(logits[0] / 0.8, -1)
+    assert torch.allclose(freq, expected, atol=0.012), (freq, expected)
+    assert freq[4] == 0

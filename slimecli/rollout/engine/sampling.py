@@ -4,9 +4,9 @@ Log-probs: the reported log-prob of a sampled token is log_softmax(logits / T) o
 (T = the row's temperature; T = 1 for greedy rows), before top-k / top-p / min-p / penalties. That is
 exactly what the trainer recomputes, so importance ratios start at 1. The filters only shape the draw.
 
-Sampling uses the exponential-race trick (argmax p / E, E ~ Exp(1)), which draws from p exactly and lets a
-row with `sampling_seed` take its noise from its own generator: the same seed gives the same tokens
-whatever else is in the batch.
+Sampling draws by inverse CDF with one uniform number per row (random numbers per vocabulary entry cost 20x
+more); a row with `sampling_seed` takes its number from its own generator, so the same seed gives the same
+tokens whatever else is in the batch.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import torch
 from slimecli.rollout.engine.protocol import SamplingParams
 
 NEG_INF = float("-inf")
+EXACT_CDF_VOCAB = 65536  # up to this vocabulary size the cdf is summed in float64
 
 
 @dataclass
@@ -82,6 +83,18 @@ def _filter(scaled: torch.Tensor, rows: list[RowState]) -> torch.Tensor:
     return scaled
 
 
+def _draw(probs: torch.Tensor, rows: list[RowState], default_gen: torch.Generator | None) -> torch.Tensor:
+    """Inverse-CDF draw: one uniform number per row (a row's own generator when it has a seed)."""
+    vocab = probs.shape[1]
+    cdf = (probs.double() if vocab <= EXACT_CDF_VOCAB else probs).cumsum(-1)
+    u = torch.rand(len(rows), 1, generator=default_gen, device=probs.device, dtype=cdf.dtype)
+    for i, r in enumerate(rows):
+        if r.generator is not None:
+            u[i] = torch.rand(1, generator=r.generator, device=probs.device, dtype=cdf.dtype)
+    # right=True skips zero-probability tokens (their cdf equals the previous one); u < total keeps it in range
+    return torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(1).clamp_(max=vocab - 1)
+
+
 def sample(logits: torch.Tensor, rows: list[RowState], default_gen: torch.Generator | None = None) -> Draw:
     """logits: [rows, vocab] for the next position. Returns sampled ids and their full-vocabulary log-probs."""
     logits = logits.float()
@@ -107,12 +120,8 @@ def sample(logits: torch.Tensor, rows: list[RowState], default_gen: torch.Genera
     if all(greedy):
         tokens_t = shaped.argmax(-1)
     else:
-        probs = shaped.softmax(-1)
-        noise = torch.empty_like(probs).exponential_(generator=default_gen)
-        for i, r in enumerate(rows):
-            if r.generator is not None:
-                noise[i] = torch.empty(probs.shape[1], device=dev).exponential_(generator=r.generator)
-        tokens_t = (probs / noise).argmax(-1)
+        probs = logp.exp() if shaped is scaled else shaped.softmax(-1)
+        tokens_t = _draw(probs, rows, default_gen)
         if any(greedy):
             tokens_t = torch.where(torch.tensor(greedy, device=dev), shaped.argmax(-1), tokens_t)
     chosen = logp.gather(1, tokens_t.unsqueeze(1)).squeeze(1)
