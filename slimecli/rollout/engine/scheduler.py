@@ -46,7 +46,7 @@ class Scheduler:
             self.generator.seed()
         self.waiting: collections.deque[Seq] = collections.deque()
         self._commands: collections.deque[tuple[Callable[[], Any], concurrent.futures.Future]] = collections.deque()
-        self._wake = threading.Condition()
+        self._wake = threading.Condition(threading.RLock())
         self._stop = False
         self._thread = threading.Thread(target=self._loop, name="slimecli-engine-scheduler", daemon=True)
         self.stats: dict[str, float] = {
@@ -94,10 +94,11 @@ class Scheduler:
         hit = [s for s in self.runner.rows if match(s)]
         for s in hit:
             s.abort(message)
-        waiting_hit = [s for s in self.waiting if match(s)]
-        for s in waiting_hit:
-            s.abort(message)
-            self.waiting.remove(s)
+        with self._wake:  # the event loop appends to `waiting` under this lock
+            waiting_hit = [s for s in self.waiting if match(s)]
+            for s in waiting_hit:
+                s.abort(message)
+                self.waiting.remove(s)
         self._retire()
         self._emit(waiting_hit)
         return len(hit) + len(waiting_hit)
@@ -112,7 +113,8 @@ class Scheduler:
             rows = list(self.runner.rows)
             self.runner.save(list(range(len(rows))))  # resuming them re-uses their keys/values
             self.runner.clear()
-            self.waiting.extendleft(reversed(rows))
+            with self._wake:
+                self.waiting.extendleft(reversed(rows))
             return len(rows)
         return len(self.runner.rows)
 
