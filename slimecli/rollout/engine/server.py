@@ -162,8 +162,8 @@ class EngineServer:
                 s.notify(s, n, fin)
 
     def _seq(self, item: Item, stream: bool = False) -> Seq:
-        ids = item.prompt_ids if item.prompt_ids is not None else self.tokenizer.encode(item.text,
-                                                                                         add_special_tokens=False)
+        # like SGLang: text is encoded with the tokenizer's own special-token rule (e.g. Llama's BOS)
+        ids = item.prompt_ids if item.prompt_ids is not None else self.tokenizer.encode(item.text)
         if not ids:
             raise BadRequest("text: encodes to no tokens")
         return Seq(item=item, prompt_ids=list(ids), eos_ids=self.eos_ids, stream=stream)
