@@ -199,7 +199,7 @@ def test_only_adam_semantics_are_accepted() -> None:
 
 
 def test_schedule_rules() -> None:
-    assert errors_of(["optimizer.lr_decay_style=cosine", "optimizer.lr_warmup_steps=200"]) == [
+    assert errors_of(["optimizer.lr_decay_style=cosine", "optimizer.lr_warmup_steps=200", "trainer.max_steps=100"]) == [
         "optimizer.lr_warmup_steps: warm-up must end before the cosine decay does: must be <= "
         "trainer.max_steps=100 (optimizer.lr_decay_steps is null) (got 200)"]
     assert errors_of(["optimizer.lr_decay_style=linear", "optimizer.lr_warmup_steps=20",
