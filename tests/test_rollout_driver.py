@@ -1,0 +1,57 @@
+"""Rank 0's rollout against a real engine: groups, rewards, the zero-std filter with over-sampling."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from engine_fixtures import Engine, engine_fixture
+
+from slimecli.config.compose import load
+from slimecli.model.loading import load_tokenizer
+from slimecli.rollout.client import EngineClient
+from slimecli.rollout.data import PromptSource
+from slimecli.rollout.driver import RolloutDriver
+from slimecli.rollout.sample import Status
+
+
+@pytest.fixture(scope="module")
+def live_engine(tmp_path_factory):
+    yield from engine_fixture(tmp_path_factory.mktemp("engine"))
+
+
+def _collect(engine: Engine, tmp_path, *overrides: str):
+    reward = tmp_path / "r.py"
+    reward.write_text("def score(s):\n    return 1.0 if s.group_index % 2 == 0 else (s.index % 3) / 2\n")
+    cfg = load([f"model.path={engine.model_path}", "rollout.batch_size=3", "rollout.n_samples_per_prompt=4",
+                "trainer.global_batch_size=12", "trainer.micro_batch_size=4", "trainer.nproc=1",
+                "rollout.max_new_tokens=6", "reward=python", f"reward.path={reward}:score", *overrides])
+
+    async def go():
+        async with EngineClient(engine.url) as client:
+            driver = RolloutDriver(cfg, load_tokenizer(engine.model_path), [client], PromptSource(cfg.task, 7))
+            return await driver.collect(), driver.source.position
+
+    return asyncio.run(go())
+
+
+def test_groups_have_consistent_samples(live_engine, tmp_path):
+    result, consumed = _collect(live_engine, tmp_path)
+    assert consumed == 3 and len(result.samples) == 12 and len(result.train_rewards) == 12
+    for s in result.samples:
+        assert s.response_length == len(s.rollout_log_probs) == len(s.loss_mask) >= 1
+        assert len(s.tokens) == s.prompt_length + s.response_length
+        assert all(lp <= 0 for lp in s.rollout_log_probs)
+        assert s.status in (Status.COMPLETED, Status.TRUNCATED) and s.weight_versions == ["default"]
+    assert [s.group_index for s in result.samples] == [g for g in range(3) for _ in range(4)]
+    assert result.metrics["reward/count"] == 12 and "rollout/response_len_mean" in result.metrics
+
+
+def test_zero_std_filter_drops_constant_groups_and_oversamples(live_engine, tmp_path):
+    result, consumed = _collect(live_engine, tmp_path, "rollout.dynamic_filter=zero_std")
+    assert {s.group_index % 2 for s in result.samples} == {1}  # every kept group has reward variance
+    assert len(result.samples) == 12 and consumed > 3
+    assert result.metrics["rollout/dropped_zero_std"] >= 3
+    assert result.metrics["filter/drop/zero_std"] == result.metrics["rollout/dropped_zero_std"]
+    indices = [s.index for s in result.samples]
+    assert indices == sorted(indices)
