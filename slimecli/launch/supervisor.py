@@ -67,6 +67,7 @@ class Supervisor:
         self.children: list[Child] = []
         self._stop_signal: int | None = None
         self._print_lock = threading.Lock()
+        self._tearing_down = False  # once set, children's output goes to their logs only
 
     # ---- public -------------------------------------------------------------------------
     def run(self) -> int:
@@ -98,6 +99,7 @@ class Supervisor:
     def shutdown(self) -> None:
         """TERM every live child's process group, then KILL whatever outlives the grace period."""
         live = [c for c in self.children if c.proc.poll() is None]
+        self._tearing_down = True  # shutdown noise (e.g. torchrun's SIGTERM traceback) stays in the logs
         for child in live:
             _signal_group(child.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + self.grace_s
@@ -136,6 +138,8 @@ class Supervisor:
                 log.write(raw)
                 line = raw.decode("utf-8", "replace").rstrip("\n")
                 child.tail.append(line)
+                if self._tearing_down:
+                    continue
                 with self._print_lock:
                     self.console.print(f"[{child.colour}]{child.spec.name:>10} |[/] {escape(line)}")
 
