@@ -48,14 +48,20 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
     return box[0]
 
 
-def all_reduce_mean(values: dict[str, float]) -> dict[str, float]:
-    """Average scalar metrics over ranks."""
+def collective_device() -> torch.device:
+    """Where tensors for collectives must live: NCCL needs the rank's GPU, gloo takes CPU tensors."""
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def all_reduce_sum(values: dict[str, float]) -> dict[str, float]:
+    """Sum scalar metrics over ranks."""
     if not dist.is_initialized() or not values:
         return values
     keys = sorted(values)
-    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64)
+    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=collective_device())
     dist.all_reduce(t)
-    t /= dist.get_world_size()
     return dict(zip(keys, t.tolist(), strict=True))
 
 

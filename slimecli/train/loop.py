@@ -6,7 +6,6 @@ samples / trainer.global_batch_size optimizer updates, then a weight push to the
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -229,7 +228,7 @@ class Trainer:
                 for k, v in metrics.items():
                     sums[k] = sums.get(k, 0.0) + float(v)
             grad_norms.append(self._optimizer_step())
-        out = {f"train/{k}": v / max(n_updates, 1) for k, v in dist_sum(sums).items()}
+        out = {f"train/{k}": v / max(n_updates, 1) for k, v in dist.all_reduce_sum(sums).items()}
         out["train/grad_norm"] = sum(grad_norms) / max(len(grad_norms), 1)
         out["train/lr"] = self.scheduler.get_last_lr()[0]
         out["train/updates"] = n_updates
@@ -256,21 +255,3 @@ def _pad_to(t: torch.Tensor, width: int) -> torch.Tensor:
     if t.shape[1] >= width:
         return t[:, :width]
     return torch.nn.functional.pad(t, (0, width - t.shape[1]))
-
-
-def dist_sum(values: dict[str, float]) -> dict[str, float]:
-    """Sum scalar metrics over ranks (the loss pieces are already weighted sums)."""
-    if not torch.distributed.is_initialized() or not values:
-        return values
-    keys = sorted(values)
-    t = torch.tensor([values[k] for k in keys], dtype=torch.float64)
-    torch.distributed.all_reduce(t)
-    return dict(zip(keys, t.tolist(), strict=True))
-
-
-def run_async(coro: Any) -> Any:
-    return asyncio.get_event_loop().run_until_complete(coro)
-
-
-def _now() -> float:
-    return time.perf_counter()
