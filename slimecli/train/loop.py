@@ -19,7 +19,14 @@ from slimecli.rollout.sample import Sample
 from slimecli.train import advantages as adv_lib
 from slimecli.train import dist
 from slimecli.train.batch import PackedBatch, pack
-from slimecli.train.losses import entropy_from_logits, kl_penalty, loss_weights, pad_sequences, policy_loss
+from slimecli.train.losses import (
+    entropy_from_logits,
+    kl_penalty,
+    log_probs_from_logits,
+    loss_weights,
+    pad_sequences,
+    policy_loss,
+)
 from slimecli.train.policy import load_policy, no_sync_unless, response_logits, unwrap
 
 log = logging.getLogger("slimecli.train")
@@ -166,7 +173,7 @@ class Trainer:
     def _logp(self, model: torch.nn.Module, batch: PackedBatch, with_entropy: bool) -> tuple[torch.Tensor, Any]:
         logits = response_logits(model, batch)
         t = self.cfg.rollout.temperature
-        logp = torch.gather(torch.log_softmax(logits / t, dim=-1), -1, batch.targets.unsqueeze(-1)).squeeze(-1)
+        logp = log_probs_from_logits(logits, batch.targets, t)  # chunked: no second [B, R, V] tensor
         entropy = entropy_from_logits(logits, t) if with_entropy else None
         return logp, entropy
 
