@@ -18,9 +18,20 @@ def register(app: typer.Typer) -> None:
     def serve(ctx: typer.Context, index: int = typer.Option(0, "--index", help="Listen on rollout.port + INDEX."),
               recipe_dir: list[str] = RecipeDirOption) -> None:
         """Serve /generate and the rest of SGLang's native API for model.path (or model=tiny)."""
-        cfg = load_config_or_exit(split_overrides(ctx.args), recipe_dir)
+        import sys
+        from dataclasses import replace
+
+        from slimecli.launch.controller import materialize
+        from slimecli.launch.rundir import prepare
         from slimecli.rollout.engine.__main__ import start
 
+        overrides = split_overrides(ctx.args)
+        cfg = load_config_or_exit(overrides, recipe_dir)
+        if not any(o.startswith("run.name=") for o in overrides):
+            cfg = replace(cfg, run=replace(cfg.run, name="rollout"))
+        cfg = materialize(cfg)
+        run = prepare(cfg, sys.argv, overrides)  # the resolved config this engine serves, for the record
+        typer.echo(f"rollout: run dir {run.path}", err=True)
         start(cfg, index)
 
     app.add_typer(rollout_app, name="rollout")

@@ -14,12 +14,16 @@ from slimecli.launch.supervisor import Supervisor
 
 
 def materialize(cfg: SlimeConfig) -> SlimeConfig:
-    """Make model paths concrete (model=tiny is created on first use) so workers never re-resolve,
-    then check what needs the files themselves: a teacher must share the student's tokenizer."""
+    """Make model paths concrete (model=tiny is created on first use) so workers never re-resolve."""
     if cfg.model.path is None:
         from slimecli.model.loading import resolve_model_path
 
         cfg = replace(cfg, model=replace(cfg.model, path=str(resolve_model_path(cfg.model))))
+    return cfg
+
+
+def preflight(cfg: SlimeConfig) -> None:
+    """Checks of a training run that need this machine or the model files; raises ConfigErrors."""
     errors = machine_errors(cfg)
     if errors:
         raise ConfigErrors(errors)
@@ -29,7 +33,6 @@ def materialize(cfg: SlimeConfig) -> SlimeConfig:
         problem = check_tokenizers_compatible(cfg.model.tokenizer_path or cfg.model.path, cfg.teacher.model_path)
         if problem:
             raise ConfigErrors([ConfigError("teacher.model_path", cfg.teacher.model_path, problem)])
-    return cfg
 
 
 def machine_errors(cfg: SlimeConfig) -> list[ConfigError]:
@@ -61,6 +64,7 @@ def machine_errors(cfg: SlimeConfig) -> list[ConfigError]:
 def run(cfg: SlimeConfig, argv: list[str], overrides: list[str], console: Console | None = None) -> int:
     console = console or Console(highlight=False, soft_wrap=True)
     cfg = materialize(cfg)
+    preflight(cfg)
     run_dir = prepare(cfg, argv, overrides)
     if run_dir.resumed:
         console.print(f"[bold]resuming[/] the run in {run_dir.path}")
