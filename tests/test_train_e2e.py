@@ -19,20 +19,20 @@ pytestmark = pytest.mark.slow
 def test_quickstart_reward_rises(tmp_path):
     """A shortened quickstart (2 trainer ranks, 1 engine): the reward must clearly go up."""
     run = tmp_path / "qs"
-    out = run_train(run, "trainer.max_steps=36", "trainer.save_interval=0")
+    out = run_train(run, "trainer.max_steps=48", "trainer.save_interval=0")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     rows = metrics(run)
-    assert [r["step"] for r in rows] == list(range(1, 37))
+    assert [r["step"] for r in rows] == list(range(1, 49))
     rewards = [r["reward/mean"] for r in rows]
     first, last = sum(rewards[:4]) / 4, sum(rewards[-4:]) / 4
-    assert last > 3 * first and last > 0.3, rewards
+    assert last > 3 * first and last > 0.5, rewards
     assert all(r["weight_version"] == r["step"] for r in rows)
     for key in ("train/entropy", "train/grad_norm", "train/lr", "train/pg_clipfrac", "train/ppo_kl",
                 "rollout/response_len_mean", "time/step_s", "perf/tokens_per_s", "reward/std"):
         assert key in rows[-1], key
-    assert checkpoint.latest_complete(run).name == "step_36"
+    assert checkpoint.latest_complete(run).name == "step_48"
     assert (run / "tensorboard").is_dir() and (run / "logs" / "engine-0.log").is_file()
-    assert "train step 36/36" in out.stdout
+    assert "train step 48/48" in out.stdout
 
 
 def test_resume_after_controller_kill(tmp_path):
@@ -166,3 +166,17 @@ def test_opd_rejects_a_teacher_with_another_tokenizer(tmp_path):
     tok.write_text(json.dumps(data))
     out = run_cli("train", "+recipe=opd", f"teacher.model_path={other}", f"run.root={tmp_path / 'runs'}")
     assert out.returncode == 2 and "teacher.model_path" in out.stderr and str(other) in out.stderr, out.stderr
+
+
+def test_fsdp_trains_checkpoints_and_resumes(tmp_path):
+    """trainer.strategy=fsdp (FSDP2 over gloo on CPU): weights gathered for sync, checkpoint, resume."""
+    run = tmp_path / "f"
+    out = run_train(run, "trainer.strategy=fsdp", "trainer.max_steps=2", "trainer.save_interval=1")
+    assert out.returncode == 0, out.stdout[-3000:]
+    first = checkpoint.load(run)
+    assert first.step == 2 and first.optimizer_state is not None
+    out = run_train(run, "trainer.strategy=fsdp", "trainer.max_steps=4", "trainer.save_interval=1")
+    assert out.returncode == 0 and "resuming" in out.stdout, out.stdout[-3000:]
+    assert [r["step"] for r in metrics(run)] == [1, 2, 3, 4]
+    assert all(r["weight_version"] == r["step"] for r in metrics(run))
+    assert (run / "final" / "model.safetensors").is_file()

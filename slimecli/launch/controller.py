@@ -48,9 +48,6 @@ def machine_errors(cfg: SlimeConfig) -> list[ConfigError]:
         errors.append(ConfigError("trainer", "megatron", "the megatron-core training loop is not in this release "
                                   "(only its stateless Adam patch is: slimecli.train.optim.megatron_patch)",
                                   "use trainer=torch"))
-    if t.name == "torch" and t.strategy == "fsdp":
-        errors.append(ConfigError("trainer.strategy", "fsdp", "FSDP is not in this release of the torch trainer",
-                                  "use trainer.strategy=ddp"))
     if cfg.task.name == "swe" or cfg.agent.name != "none":
         errors.append(ConfigError("agent", cfg.agent.name, "training with coding agents (the SWE rollout loop) is not "
                                   "in this release; the agent back-ends run on their own",

@@ -27,7 +27,16 @@ from slimecli.train.losses import (
     pad_sequences,
     policy_loss,
 )
-from slimecli.train.policy import load_policy, no_sync_unless, response_logits, unwrap
+from slimecli.train.policy import (
+    full_optimizer_state,
+    full_state_dict,
+    load_full_optimizer_state,
+    load_full_state_dict,
+    load_policy,
+    no_sync_unless,
+    response_logits,
+    unwrap,
+)
 
 log = logging.getLogger("slimecli.train")
 
@@ -77,8 +86,9 @@ class Trainer:
         if self.info.is_main:
             assert self.rollout is not None
             self.rollout.wait_ready()
-            if resumed:  # the engines start from model.path; give them the resumed weights
-                self.rollout.push_weights(unwrap(self.model), self.step)
+        if resumed:  # the engines start from model.path; give them the resumed weights
+            self._push_weights()
+        if self.info.is_main:
             metrics_log = MetricsLogger(self.run_dir, resume_step=self.step)
             progress = StepProgress(cfg.trainer.max_steps, self.step)
         try:
@@ -90,9 +100,9 @@ class Trainer:
                 metrics = self._train_on(batch)
                 train_s = time.perf_counter() - train_started
                 self.step += 1
+                self._push_weights()
                 if self.info.is_main:
                     assert self.rollout is not None and metrics_log is not None and progress is not None
-                    self.rollout.push_weights(unwrap(self.model), self.step)
                     meter.update(batch.samples)
                     tokens = sum(s.response_length for s in batch.samples)
                     step_s = time.perf_counter() - started
@@ -102,8 +112,7 @@ class Trainer:
                     progress.update(self.step, meter.postfix())
                 if self._should_save():
                     self._save()
-            if self.info.is_main:
-                self._export_final()
+            self._export_final()
         finally:
             if progress is not None:
                 progress.close()
@@ -125,14 +134,22 @@ class Trainer:
         interval = self.cfg.trainer.save_interval
         return self.step == self.cfg.trainer.max_steps or (interval > 0 and self.step % interval == 0)
 
+    def _push_weights(self) -> None:
+        state = full_state_dict(self.model, self.info.is_main)  # a collective under FSDP
+        if self.rollout is not None and state is not None:
+            self.rollout.push_weights(state, self.step)
+
     def _save(self) -> None:
         from slimecli.train import checkpoint
         from slimecli.train.optim.build import optimizer_state_for_checkpoint
 
+        model_state = full_state_dict(self.model, self.info.is_main)
+        keeps_state = optimizer_state_for_checkpoint(self.optimizer, self.cfg.optimizer) is not None
+        optimizer_state = full_optimizer_state(self.model, self.optimizer, self.info.is_main) if keeps_state else None
         if self.info.is_main:
-            assert self.rollout is not None
-            checkpoint.save(self.run_dir, self.step, {k: v.detach().cpu() for k, v in unwrap(self.model).state_dict().items()},
-                            optimizer_state=optimizer_state_for_checkpoint(self.optimizer, self.cfg.optimizer),
+            assert self.rollout is not None and model_state is not None
+            checkpoint.save(self.run_dir, self.step, model_state,
+                            optimizer_state=optimizer_state,
                             scheduler_state=self.scheduler.state_dict(),
                             data_position=self.rollout.source.state_dict(),
                             metadata={"optimizer": self.cfg.optimizer.name}, keep=self.cfg.trainer.keep_checkpoints)
@@ -143,21 +160,22 @@ class Trainer:
         """RUN/final: the trained policy as a Hugging Face checkpoint (serve it, distil from it, fine-tune it)."""
         from slimecli.train.hf_export import export_hf
 
-        state = {k: v.detach().cpu() for k, v in unwrap(self.model).state_dict().items()}
-        path = export_hf(state, self.cfg.model.path, self.run_dir / "final")
-        log.info("final model written to %s", path)
+        state = full_state_dict(self.model, self.info.is_main)
+        if state is not None:
+            path = export_hf(state, self.cfg.model.path, self.run_dir / "final")
+            log.info("final model written to %s", path)
 
     def _resume(self) -> bool:
         """Continue from the last complete checkpoint of this run dir, if any."""
         from slimecli.train import checkpoint
-        from slimecli.train.optim.build import restore_optimizer_state
 
         path = checkpoint.latest_complete(self.run_dir)
         if path is None:
             return False
         ckpt = checkpoint.load(path)
-        unwrap(self.model).load_state_dict(ckpt.model_state)
-        restore_optimizer_state(self.optimizer, ckpt.optimizer_state)
+        load_full_state_dict(self.model, ckpt.model_state)
+        if ckpt.optimizer_state is not None:
+            load_full_optimizer_state(self.model, self.optimizer, ckpt.optimizer_state)
         if ckpt.scheduler_state is not None:
             self.scheduler.load_state_dict(ckpt.scheduler_state)
         if ckpt.rng is not None and self.info.is_main:

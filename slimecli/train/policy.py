@@ -28,10 +28,73 @@ def load_policy(cfg: SlimeConfig, info: DistInfo, trainable: bool = True) -> tor
     if cfg.trainer.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     model.train()
-    if info.world_size > 1:
-        ids = [info.device.index] if info.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=ids)
+    if info.world_size == 1:
+        return model
+    if cfg.trainer.strategy == "fsdp":
+        return _fully_shard(model)
+    ids = [info.device.index] if info.device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids)
+
+
+def _fully_shard(model: torch.nn.Module) -> torch.nn.Module:
+    """FSDP2: shard every decoder layer, then the rest (embeddings, head) at the root."""
+    from torch.distributed.fsdp import fully_shard
+
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    for layer in layers if layers is not None else []:
+        fully_shard(layer)
+    fully_shard(model)
     return model
+
+
+def is_sharded(model: torch.nn.Module) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+def full_state_dict(model: torch.nn.Module, is_main: bool) -> dict[str, torch.Tensor] | None:
+    """The whole model's weights on CPU, for rank 0 (None elsewhere).
+
+    Under FSDP this gathers the shards, so every rank must call it; otherwise only rank 0 works.
+    """
+    if is_sharded(model):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return state if is_main else None
+    if not is_main:
+        return None
+    return {k: v.detach().cpu() for k, v in unwrap(model).state_dict().items()}
+
+
+def load_full_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Counterpart of full_state_dict; every rank passes the whole state."""
+    if is_sharded(model):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
+    else:
+        unwrap(model).load_state_dict(state)
+
+
+def full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, is_main: bool) -> dict | None:
+    if is_sharded(model):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        state = get_optimizer_state_dict(model, optimizer,
+                                         options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return state if is_main else None
+    return optimizer.state_dict() if is_main else None
+
+
+def load_full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
+    if is_sharded(model):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+    else:
+        optimizer.load_state_dict(state)
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:

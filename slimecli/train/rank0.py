@@ -62,11 +62,10 @@ class RolloutSide:
                 gaps.append(sum((s - t) * m for s, t, m in zip(student, teacher_lp, mask, strict=True)) / n)
         return {"opd/teacher_logp_mean": _mean(teacher_means), "opd/student_teacher_gap": _mean(gaps)}
 
-    def push_weights(self, model: torch.nn.Module, version: int) -> str:
+    def push_weights(self, state: dict[str, torch.Tensor], version: int) -> str:
         """Write the weights as an HF dir, then pause -> flush -> update -> continue on every engine."""
         from slimecli.train.hf_export import export_version
 
-        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
         path = export_version(state, self.cfg.model.path, self.run_dir, version, keep=2)
         async def update_all() -> None:
             await asyncio.gather(*(self._update(e, str(path), str(version)) for e in self.engines))

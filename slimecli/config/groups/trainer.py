@@ -13,7 +13,7 @@ class TrainerConfig:
     max_steps: int = 100
     global_batch_size: int = 8  # samples per optimizer step
     micro_batch_size: int = 4
-    strategy: Literal["ddp", "fsdp"] = "ddp"  # torch back-end
+    strategy: Literal["ddp", "fsdp"] = "ddp"  # torch back-end: DDP, or FSDP2 (fully_shard) sharding
     dist_backend: Literal["auto", "gloo", "nccl"] = "auto"
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1

@@ -94,8 +94,6 @@ def parallel(cfg: SlimeConfig) -> list[ConfigError]:
         errors.append(ConfigError("cluster.node_rank", c.node_rank, f"must be in [0, cluster.nnodes={c.nnodes})"))
     if not 0 < c.master_port < 65536:
         errors.append(ConfigError("cluster.master_port", c.master_port, "must be a TCP port in 1..65535"))
-    if t.name == "torch" and t.strategy == "fsdp" and t.dist_backend == "gloo":
-        errors.append(ConfigError("trainer.strategy", t.strategy, "FSDP needs GPUs (nccl); use ddp on CPU"))
     return errors
 
 
