@@ -180,3 +180,26 @@ def test_fsdp_trains_checkpoints_and_resumes(tmp_path):
     assert [r["step"] for r in metrics(run)] == [1, 2, 3, 4]
     assert all(r["weight_version"] == r["step"] for r in metrics(run))
     assert (run / "final" / "model.safetensors").is_file()
+
+
+def test_trainer_rank_kill_stops_the_run_then_resumes(tmp_path):
+    """kill -9 of a trainer rank: the controller names the trainer and exits; the same command resumes."""
+    run = tmp_path / "t"
+    args = ("trainer.max_steps=6", "trainer.save_interval=1")
+    proc = start_train(run, *args)
+    try:
+        wait_for(lambda: checkpoint.latest_complete(run) is not None, 300, proc, "a first checkpoint")
+        children = descendants(proc.pid)
+        ranks = [p for p in children if b"-m\x00slimecli.train" in _cmdline(p) and b"torch.distributed.run" not in _cmdline(p)]
+        assert len(ranks) == 2, [(_cmdline(p)) for p in children]
+        os.kill(ranks[1], signal.SIGKILL)
+        code = proc.wait(timeout=60)
+        output = proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            kill_tree(proc)
+    assert code != 0 and "trainer exited" in output
+    assert wait_dead(children, timeout=15) == []
+    out = run_train(run, *args)
+    assert out.returncode == 0 and "resuming" in out.stdout, out.stdout[-3000:]
+    assert [r["step"] for r in metrics(run)] == list(range(1, 7))
