@@ -15,6 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import aiohttp
+import torch
 import torch.distributed as dist
 from aiohttp import web
 
@@ -93,7 +94,11 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s teacher[{os.environ.get('RANK', '0')}] %(levelname)s %(message)s")
     timeout = timedelta(seconds=max(1800.0, t.update_timeout_s + 600, t.warmup_timeout_s + 600))
-    dist.init_process_group("gloo", timeout=timeout)
+    if torch.cuda.is_available():  # CUDA tensors (logits) over nccl, control messages over gloo
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group("cpu:gloo,cuda:nccl", timeout=timeout)
+    else:
+        dist.init_process_group("gloo", timeout=timeout)
     layout = make_layout(t.tp, t.dp)
     worker = TeacherWorker(tp=t.tp, tp_rank=layout.tp_rank, group=layout.tp_groups[layout.dp_index],
                            dtype=t.dtype or cfg.model.dtype, sample_chunk_size=t.sample_chunk_size,

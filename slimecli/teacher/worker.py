@@ -7,6 +7,7 @@ than [N, V/tp] logits. All ranks of a TP group must call `score`/`load` with the
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,10 +27,17 @@ class LoadedModel:
     path: str
 
 
-def load_model_dir(path: str, dtype: str) -> Any:
+def load_model_dir(path: str, dtype: str, device: torch.device) -> Any:
     from slimecli.model.loading import load_model
 
-    return load_model(path, dtype)
+    return load_model(path, dtype, device=str(device))
+
+
+def rank_device() -> torch.device:
+    """This rank's GPU when there is one (nccl carries its tensors), else the CPU (gloo)."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
 
 
 def shard_model(model: Any, path: str, tp: int, tp_rank: int) -> LoadedModel:
@@ -37,11 +45,11 @@ def shard_model(model: Any, path: str, tp: int, tp_rank: int) -> LoadedModel:
     head = model.get_output_embeddings()
     full = head.weight.detach()
     shard = vp.VocabShard(int(full.shape[0]), tp, tp_rank)
-    weight = torch.zeros((shard.size, full.shape[1]), dtype=full.dtype)
+    weight = torch.zeros((shard.size, full.shape[1]), dtype=full.dtype, device=full.device)
     weight[: shard.valid] = full[shard.start: shard.start + shard.valid]
     bias = None
     if getattr(head, "bias", None) is not None:
-        bias = torch.zeros(shard.size, dtype=head.bias.dtype)
+        bias = torch.zeros(shard.size, dtype=head.bias.dtype, device=full.device)
         bias[: shard.valid] = head.bias.detach()[shard.start: shard.start + shard.valid]
     body = model.get_decoder()
     if not getattr(model.config, "tie_word_embeddings", False):
@@ -57,7 +65,8 @@ class TeacherWorker:
                  sample_chunk_size: int = 4096, label_chunk_size: int = 4096, seed: int = 0) -> None:
         self.tp, self.tp_rank, self.group, self.dtype = tp, tp_rank, group if tp > 1 else None, dtype
         self.sample_chunk_size, self.label_chunk_size = sample_chunk_size, label_chunk_size
-        self.generator = torch.Generator().manual_seed(seed)
+        self.device = rank_device()
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.workspace = vp.Workspace()
         self.model: LoadedModel | None = None
 
@@ -70,7 +79,7 @@ class TeacherWorker:
         """Load on every rank; swap in only if all TP peers succeeded (else the old model stays)."""
         error: BaseException | None = None
         try:
-            new = shard_model(load_model_dir(path, self.dtype), path, self.tp, self.tp_rank)
+            new = shard_model(load_model_dir(path, self.dtype, self.device), path, self.tp, self.tp_rank)
         except Exception as exc:  # reported below, after the peers agree
             error, new = exc, None
         failed = torch.tensor([0 if error is None else 1])
@@ -86,7 +95,7 @@ class TeacherWorker:
         """[len-1, V/tp] logits of this rank's vocabulary slice for positions 0..len-2."""
         m = self.model
         assert m is not None, "no model loaded"
-        ids = torch.tensor([input_ids], dtype=torch.long)
+        ids = torch.tensor([input_ids], dtype=torch.long, device=self.device)
         hidden = m.body(input_ids=ids).last_hidden_state[0, :-1]
         logits = hidden @ m.weight.T
         if m.bias is not None:
@@ -102,7 +111,7 @@ class TeacherWorker:
         shard, group = self.model.shard, self.group
         local = self.local_logits(input_ids)
         stats = vp.global_stats(local, shard, group, temperature, self.sample_chunk_size, self.workspace)
-        nxt = torch.tensor(input_ids[1:], dtype=torch.long)
+        nxt = torch.tensor(input_ids[1:], dtype=torch.long, device=self.device)
         out: dict[str, list] = {"log_probs": vp.next_token_log_probs(
             local, nxt, shard, group, temperature, self.label_chunk_size, stats).tolist()}
         if sample_n:
@@ -111,7 +120,7 @@ class TeacherWorker:
             out["sampled_token_ids"], out["sampled_log_probs"] = ids.tolist(), logps.tolist()
         if labels is not None:
             width = len(labels[0]) if labels else 0
-            lab = torch.tensor(labels, dtype=torch.long).reshape(len(input_ids) - 1, width)
+            lab = torch.tensor(labels, dtype=torch.long, device=self.device).reshape(len(input_ids) - 1, width)
             out["label_token_log_probs"] = vp.label_log_probs(
                 local, lab, shard, group, temperature, self.label_chunk_size, stats).tolist()
         return out
