@@ -18,7 +18,7 @@ def test_help_lists_every_command_with_examples():
         assert out.returncode == 0
         for command in ("train", "config", "plan", "recipes"):
             assert command in out.stdout
-        assert "slimecli train +recipe=swe_agent" in out.stdout
+        assert "slimecli train +recipe=opd" in out.stdout
 
 
 def test_python_dash_m_and_console_script_agree():
@@ -91,12 +91,16 @@ def test_plan_json_lists_processes_in_start_order(tmp_path):
     assert human.returncode == 0 and "command:" in human.stdout and "ready:" in human.stdout
 
 
-def test_multinode_plan_uses_master_address():
+def test_multinode_plan_uses_master_address(tmp_path):
     out = run_cli("plan", "cluster.nnodes=2", "cluster.node_rank=1", "cluster.master_addr=10.0.0.1",
-                  "cluster.master_port=29600", "--json")
-    argv = json.loads(out.stdout)[-1]["argv"]
+                  "cluster.master_port=29600", f"run.dir={tmp_path}", "--json")
+    plan = json.loads(out.stdout)
+    assert [p["name"] for p in plan] == ["trainer"]  # engines run once, on node 0
+    argv = plan[-1]["argv"]
     assert argv[argv.index("--nnodes") + 1] == "2" and argv[argv.index("--node-rank") + 1] == "1"
     assert argv[argv.index("--master-addr") + 1] == "10.0.0.1" and argv[argv.index("--master-port") + 1] == "29600"
+    unshared = run_cli("plan", "cluster.nnodes=2")
+    assert unshared.returncode == 2 and "run.dir: a multi-node run needs run.dir" in unshared.stderr
 
 
 def test_light_commands_never_import_torch():

@@ -150,8 +150,9 @@ def test_eps_clip_high_at_least_eps_clip():
 
 
 def test_kl_coef_and_kl_loss_coef_exclusive():
-    (msg,) = errors_of(["trainer.kl_coef=0.1", "trainer.kl_loss_coef=0.1"])
-    assert msg.startswith("trainer.kl_loss_coef: cannot be non-zero together with trainer.kl_coef (0.1)")
+    msgs = errors_of(["trainer.kl_coef=0.1", "trainer.kl_loss_coef=0.1", "trainer.advantage_estimator=reinforce_plus_plus"])
+    assert msgs == ["trainer.kl_loss_coef: cannot be non-zero together with trainer.kl_coef (0.1) (got 0.1)\n"
+                    "    hint: use either KL reward shaping (kl_coef) or the KL loss (kl_loss_coef)"]
 
 
 def test_batch_divisibility():
@@ -200,3 +201,11 @@ def test_user_recipe_by_path_and_by_dir(tmp_path):
 def test_jsonl_task_needs_an_existing_file(tmp_path):
     assert "task.path: task=jsonl needs task.path (a JSONL file of prompts) (got None)" in errors_of(["task=jsonl"])
     assert f"task.path: file does not exist (got '{tmp_path}/x.jsonl')" in errors_of(["task=jsonl", f"task.path={tmp_path}/x.jsonl"])
+
+
+def test_kl_shaping_and_tis_combinations():
+    (msg,) = errors_of(["trainer.kl_coef=0.1"])
+    assert msg.startswith("trainer.kl_coef: KL reward shaping is not part of grpo's advantages")
+    assert load(["trainer.kl_coef=0.1", "trainer.advantage_estimator=reinforce_plus_plus"]).trainer.kl_coef == 0.1
+    (msg,) = errors_of(["trainer.use_tis=true", "trainer.use_rollout_logprobs=true"])
+    assert msg.startswith("trainer.use_tis: TIS corrects recomputed old log-probs")

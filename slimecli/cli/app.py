@@ -16,10 +16,11 @@ and `+recipe=NAME` (or `+recipe=/path/my.yaml`) adds a recipe.
 
 [bold]Examples[/]
   slimecli train                                        # embedded quickstart: tiny model, CPU, minutes
-  slimecli train +recipe=swe_agent agent=codex optimizer=stateless_adam optimizer.lr=1e-6
+  slimecli train +recipe=opd teacher.model_path=runs/quickstart/final
   slimecli config show +recipe=opd teacher.url=http://127.0.0.1:7999
   slimecli config validate +recipe=opd
-  slimecli plan +recipe=swe_agent --json
+  slimecli plan +recipe=opd teacher.url=http://127.0.0.1:7999 --json
+  slimecli agent run agent=codex task.prompt="add a README" task.workdir=DIR
   slimecli teacher serve model.path=/ckpt teacher.tp=2
   slimecli recipes list
 """

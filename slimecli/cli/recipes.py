@@ -42,7 +42,7 @@ def show(name: str = typer.Argument(..., help="Recipe name or path."), recipe_di
 
 @recipes_app.command("copy", epilog="""[bold]Example[/]
 
-  slimecli recipes copy swe_agent ./my.yaml && slimecli train +recipe=./my.yaml""")
+  slimecli recipes copy quickstart ./my.yaml && slimecli train +recipe=./my.yaml""")
 def copy(name: str = typer.Argument(..., help="Recipe to start from."),
          dest: Path = typer.Argument(..., help="Destination file or directory."),
          force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),

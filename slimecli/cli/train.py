@@ -18,9 +18,7 @@ def register(app: typer.Typer) -> None:
 
   slimecli train run.dir=runs/mine                 # run again with the same run.dir to resume
 
-  slimecli train +recipe=opd teacher=server teacher.url=http://127.0.0.1:7999
-
-  slimecli train +recipe=swe_agent agent=codex optimizer=stateless_adam optimizer.lr=1e-6""")
+  slimecli train +recipe=opd teacher=server teacher.url=http://127.0.0.1:7999""")
     def train(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> None:
         """Train: rollout engines and teacher start first, then the trainer under torchrun."""
         from slimecli.config.errors import ConfigErrors

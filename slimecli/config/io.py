@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from slimecli.config.errors import ConfigErrors
+from slimecli.config.errors import ConfigError, ConfigErrors
 from slimecli.config.schema import SlimeConfig
 from slimecli.config.typed import build, to_plain
 
@@ -26,7 +26,12 @@ def save_frozen(cfg: SlimeConfig, path: str | Path) -> Path:
 
 def load_frozen(path: str | Path) -> SlimeConfig:
     """Read a resolved config; it is type-checked again but never re-composed."""
-    data = yaml.safe_load(Path(path).read_text()) or {}
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigErrors([ConfigError(str(path), None, f"cannot read the run config: {exc}")]) from None
+    if not isinstance(data, dict):
+        raise ConfigErrors([ConfigError(str(path), data, "the run config must be a mapping")])
     errors: list = []
     cfg = build(SlimeConfig, data, "", errors)
     if errors or cfg is None:

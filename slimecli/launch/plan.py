@@ -51,9 +51,11 @@ def build_plan(cfg: SlimeConfig, run_dir: str | Path) -> list[ProcessSpec]:
     run_dir = Path(run_dir).resolve()
     config_path = str(run_dir / CONFIG_FILE)
     env = {"SLIMECLI_RUN_DIR": str(run_dir), "PYTHONUNBUFFERED": "1"}
-    specs = engine_specs(cfg, config_path)
-    teacher = teacher_spec(cfg, config_path)
-    if teacher is not None:
-        specs.append(teacher)
+    specs: list[ProcessSpec] = []
+    if cfg.cluster.node_rank == 0:  # servers run once, next to trainer rank 0 which drives them
+        specs += engine_specs(cfg, config_path)
+        teacher = teacher_spec(cfg, config_path)
+        if teacher is not None:
+            specs.append(teacher)
     specs.append(trainer_spec(cfg, config_path))
     return [replace(s, env={**env, **s.env}) for s in specs]

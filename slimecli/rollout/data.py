@@ -18,6 +18,7 @@ class PromptSource:
         self.seed = seed
         self.position = 0  # prompts handed out so far; saved in checkpoints
         self._rows: list[dict[str, Any]] | None = None
+        self._epoch_order: tuple[int, list[int]] | None = None
         if task.name == "jsonl":
             self._rows = _read_jsonl(Path(task.path or ""), task.prompt_key, task.label_key)
 
@@ -32,10 +33,16 @@ class PromptSource:
 
             return make_prompt(self.seed, index)
         epoch, offset = divmod(index, len(self._rows))
-        order = list(range(len(self._rows)))
-        if self.task.shuffle:
-            random.Random(self.seed + epoch).shuffle(order)
-        return dict(self._rows[order[offset]])
+        return dict(self._rows[self._order(epoch)[offset]])
+
+    def _order(self, epoch: int) -> list[int]:
+        """The epoch's permutation, computed once per epoch."""
+        if self._epoch_order is None or self._epoch_order[0] != epoch:
+            order = list(range(len(self._rows or [])))
+            if self.task.shuffle:
+                random.Random(self.seed + epoch).shuffle(order)
+            self._epoch_order = (epoch, order)
+        return self._epoch_order[1]
 
     def state_dict(self) -> dict[str, Any]:
         return {"position": self.position}

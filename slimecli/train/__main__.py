@@ -24,9 +24,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot read {args.config}: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=cfg.run.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    import aiohttp
+
+    from slimecli.rollout.client import EngineError
+    from slimecli.train import dist
     from slimecli.train.loop import Trainer
 
-    Trainer(cfg, Path(args.config).resolve().parent).run()
+    try:
+        Trainer(cfg, Path(args.config).resolve().parent).run()
+    except (TimeoutError, EngineError, aiohttp.ClientError) as exc:  # a server went away: say which, no traceback
+        print(f"trainer: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        dist.shutdown()
     return 0
 
 

@@ -197,9 +197,10 @@ def compute_advantages(samples: Sequence[Sample], rewards: Sequence[float], cfg:
                        n_samples_per_prompt: int, *, kl: Tensors | None = None,
                        student_logp: Tensors | None = None, teacher_logp: Tensors | None = None,
                        all_reduce: AllReduce | None = None) -> Advantages:
-    """estimate -> apply_opd (when trainer.opd_kl_coef > 0) -> finalize, in that order."""
+    """estimate -> x trainer.reward_coef -> apply_opd (when trainer.opd_kl_coef > 0) -> finalize, in that order."""
     out = estimate(samples, rewards, cfg, n_samples_per_prompt, kl)
-    adv = out.advantages
+    # trainer.reward_coef scales the task-reward part after the estimator (a group std would cancel it before)
+    adv = out.advantages if cfg.reward_coef == 1.0 else [a * cfg.reward_coef for a in out.advantages]
     if cfg.opd_kl_coef:
         if student_logp is None:
             raise ValueError("trainer.opd_kl_coef > 0 needs the student's log-probs")

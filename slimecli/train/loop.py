@@ -100,7 +100,7 @@ class Trainer:
                 metrics = self._train_on(batch)
                 train_s = time.perf_counter() - train_started
                 self.step += 1
-                self._push_weights()
+                state = self._push_weights()
                 if self.info.is_main:
                     assert self.rollout is not None and metrics_log is not None and progress is not None
                     meter.update(batch.samples)
@@ -111,7 +111,7 @@ class Trainer:
                                                 "perf/tokens_per_s": tokens / step_s, "weight_version": self.step})
                     progress.update(self.step, meter.postfix())
                 if self._should_save():
-                    self._save()
+                    self._save(state)
             self._export_final()
         finally:
             if progress is not None:
@@ -134,17 +134,18 @@ class Trainer:
         interval = self.cfg.trainer.save_interval
         return self.step == self.cfg.trainer.max_steps or (interval > 0 and self.step % interval == 0)
 
-    def _push_weights(self) -> None:
-        state = full_state_dict(self.model, self.info.is_main)  # a collective under FSDP
+    def _push_weights(self) -> dict[str, torch.Tensor] | None:
+        """Gather the weights (a collective under FSDP) and give them to the engines; rank 0 gets them back."""
+        state = full_state_dict(self.model, self.info.is_main)
         if self.rollout is not None and state is not None:
             self.rollout.push_weights(state, self.step)
+        return state
 
-    def _save(self) -> None:
+    def _save(self, model_state: dict[str, torch.Tensor] | None) -> None:
         from slimecli.train import checkpoint
-        from slimecli.train.optim.build import optimizer_state_for_checkpoint
+        from slimecli.train.optim.build import keeps_optimizer_state
 
-        model_state = full_state_dict(self.model, self.info.is_main)
-        keeps_state = optimizer_state_for_checkpoint(self.optimizer, self.cfg.optimizer) is not None
+        keeps_state = keeps_optimizer_state(self.cfg.optimizer)
         optimizer_state = full_optimizer_state(self.model, self.optimizer, self.info.is_main) if keeps_state else None
         if self.info.is_main:
             assert self.rollout is not None and model_state is not None
@@ -169,7 +170,9 @@ class Trainer:
         """Continue from the last complete checkpoint of this run dir, if any."""
         from slimecli.train import checkpoint
 
-        path = checkpoint.latest_complete(self.run_dir)
+        # rank 0 decides, so every rank resumes from the same checkpoint (or none)
+        found = checkpoint.latest_complete(self.run_dir) if self.info.is_main else None
+        path = dist.broadcast_object(str(found) if found is not None else None)
         if path is None:
             return False
         ckpt = checkpoint.load(path)
@@ -192,7 +195,10 @@ class Trainer:
         logits = response_logits(model, batch)
         t = self.cfg.rollout.temperature
         logp = log_probs_from_logits(logits, batch.targets, t)  # chunked: no second [B, R, V] tensor
-        entropy = entropy_from_logits(logits, t) if with_entropy else None
+        entropy = None
+        if with_entropy:  # without an entropy bonus it is only a metric: keep it out of the graph
+            with torch.enable_grad() if self.cfg.trainer.entropy_coef != 0 else torch.no_grad():
+                entropy = entropy_from_logits(logits, t)
         return logp, entropy
 
     @torch.no_grad()
@@ -209,8 +215,7 @@ class Trainer:
     # ---- one step ---------------------------------------------------------------------------------
     def _train_on(self, batch: StepBatch) -> dict[str, float]:
         cfg, info = self.cfg, self.info
-        samples = batch.samples
-        rewards = [r * cfg.trainer.reward_coef for r in batch.rewards]
+        samples, rewards = batch.samples, batch.rewards
         gbs = cfg.trainer.global_batch_size
         n_updates = len(samples) // gbs
         recompute_old = n_updates > 1 and not cfg.trainer.use_rollout_logprobs
@@ -248,7 +253,8 @@ class Trainer:
                     loss, metrics = policy_loss(
                         logp, rows(old_all) if old_all is not None else logp.detach(), rows(adv.advantages),
                         rows(step_weights), cfg.trainer, mask=packed.mask, entropy=entropy,
-                        ref_logp=rows(ref_logp) if ref_logp is not None else None, rollout_logp=rows(rollout_lp))
+                        ref_logp=rows(ref_logp) if ref_logp is not None else None,
+                        rollout_logp=packed.rollout_log_probs)
                     (loss * info.world_size).backward()  # DDP averages gradients over ranks
                 for k, v in metrics.items():
                     sums[k] = sums.get(k, 0.0) + float(v)
@@ -256,6 +262,7 @@ class Trainer:
         out = {f"train/{k}": v / max(n_updates, 1) for k, v in dist.all_reduce_sum(sums).items()}
         out["train/grad_norm"] = sum(grad_norms) / max(len(grad_norms), 1)
         out["train/lr"] = self.scheduler.get_last_lr()[0]
+        self.scheduler.step()  # the lr schedule counts training steps, like trainer.max_steps
         out["train/updates"] = n_updates
         return out
 
@@ -272,7 +279,6 @@ class Trainer:
             reset_optimizer_state(self.optimizer)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
         return norm
 
 

@@ -1,4 +1,4 @@
-"""The policy model on a trainer rank: loading, wrapping in DDP, and response log-probs."""
+"""The policy model on a trainer rank: loading, wrapping (DDP or FSDP2), whole-model state, response logits."""
 
 from __future__ import annotations
 
@@ -111,7 +111,14 @@ def response_logits(model: torch.nn.Module, batch: PackedBatch) -> torch.Tensor:
 
 @contextmanager
 def no_sync_unless(model: torch.nn.Module, last: bool) -> Iterator[None]:
-    """Skip DDP's gradient all-reduce on all but the last micro-batch of an accumulation."""
+    """Skip the gradient all-reduce (DDP) or reduce-scatter (FSDP) on all but the last micro-batch."""
+    if is_sharded(model):
+        model.set_requires_gradient_sync(last)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
+        return
     ctx = model.no_sync() if isinstance(model, DistributedDataParallel) and not last else nullcontext()
     with ctx:
         yield

@@ -65,6 +65,14 @@ def losses(cfg: SlimeConfig) -> list[ConfigError]:
         errors.append(ConfigError("trainer.kl_loss_coef", t.kl_loss_coef,
                                   f"cannot be non-zero together with trainer.kl_coef ({t.kl_coef})",
                                   "use either KL reward shaping (kl_coef) or the KL loss (kl_loss_coef)"))
+    if t.kl_coef != 0 and t.advantage_estimator in ("grpo", "gspo"):
+        errors.append(ConfigError("trainer.kl_coef", t.kl_coef,
+                                  f"KL reward shaping is not part of {t.advantage_estimator}'s advantages",
+                                  "use trainer.kl_loss_coef, or a reinforce_plus_plus estimator"))
+    if t.use_tis and t.use_rollout_logprobs:
+        errors.append(ConfigError("trainer.use_tis", True, "TIS corrects recomputed old log-probs towards the engine's; "
+                                  "with trainer.use_rollout_logprobs=true the weight is always 1",
+                                  "set one of trainer.use_tis / trainer.use_rollout_logprobs to false"))
     if t.use_tis and not t.tis_clip_high > t.tis_clip_low >= 0:
         errors.append(ConfigError("trainer.tis_clip_high", t.tis_clip_high, f"must be > trainer.tis_clip_low ({t.tis_clip_low}) >= 0"))
     if t.opd_kl_coef < 0:
@@ -90,6 +98,9 @@ def parallel(cfg: SlimeConfig) -> list[ConfigError]:
     elif world % model_parallel:
         errors.append(ConfigError("trainer.nproc", t.nproc,
                                   f"world size {world} is not divisible by tensor x pipeline parallel = {model_parallel}"))
+    if c.nnodes > 1 and not cfg.run.dir:
+        errors.append(ConfigError("run.dir", None, "a multi-node run needs run.dir: one directory shared by every node",
+                                  "set run.dir to a path on a shared file system"))
     if not 0 <= c.node_rank < c.nnodes:
         errors.append(ConfigError("cluster.node_rank", c.node_rank, f"must be in [0, cluster.nnodes={c.nnodes})"))
     if not 0 < c.master_port < 65536:

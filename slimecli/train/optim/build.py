@@ -102,9 +102,14 @@ def reset_optimizer_state(opt: torch.optim.Optimizer) -> None:
     opt.state.clear()
 
 
+def keeps_optimizer_state(cfg: OptimizerConfig) -> bool:
+    """Whether checkpoints store optimizer moments (never for stateless_adam)."""
+    return cfg.name != "stateless_adam" and cfg.save_state
+
+
 def optimizer_state_for_checkpoint(opt: torch.optim.Optimizer, cfg: OptimizerConfig) -> dict[str, Any] | None:
     """What a checkpoint stores for the optimizer: None when there is nothing worth saving."""
-    if cfg.name == "stateless_adam" or isinstance(opt, StatelessAdam) or not cfg.save_state:
+    if not keeps_optimizer_state(cfg) or isinstance(opt, StatelessAdam):
         return None
     return opt.state_dict()
 
