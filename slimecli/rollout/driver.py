@@ -85,8 +85,7 @@ class RolloutDriver:
     # ---- one rollout ----------------------------------------------------------------------
     async def collect(self) -> RolloutResult:
         """Pull groups until `rollout.batch_size` of them pass the filters; extras are discarded."""
-        from slimecli.reward import assign_rewards
-        from slimecli.reward.normalize import apply_invalid_policy
+        from slimecli.reward import apply_invalid_policy, assign_rewards, reward_metrics
 
         r = self.cfg.rollout
         start = time.perf_counter()
@@ -134,15 +133,8 @@ class RolloutDriver:
             "rollout/tokens_per_s": sum(lengths) / elapsed if elapsed > 0 else 0.0,
             **{f"rollout/dropped_{k}": v for k, v in drops.items()},
         }
-        metrics.update(reward_metrics(all_scored, self.cfg.reward.key, drops))
+        metrics.update(reward_metrics(all_scored, self.cfg.reward.key, filter_drops=drops))
         return RolloutResult(samples, rewards, metrics)
-
-
-def reward_metrics(samples: list[Sample], key: str | None, drops: dict[str, int]) -> dict[str, Any]:
-    """Reward statistics over everything scored this step (kept or dropped); never raises."""
-    from slimecli.reward.stats import reward_metrics as stats
-
-    return stats(samples, key, filter_drops=drops)
 
 
 def _std(values: list[float]) -> float:

@@ -51,13 +51,3 @@ def pack(samples: list[Sample], pad_id: int) -> PackedBatch:
         if s.rollout_log_probs is not None:
             rollout_lp[i, :r] = torch.tensor(s.rollout_log_probs, dtype=torch.float32)
     return PackedBatch(input_ids, attention, logit_index, targets, mask, rollout_lp)
-
-
-def per_token(values: list[list[float]], r_max: int) -> torch.Tensor:
-    """Right-pad ragged per-token lists into a [B, r_max] float tensor."""
-    out = torch.zeros((len(values), r_max), dtype=torch.float32)
-    for i, row in enumerate(values):
-        n = min(len(row), r_max)
-        if n:
-            out[i, :n] = torch.tensor(row[:n], dtype=torch.float32)
-    return out
