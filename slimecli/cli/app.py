@@ -15,8 +15,8 @@ Any `key=value` after a command is a Hydra override, `group=member` picks a grou
 and `+recipe=NAME` (or `+recipe=/path/my.yaml`) adds a recipe.
 
 [bold]Examples[/]
-  slimecli train                                        # embedded quickstart: tiny model, CPU, minutes
-  slimecli train +recipe=opd teacher.model_path=runs/quickstart/final
+  slimecli train                                        # embedded quickstart on CPU
+  slimecli train +recipe=opd teacher.model_path=RUN/final     # distil from a finished run
   slimecli config show +recipe=opd teacher.url=http://127.0.0.1:7999
   slimecli config validate +recipe=opd
   slimecli plan +recipe=opd teacher.url=http://127.0.0.1:7999 --json
