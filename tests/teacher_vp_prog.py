@@ -122,6 +122,7 @@ def main() -> None:
         report["freq"].append(check_frequencies(rank, tp_used, group, vocab, temp, n=6000))
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(report, f)
+    dist.barrier()  # no rank tears gloo down while a peer is still talking to it
     dist.destroy_process_group()
 
 
