@@ -54,3 +54,18 @@ def wait_dead(pids: list[int], timeout: float = 20.0) -> list[int]:
 @pytest.fixture
 def port() -> int:
     return free_port()
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A freshly created tiny model directory (seed 0), shared by the tests that only read it."""
+    from slimecli.model.tiny import create_tiny_model
+
+    return create_tiny_model(tmp_path_factory.mktemp("tiny") / "m", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tok(tiny: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tiny))

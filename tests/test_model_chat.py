@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
-from slimecli.model.tiny import create_tiny_model
+from transformers import AutoModelForCausalLM
 
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "description": "Get the weather in a city.",
@@ -32,14 +30,6 @@ MESSAGES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return create_tiny_model(tmp_path_factory.mktemp("tiny") / "m", seed=0)
-
-
-@pytest.fixture(scope="module")
-def tok(tiny: Path):
-    return AutoTokenizer.from_pretrained(str(tiny))
 
 
 def render(tok, messages, **kw) -> str:

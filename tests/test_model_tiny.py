@@ -9,11 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM
 
 from slimecli.model.tiny import create_tiny_model
 from slimecli.model.tokenizer import SPECIAL_TOKENS
@@ -21,14 +20,6 @@ from slimecli.model.tokenizer import SPECIAL_TOKENS
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return create_tiny_model(tmp_path_factory.mktemp("tiny") / "m", seed=0)
-
-
-@pytest.fixture(scope="module")
-def tok(tiny: Path):
-    return AutoTokenizer.from_pretrained(str(tiny))
 
 
 def _digest(path: Path) -> str:
