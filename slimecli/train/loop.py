@@ -109,7 +109,7 @@ class Trainer:
                     metrics_log.log(self.step, {**batch.metrics, **metrics, "time/step_s": step_s,
                                                 "time/rollout_s": rollout_s, "time/train_s": train_s,
                                                 "perf/tokens_per_s": tokens / step_s, "weight_version": self.step})
-                    progress.update(self.step, meter.postfix())
+                    progress.update(self.step, _progress_text(batch.metrics.get("reward/mean"), meter.postfix()))
                 if self._should_save():
                     self._save(state)
             self._export_final()
@@ -280,6 +280,14 @@ class Trainer:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return norm
+
+
+def _progress_text(step_mean: float | None, running: str) -> str:
+    """'step reward 0.984 | running reward 0.451' (the running mean covers every step so far)."""
+    running = f"running {running}" if running else ""
+    if step_mean is None:
+        return running
+    return f"step reward {step_mean:.3f} | {running}" if running else f"step reward {step_mean:.3f}"
 
 
 def _pad_to(t: torch.Tensor, width: int) -> torch.Tensor:
