@@ -175,16 +175,6 @@ def whiten(advantages: Tensors, masks: Tensors, all_reduce: AllReduce | None = N
     return [((a - mean) * scale * (m > 0)).to(torch.float32) for a, m in zip(advantages, masks, strict=True)]
 
 
-def torch_all_reduce_sum(stats: torch.Tensor) -> torch.Tensor:
-    """An ``all_reduce`` for ``whiten`` over the default torch.distributed group (gloo-safe: CPU tensor)."""
-    import torch.distributed as dist
-
-    out = stats.clone()
-    if dist.is_available() and dist.is_initialized():
-        dist.all_reduce(out, op=dist.ReduceOp.SUM)
-    return out
-
-
 def finalize(advantages: Tensors, samples: Sequence[Sample], cfg: TrainerConfig,
              all_reduce: AllReduce | None = None) -> Tensors:
     """Step 3: whiten for the reinforce++ estimators; grpo/gspo advantages pass through unchanged."""
