@@ -149,8 +149,6 @@ def test_registry_names_env_and_custom_pairs(monkeypatch):
     assert registry.resolve("codex")[2].__name__ == "ResponsesAdapter"
     with pytest.raises(ValueError, match="valid: claude_code, codex"):
         registry.resolve("aider")
-    monkeypatch.setenv("SWE_AGENT", "codex")
-    assert registry.resolve("none")[0] == "codex"
     name, h, a = registry.resolve("mine", "slimecli.agent.harness:ClaudeCodeHarness",
                                   "slimecli.agent.responses:ResponsesAdapter")
     assert (name, h.__name__, a.__name__) == ("mine", "ClaudeCodeHarness", "ResponsesAdapter")

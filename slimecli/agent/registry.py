@@ -1,14 +1,11 @@
-"""Agent name -> (harness class, adapter class). SWE_AGENT picks the name when the config says none;
-a third pair comes from config (agent.harness / agent.adapter import paths) or from `register()`."""
+"""Agent name -> (harness class, adapter class). SWE_AGENT is resolved into agent.name while the config is
+composed; a third pair comes from config (agent.harness / agent.adapter import paths) or from `register()`."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from slimecli.agent.parsers import load_object
-
-AGENT_ENV = "SWE_AGENT"
 
 _PAIRS: dict[str, tuple[str, str]] = {
     "claude_code": ("slimecli.agent.harness:ClaudeCodeHarness", "slimecli.agent.anthropic:AnthropicAdapter"),
@@ -24,16 +21,8 @@ def names() -> list[str]:
     return sorted(_PAIRS)
 
 
-def agent_name(configured: str) -> str:
-    """The configured agent, or $SWE_AGENT when the config leaves it at `none`."""
-    if configured in ("", "none"):
-        configured = os.environ.get(AGENT_ENV, "none").strip() or "none"
-    return configured
-
-
 def resolve(name: str, harness: str | None = None, adapter: str | None = None) -> tuple[str, type, type]:
     """(name, harness class, adapter class); a clear error that lists the valid names otherwise."""
-    name = agent_name(name)
     if harness and adapter:
         return name, _load(harness), _load(adapter)
     if name not in _PAIRS:

@@ -24,11 +24,10 @@ EPILOG = """[bold]Examples[/]
 
 
 def _config(ctx: typer.Context, recipe_dir: list[str]):
-    cfg = load_config_or_exit(split_overrides(ctx.args), recipe_dir)
-    from slimecli.agent.registry import agent_name, names
+    cfg = load_config_or_exit(split_overrides(ctx.args), recipe_dir, uses_agent=True)
+    from slimecli.agent.registry import names
 
-    name = agent_name(cfg.agent.name)
-    if name == "none" and not (cfg.agent.harness and cfg.agent.adapter):
+    if cfg.agent.name == "none" and not (cfg.agent.harness and cfg.agent.adapter):
         fail(f"no agent chosen: pass agent=NAME (valid: {', '.join(names())}) or set SWE_AGENT")
     return cfg
 

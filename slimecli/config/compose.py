@@ -119,27 +119,48 @@ def _set_path(data: dict[str, Any], path: str, value: Any, errors: list[ConfigEr
     node[parts[-1]] = value
 
 
-def compose_dict(overrides: list[str], recipe_dirs: tuple[str, ...] = ()) -> tuple[dict[str, Any], list[ConfigError]]:
-    """The composed plain dict and the errors found while composing (not yet schema-checked)."""
+def _implied_groups(data: dict[str, Any], parsed: _Parsed, env_agent: str | None, uses_agent: bool) -> dict[str, str]:
+    """Group members that follow from others unless the command line picks them.
+
+    SWE_AGENT picks the agent of a run that uses one (above the recipe, below the command line), so
+    the frozen config always names the agent that actually runs; SWE tasks are graded by their tests.
+    """
+    implied: dict[str, str] = {}
+    agent = data.get("agent", {}).get("name")
+    task = data.get("task", {}).get("name")
+    if env_agent and "agent" not in parsed.groups and agent != env_agent and (
+            agent not in (None, "none") or uses_agent or task == "swe"):
+        implied["agent"] = env_agent
+    if task == "swe" and "reward" not in parsed.groups and data.get("reward", {}).get("name") != "swe_tests":
+        implied["reward"] = "swe_tests"
+    return implied
+
+
+def compose_dict(overrides: list[str], recipe_dirs: tuple[str, ...] = (), uses_agent: bool = False
+                 ) -> tuple[dict[str, Any], list[ConfigError]]:
+    """The composed plain dict and the errors found while composing (not yet schema-checked).
+
+    `uses_agent`: the command runs an agent (`agent run|serve`), so SWE_AGENT applies even when the
+    composed config says agent=none.
+    """
     errors: list[ConfigError] = []
     parsed = _parse(list(overrides), recipe_dirs, errors)
     env_agent = _env_agent(errors)
     data = _hydra_compose(parsed.groups, parsed.recipe)
-    # SWE_AGENT picks the agent back-end of a run that uses one: above the recipe, below the command line.
-    agent = data.get("agent", {}).get("name")
-    if env_agent and "agent" not in parsed.groups and agent not in (None, "none") and agent != env_agent:
-        data = _hydra_compose({**parsed.groups, "agent": env_agent}, parsed.recipe)
+    implied = _implied_groups(data, parsed, env_agent, uses_agent)
+    if implied:
+        data = _hydra_compose({**parsed.groups, **implied}, parsed.recipe)
     for path, value in parsed.values:
         _set_path(data, path, value, errors)
     return data, errors
 
 
-def load(overrides: list[str] = (), recipe_dirs: tuple[str, ...] = ()) -> SlimeConfig:
+def load(overrides: list[str] = (), recipe_dirs: tuple[str, ...] = (), uses_agent: bool = False) -> SlimeConfig:
     """Compose, check the schema and every rule; raise ConfigErrors with all of them at once."""
     from slimecli.config.rules import check_all
     from slimecli.config.typed import build
 
-    data, errors = compose_dict(list(overrides), tuple(recipe_dirs))
+    data, errors = compose_dict(list(overrides), tuple(recipe_dirs), uses_agent)
     cfg = build(SlimeConfig, data, "", errors)
     if cfg is not None:
         errors.extend(check_all(cfg))

@@ -18,3 +18,4 @@ class RewardConfig:
     backoff_s: float = 0.5  # reward=remote: first retry delay, doubled each retry, with jitter
     concurrency: int = 32  # reward calls (HTTP requests) in flight at once
     on_invalid: Literal["zero", "drop_group", "error"] = "zero"
+    partial: bool = False  # swe_tests: the FAIL_TO_PASS fraction when every PASS_TO_PASS test passes (else 0)

@@ -6,13 +6,15 @@ from typing import Literal
 
 @dataclass(frozen=True)
 class TaskConfig:
-    """Where prompts come from: the built-in quickstart task, a JSONL dataset, or a single agent task."""
+    """Where prompts come from: the built-in quickstart task, a JSONL dataset, SWE tasks, or one agent prompt."""
 
     name: Literal["quickstart", "jsonl", "swe"] = "quickstart"
-    path: str | None = None  # jsonl dataset
+    path: str | None = None  # jsonl: a dataset file; swe: a task file (SWE-bench JSONL) or builtin:NAME
     prompt_key: str = "prompt"
     label_key: str = "label"
     prompt: str | None = None  # a single agent task (slimecli agent run)
     workdir: str | None = None
+    instance: str | None = None  # swe: the instance_id one command works on (agent run, tasks grade)
+    on_invalid: Literal["error", "skip"] = "error"  # swe: a malformed row stops the run, or is skipped and counted
     apply_chat_template: bool = True
     shuffle: bool = True

@@ -125,15 +125,4 @@ def model(cfg: SlimeConfig) -> list[ConfigError]:
     return errors
 
 
-def task(cfg: SlimeConfig) -> list[ConfigError]:
-    t = cfg.task
-    if t.name != "jsonl":
-        return []
-    if not t.path:
-        return [ConfigError("task.path", None, "task=jsonl needs task.path (a JSONL file of prompts)")]
-    if not Path(t.path).expanduser().is_file():
-        return [ConfigError("task.path", t.path, "file does not exist")]
-    return []
-
-
-RULES = [sampling, batches, losses, parallel, model, task]
+RULES = [sampling, batches, losses, parallel, model]

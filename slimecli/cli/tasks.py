@@ -1,0 +1,136 @@
+"""`slimecli tasks list|check|grade`: SWE task sets, their validation, and grading one patch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from slimecli.cli.common import OVERRIDES, RecipeDirOption, echo_err, fail, load_config_or_exit, split_overrides
+
+if TYPE_CHECKING:
+    from slimecli.config.schema import SlimeConfig
+
+EPILOG = """[bold]Examples[/]
+
+  slimecli tasks list                                             # built-in sets
+
+  slimecli tasks list task.path=swe.jsonl                         # the rows of a task file
+
+  slimecli tasks check task.path=builtin:swe_tiny                 # every task: F2P fail at base, pass with gold
+
+  slimecli tasks grade task.instance=tiny-calc-001 --patch fix.diff      # {resolved, f2p, p2p, applied, ...}
+"""
+
+tasks_app = typer.Typer(help="SWE task sets: list them, check every task, grade a patch.", no_args_is_help=True,
+                        rich_markup_mode="rich")
+
+
+def _config(args: list[str], recipe_dir: list[str]) -> SlimeConfig:
+    """These commands are about SWE tasks: task=swe unless the command line says otherwise."""
+    overrides = split_overrides(args)
+    if not any(a.split("=", 1)[0] == "task" for a in overrides):
+        overrides = ["task=swe", *overrides]
+    return load_config_or_exit(overrides, recipe_dir)
+
+
+def _tasks(cfg: SlimeConfig):
+    from slimecli.swe.task import load
+
+    tasks = load(cfg.task.path or "")
+    if tasks.errors:
+        echo_err(f"{len(tasks.errors)} bad row(s) skipped (task.on_invalid=skip)")
+    return tasks
+
+
+@tasks_app.command("list", context_settings=OVERRIDES, epilog=EPILOG)
+def list_(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> None:
+    """The built-in task sets; with task.path=FILE, that file's tasks."""
+    from slimecli.swe.builtin import list_sets
+
+    if not ctx.args:
+        for info in list_sets():
+            typer.echo(f"builtin:{info['name']:<12} {info['tasks']:>3} tasks over {len(info['repos'])} repos "
+                       f"({', '.join(info['repos'])})  {info['description']}")
+        typer.echo("task.path also takes a SWE-bench JSONL file: one row per task with instance_id, repo, "
+                   "base_commit, problem_statement, patch, test_patch, FAIL_TO_PASS, PASS_TO_PASS, workdir")
+        return
+    cfg = _config(ctx.args, recipe_dir)
+    tasks = _tasks(cfg)
+    width = max(len(t.instance_id) for t in tasks.tasks)
+    for t in tasks.tasks:
+        first = t.problem_statement.strip().splitlines()[0][:70]
+        typer.echo(f"{t.instance_id:<{width}}  {t.repo}  F2P {len(t.fail_to_pass)}  P2P {len(t.pass_to_pass)}  {first}")
+
+
+@tasks_app.command("check", context_settings=OVERRIDES, epilog=EPILOG)
+def check(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption,
+          jobs: int = typer.Option(2, "--jobs", "-j", min=1, help="Tasks checked at once."),
+          as_json: bool = typer.Option(False, "--json", help="One JSON object per task.")) -> None:
+    """Validate every task (or task.instance): F2P fail at base and pass with the gold patch, P2P pass before
+    and after, an empty diff and a diff that deletes the tests score 0. Exit 1 if any task fails."""
+    import asyncio
+
+    from slimecli.swe.check import check_all
+
+    cfg = _config(ctx.args, recipe_dir)
+    tasks = _tasks(cfg)
+    chosen = [t for t in tasks.tasks if cfg.task.instance in (None, t.instance_id)]
+    results = asyncio.run(check_all(chosen, concurrency=jobs, sandbox_factory=sandbox_factory(cfg),
+                                    budget_s=cfg.agent.eval_budget_s))
+    bad = 0
+    for task, result in zip(chosen, results, strict=True):
+        if as_json:
+            typer.echo(json.dumps(result.as_dict()))
+        else:
+            typer.echo(f"{'ok  ' if result.ok else 'FAIL'} {task.instance_id}"
+                       + ("" if result.ok else f": {result.why}"))
+        bad += not result.ok
+    echo_err(f"{len(chosen) - bad}/{len(chosen)} tasks valid")
+    if bad:
+        raise typer.Exit(1)
+
+
+@tasks_app.command("grade", context_settings=OVERRIDES, epilog=EPILOG)
+def grade(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption,
+          patch: Path = typer.Option(..., "--patch", help="The diff to grade (git diff format); '-' reads stdin."),
+          ) -> None:
+    """Grade one patch on task.instance in a fresh sandbox; print the reward dict as JSON."""
+    import asyncio
+    import sys
+
+    from slimecli.swe.grade import Unevaluatable
+    from slimecli.swe.grade import grade as grade_patch
+
+    cfg = _config(ctx.args, recipe_dir)
+    if cfg.task.instance is None:
+        fail("tasks grade needs task.instance=ID (`slimecli tasks list task.path=...` lists them)")
+    if str(patch) == "-":
+        diff = sys.stdin.read()
+    else:
+        try:
+            diff = patch.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            fail(f"--patch: cannot read {patch}: {exc}")
+    task = _tasks(cfg).get(cfg.task.instance)
+    assert task is not None  # the task rules checked it
+    try:
+        report = asyncio.run(grade_patch(task, diff, sandbox_factory=sandbox_factory(cfg),
+                                         budget_s=cfg.agent.eval_budget_s, partial=cfg.reward.partial))
+    except Unevaluatable as exc:
+        fail(f"{task.instance_id}: unevaluatable:{exc.reason}", code=1)
+    out: dict[str, Any] = {**report.as_dict(), "reward": report.reward(cfg.reward.partial)}
+    typer.echo(json.dumps(out))
+
+
+def sandbox_factory(cfg: SlimeConfig):
+    """Fresh sandboxes for graders, as the run's sandbox settings say (no network)."""
+    from slimecli.sandbox.factory import make_sandbox
+
+    return lambda workdir: make_sandbox(cfg.sandbox, workdir)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(tasks_app, name="tasks")

@@ -1,0 +1,178 @@
+"""SWE tasks: SWE-bench-compatible rows (plus slimecli's own keys), read and checked line by line.
+
+A bad row is reported with its file, line, field and what was expected, never a traceback; the
+caller decides (`task.on_invalid`) whether one bad row stops the run or is skipped and counted.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch",
+            "FAIL_TO_PASS", "PASS_TO_PASS")
+OPTIONAL_STR = ("hints_text", "version", "environment_setup_commit", "workdir", "image", "test_cmd", "created_at")
+KNOWN = (*REQUIRED, *OPTIONAL_STR, "setup_commands", "timeout_s")
+BUILTIN_PREFIX = "builtin:"
+
+
+@dataclass(frozen=True)
+class SweTask:
+    instance_id: str
+    repo: str
+    base_commit: str
+    problem_statement: str
+    patch: str  # the gold patch: never shown to the agent
+    test_patch: str  # adds the FAIL_TO_PASS tests: never shown to the agent, applied last when grading
+    fail_to_pass: tuple[str, ...]
+    pass_to_pass: tuple[str, ...]
+    workdir: str | None = None  # a local git repository holding base_commit, or builtin:NAME
+    image: str | None = None  # container sandboxes
+    test_cmd: str | None = None  # None -> pytest with JUnit XML
+    setup_commands: tuple[str, ...] = ()
+    timeout_s: float | None = None
+    hints_text: str = ""
+    version: str = ""
+    environment_setup_commit: str = ""
+    source: str = ""  # file:line it came from
+    extra: dict[str, Any] = field(default_factory=dict)  # unknown keys of the row, kept as they were
+
+    @property
+    def tests(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.fail_to_pass + self.pass_to_pass))
+
+
+@dataclass(frozen=True)
+class RowError:
+    source: str  # file:line
+    field: str
+    reason: str
+
+    def render(self) -> str:
+        return f"{self.source}: {self.field}: {self.reason}"
+
+
+class TaskFileError(Exception):
+    """The task file cannot be read at all (missing, not a file, unknown builtin set)."""
+
+
+def _test_list(row: dict[str, Any], key: str) -> tuple[str, ...] | str:
+    """A list of test ids, or a JSON string of one (as the SWE-bench files store them); else the reason."""
+    value = row[key]
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return "expected a list of test ids or a JSON string of one"
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        return f"expected a list of non-empty test id strings, got {type(value).__name__}"
+    return tuple(value)
+
+
+def parse_row(row: Any, source: str) -> SweTask | list[RowError]:
+    if not isinstance(row, dict):
+        return [RowError(source, "<row>", f"expected a JSON object, got {type(row).__name__}")]
+    errors: list[RowError] = []
+    for key in REQUIRED:
+        if key not in row:
+            errors.append(RowError(source, key, "missing (required)"))
+        elif key not in ("FAIL_TO_PASS", "PASS_TO_PASS") and not (isinstance(row[key], str) and row[key].strip()):
+            errors.append(RowError(source, key, "expected a non-empty string"))
+    tests: dict[str, tuple[str, ...]] = {}
+    for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
+        if key in row:
+            parsed = _test_list(row, key)
+            if isinstance(parsed, str):
+                errors.append(RowError(source, key, parsed))
+            else:
+                tests[key] = parsed
+    if "FAIL_TO_PASS" in tests and not tests["FAIL_TO_PASS"]:
+        errors.append(RowError(source, "FAIL_TO_PASS", "must name at least one test (nothing to grade by)"))
+    for key in OPTIONAL_STR:
+        if row.get(key) is not None and not isinstance(row[key], str):
+            errors.append(RowError(source, key, f"expected a string, got {type(row[key]).__name__}"))
+    setup = row.get("setup_commands", [])
+    if isinstance(setup, str):
+        setup = [setup]
+    if not isinstance(setup, list) or not all(isinstance(c, str) for c in setup):
+        errors.append(RowError(source, "setup_commands", "expected a list of shell command strings"))
+    timeout = row.get("timeout_s")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
+        errors.append(RowError(source, "timeout_s", f"expected a number of seconds > 0, got {timeout!r}"))
+    if not row.get("workdir") and not row.get("image"):
+        errors.append(RowError(source, "workdir", "missing: a task needs a workdir (local git repository or "
+                               "builtin:NAME) or an image"))
+    if errors:
+        return errors
+    return SweTask(
+        instance_id=row["instance_id"], repo=row["repo"], base_commit=row["base_commit"],
+        problem_statement=row["problem_statement"], patch=row["patch"], test_patch=row["test_patch"],
+        fail_to_pass=tests["FAIL_TO_PASS"], pass_to_pass=tests["PASS_TO_PASS"], workdir=row.get("workdir"),
+        image=row.get("image"), test_cmd=row.get("test_cmd"), setup_commands=tuple(setup), timeout_s=timeout,
+        hints_text=row.get("hints_text") or "", version=row.get("version") or "",
+        environment_setup_commit=row.get("environment_setup_commit") or "", source=source,
+        extra={k: v for k, v in row.items() if k not in KNOWN})
+
+
+@dataclass
+class TaskSet:
+    path: str
+    tasks: list[SweTask]
+    errors: list[RowError]
+
+    def get(self, instance_id: str) -> SweTask | None:
+        return next((t for t in self.tasks if t.instance_id == instance_id), None)
+
+    @property
+    def ids(self) -> list[str]:
+        return [t.instance_id for t in self.tasks]
+
+
+def resolve_path(path: str) -> Path:
+    """`builtin:NAME` -> the task file shipped in the wheel; anything else is a file path."""
+    if path.startswith(BUILTIN_PREFIX):
+        from slimecli.swe.builtin import task_file
+
+        return task_file(path[len(BUILTIN_PREFIX):])
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise TaskFileError(f"{path}: no such file")
+    if not p.is_file():
+        raise TaskFileError(f"{path}: not a file")
+    return p
+
+
+def load(path: str) -> TaskSet:
+    """Every row of a JSONL task file; bad rows are collected (with line and field), not raised."""
+    file = resolve_path(path)
+    tasks: list[SweTask] = []
+    errors: list[RowError] = []
+    seen: dict[str, str] = {}
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TaskFileError(f"{path}: cannot read ({exc})") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        source = f"{path}:{number}"
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError, ValueError) as exc:
+            errors.append(RowError(source, "<row>", f"not valid JSON ({exc})"))
+            continue
+        parsed = parse_row(row, source)
+        if isinstance(parsed, list):
+            errors.extend(parsed)
+            continue
+        if parsed.instance_id in seen:
+            errors.append(RowError(source, "instance_id", f"duplicate {parsed.instance_id!r} (first at "
+                                   f"{seen[parsed.instance_id]})"))
+            continue
+        seen[parsed.instance_id] = source
+        tasks.append(parsed)
+    if not tasks and not errors:
+        errors.append(RowError(f"{path}:1", "<file>", "no tasks in the file"))
+    return TaskSet(path, tasks, errors)
