@@ -1,0 +1,149 @@
+"""A fresh git work tree for one task: exactly the base commit, nothing that could lead the agent to the fix.
+
+The agent may run any git command in the workspace, so it holds one commit and only that commit's objects:
+no remotes, no other branches, no reflog, no FETCH_HEAD naming where it came from. Every git call here runs
+hermetically (`git_env`): the caller's GIT_* variables and global/system config could otherwise change
+object hashes (init.defaultObjectFormat), sign commits, rewrite line endings or redirect the repository.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from slimecli.swe.task import BUILTIN_PREFIX, SweTask
+
+GIT_FLAGS = ("-c", "commit.gpgsign=false", "-c", "init.defaultBranch=main", "-c", "core.autocrlf=false",
+             "-c", "core.fsmonitor=false", "-c", "advice.detachedHead=false")
+AGENT_NAME = "slimecli agent"
+AGENT_EMAIL = "agent@slimecli.invalid"
+IGNORED = ("__pycache__/", "*.pyc", ".pytest_cache/")  # what running the tests leaves: not the agent's change
+
+
+class WorkspaceError(Exception):
+    """The task's workspace cannot be made: no such repository, commit not found, not a git repository."""
+
+
+class GitError(Exception):
+    def __init__(self, args: tuple[str, ...], returncode: int, stderr: str) -> None:
+        self.returncode = returncode
+        self.stderr = stderr.strip()
+        super().__init__(f"git {' '.join(args)} exited {returncode}: {self.stderr or '(no message)'}")
+
+
+def git_env(home: str | Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The caller's environment without any GIT_* variable, with no global/system config and HOME at `home`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update({"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_ATTR_NOSYSTEM": "1",
+                "GIT_TERMINAL_PROMPT": "0", "HOME": str(home), "XDG_CONFIG_HOME": str(home), "LC_ALL": "C"})
+    env.update(extra or {})
+    return env
+
+
+def run_git(*args: str, home: str | Path, cwd: str | Path | None = None, input: bytes | None = None,
+            env: Mapping[str, str] | None = None, raw: bool = False) -> str:
+    """stdout of one hermetic git command (without its final newline unless `raw`); GitError when it fails."""
+    proc = subprocess.run(["git", *GIT_FLAGS, *args], cwd=cwd, input=input, capture_output=True,
+                          env=git_env(home, env))
+    if proc.returncode != 0:
+        raise GitError(args, proc.returncode, proc.stderr.decode(errors="replace"))
+    out = proc.stdout.decode()
+    return out if raw else out.rstrip("\n")
+
+
+def _resolve_commit(git_dir: Path, commit: str, home: str, where: str) -> str:
+    """The full SHA of `commit` (a SHA, a prefix of one, or a ref) in the repository."""
+    try:
+        if commit.startswith("-"):  # never an option to git
+            raise GitError((), 1, "")
+        return run_git("--git-dir", str(git_dir), "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}",
+                       home=home)
+    except GitError:
+        raise WorkspaceError(f"commit {commit} not found in {where}") from None
+
+
+def _local_git_dir(path: Path, home: str) -> Path:
+    """The git directory of the repository at exactly `path` (never one of its parents)."""
+    if not path.exists():
+        raise WorkspaceError(f"workdir {path}: no such directory")
+    if not path.is_dir():
+        raise WorkspaceError(f"workdir {path}: not a directory")
+    try:
+        found = run_git("rev-parse", "--absolute-git-dir", home=home, cwd=path,
+                        env={"GIT_CEILING_DIRECTORIES": str(path.resolve().parent)})
+    except GitError:
+        raise WorkspaceError(f"workdir {path}: not a git repository") from None
+    return Path(found)
+
+
+def _builtin_git_dir(repo: str) -> Path:
+    from slimecli.swe.builtin import locate, materialize
+    from slimecli.swe.task import TaskFileError
+
+    set_name = locate(repo)
+    if set_name is None:
+        raise WorkspaceError(f"{BUILTIN_PREFIX}{repo}: no built-in repository of that name")
+    try:
+        return materialize(set_name, repo)
+    except (TaskFileError, OSError) as exc:
+        raise WorkspaceError(f"{BUILTIN_PREFIX}{repo}: cannot build its repository: {exc}") from None
+
+
+def _source(task: SweTask, home: str) -> tuple[Path, str]:
+    """(the git directory holding the task's base commit, how to name it in messages)."""
+    workdir = task.workdir
+    if not workdir:
+        raise WorkspaceError(f"{task.instance_id}: the task has no workdir (an image-only task runs in its image)")
+    if workdir.startswith(BUILTIN_PREFIX):
+        return _builtin_git_dir(workdir[len(BUILTIN_PREFIX):]), workdir
+    path = Path(workdir).expanduser()
+    return _local_git_dir(path, home), f"workdir {path}"
+
+
+def _check_out(dest: Path, git_dir: Path, sha: str, home: str) -> None:
+    def git(*args: str) -> str:
+        return run_git(*args, home=home, cwd=dest)
+
+    git("init", "-q", ".")
+    for key, value in (("user.name", AGENT_NAME), ("user.email", AGENT_EMAIL), ("commit.gpgsign", "false")):
+        git("config", key, value)
+    # Only this commit's objects come over: depth 1, no tags, straight into the branch the work tree is on.
+    git("fetch", "-q", "--depth", "1", "--no-tags", "--update-head-ok", str(git_dir), f"{sha}:refs/heads/main")
+    git("reset", "-q", "--hard", "main")
+    dot_git = dest / ".git"
+    header = git("cat-file", "commit", sha).split("\n\n", 1)[0]
+    if not any(line.startswith("parent ") for line in header.splitlines()):
+        (dot_git / "shallow").unlink(missing_ok=True)  # a root commit: nothing was cut off
+    for name in ("FETCH_HEAD", "ORIG_HEAD"):  # FETCH_HEAD names the source repository
+        (dot_git / name).unlink(missing_ok=True)
+    shutil.rmtree(dot_git / "logs", ignore_errors=True)
+    exclude = dot_git / "info" / "exclude"
+    exclude.parent.mkdir(exist_ok=True)
+    with exclude.open("a") as f:
+        f.write("".join(f"{pattern}\n" for pattern in IGNORED))
+
+
+def prepare(task: SweTask, dest: Path) -> None:
+    """Make the empty directory `dest` a clean work tree at exactly task.base_commit, as the agent should see it:
+    one commit on branch main, a local user.name/user.email, no remote. WorkspaceError says why it cannot."""
+    dest = Path(dest)
+    if not dest.is_dir():
+        raise WorkspaceError(f"workspace {dest}: not an existing directory")
+    if any(dest.iterdir()):
+        raise WorkspaceError(f"workspace {dest}: not empty")
+    with tempfile.TemporaryDirectory(prefix="slimecli-git-home-") as home:
+        git_dir, where = _source(task, home)
+        sha = _resolve_commit(git_dir, task.base_commit, home, where)
+        try:
+            _check_out(dest, git_dir, sha, home)
+        except GitError as exc:
+            for child in dest.iterdir():  # leave dest as it was given: empty
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
+            raise WorkspaceError(f"{task.instance_id}: cannot check out {sha} from {where}: {exc}") from None
