@@ -23,12 +23,22 @@ INERT_KEYS = {"image_data", "audio_data", "video_data", "lora_path", "lora_id", 
 SAMPLING_KEYS = {"max_new_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids",
                  "min_new_tokens", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
                  "no_stop_trim", "n", "repetition_penalty", "frequency_penalty", "presence_penalty", "sampling_seed"}
-INERT_SAMPLING_KEYS = {"regex", "json_schema", "ebnf", "structural_tag", "logit_bias", "custom_params",
-                       "stream_interval", "stop_regex"}
+INERT_SAMPLING_KEYS = {"structural_tag", "logit_bias", "custom_params", "stream_interval", "stop_regex"}
+# Structured outputs: at most one per request, compiled by the engine's grammar module.
+CONSTRAINT_KEYS = ("regex", "json_schema", "ebnf")
 
 
 class BadRequest(ValueError):
     """A client error: answered with 400 {"error": {"message": ...}}."""
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A grammar the output must follow; (kind, text) is the compile-cache key."""
+
+    kind: str  # one of CONSTRAINT_KEYS
+    text: str
+    where: str = field(default="", compare=False)  # the request field, for error messages
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     sampling_seed: int | None = None
+    constraint: Constraint | None = None
 
     @property
     def greedy(self) -> bool:
@@ -135,10 +146,13 @@ def parse_sampling(where: str, raw: Any, vocab_size: int) -> SamplingParams:
     if not isinstance(raw, dict):
         raise BadRequest(f"{where}: must be an object")
     unknown = sorted(k for k, v in raw.items()
-                     if k not in SAMPLING_KEYS and not (k in INERT_SAMPLING_KEYS and v in (None, {}, [], "")))
+                     if k not in SAMPLING_KEYS and k not in CONSTRAINT_KEYS
+                     and not (k in INERT_SAMPLING_KEYS and v in (None, {}, [], "")))
     if unknown:
         raise BadRequest(f"{where}: unsupported key(s) {', '.join(unknown)}")
     kw: dict[str, Any] = {}
+    if (constraint := _constraint(where, raw)) is not None:
+        kw["constraint"] = constraint
     g = {k: v for k, v in raw.items() if k in SAMPLING_KEYS and v is not None}
     if "max_new_tokens" in g:
         kw["max_new_tokens"] = _int(f"{where}.max_new_tokens", g["max_new_tokens"], 0)
@@ -188,6 +202,23 @@ def parse_sampling(where: str, raw: Any, vocab_size: int) -> SamplingParams:
     if params.min_new_tokens > params.max_new_tokens:
         raise BadRequest(f"{where}.min_new_tokens: larger than max_new_tokens")
     return params
+
+
+def _constraint(where: str, raw: dict[str, Any]) -> Constraint | None:
+    """regex / json_schema / ebnf: a non-empty string, at most one of them (whether it compiles is checked later)."""
+    given = [k for k in CONSTRAINT_KEYS if raw.get(k) is not None]
+    if len(given) > 1:
+        raise BadRequest(f"{where}: {', '.join(given)} exclude each other: give at most one of them")
+    if not given:
+        return None
+    kind = given[0]
+    text = raw[kind]
+    if not isinstance(text, str):
+        what = "a JSON schema serialised as a string" if kind == "json_schema" else "a string"
+        raise BadRequest(f"{where}.{kind}: must be {what} (got {type(text).__name__})")
+    if not text.strip():
+        raise BadRequest(f"{where}.{kind}: is empty")
+    return Constraint(kind, text, f"{where}.{kind}")
 
 
 def _per_item(name: str, value: Any, count: int, batched: bool) -> list[Any]:

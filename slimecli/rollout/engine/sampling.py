@@ -3,6 +3,8 @@
 Log-probs: the reported log-prob of a sampled token is log_softmax(logits / T) over the FULL vocabulary
 (T = the row's temperature; T = 1 for greedy rows), before top-k / top-p / min-p / penalties. That is
 exactly what the trainer recomputes, so importance ratios start at 1. The filters only shape the draw.
+A grammar-constrained row is the exception: its disallowed tokens are -inf before anything else, so its
+log-probs are those of the masked, renormalised distribution it was actually sampled from.
 
 Sampling draws by inverse CDF with one uniform number per row (random numbers per vocabulary entry cost 20x
 more); a row with `sampling_seed` takes its number from its own generator, so the same seed gives the same
@@ -95,10 +97,20 @@ def _draw(probs: torch.Tensor, rows: list[RowState], default_gen: torch.Generato
     return torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(1).clamp_(max=vocab - 1)
 
 
-def sample(logits: torch.Tensor, rows: list[RowState], default_gen: torch.Generator | None = None) -> Draw:
-    """logits: [rows, vocab] for the next position. Returns sampled ids and their full-vocabulary log-probs."""
+def sample(logits: torch.Tensor, rows: list[RowState], default_gen: torch.Generator | None = None,
+           allowed: tuple[list[int], torch.Tensor] | None = None) -> Draw:
+    """logits: [rows, vocab] for the next position. Returns sampled ids and their full-vocabulary log-probs.
+
+    allowed: (row indices, [len(indices), vocab] bool) for the grammar-constrained rows.
+    """
     logits = logits.float()
     dev = logits.device
+    constrained: set[int] = set()
+    if allowed is not None:
+        which, ok = allowed
+        constrained = set(which)
+        index = torch.tensor(which, device=dev)
+        logits = logits.index_put((index,), logits.index_select(0, index).masked_fill(~ok, NEG_INF))
     temps = torch.tensor([1.0 if r.params.greedy else r.params.temperature for r in rows], device=dev)
     scaled = logits / temps.unsqueeze(1)
     logp = torch.log_softmax(scaled, dim=-1)
@@ -112,7 +124,10 @@ def sample(logits: torch.Tensor, rows: list[RowState], default_gen: torch.Genera
         shaped = shaped.clone() if shaped is scaled else shaped
         for i, r in enumerate(rows):
             if r.blocked:
+                before = shaped[i].clone() if i in constrained else None
                 shaped[i, r.blocked] = NEG_INF
+                if before is not None and not bool(torch.isfinite(shaped[i]).any()):
+                    shaped[i] = before  # the grammar allows only blocked tokens (its end): the grammar wins
     if any(r.params.top_k > 0 or r.params.top_p < 1.0 or r.params.min_p > 0 for r in rows if not r.params.greedy):
         shaped = _filter(shaped, rows)
 
@@ -132,7 +147,8 @@ def sample(logits: torch.Tensor, rows: list[RowState], default_gen: torch.Genera
         vals, idx = logp.topk(min(n_top, logp.shape[1]), dim=-1)
         for i, r in enumerate(rows):
             if r.top_n:
-                top[i] = list(zip(vals[i, :r.top_n].tolist(), idx[i, :r.top_n].tolist(), strict=True))
+                top[i] = [(v, t) for v, t in zip(vals[i, :r.top_n].tolist(), idx[i, :r.top_n].tolist(), strict=True)
+                          if v != NEG_INF]  # a grammar's disallowed tokens are not candidates
     return Draw(tokens, lps, top)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from slimecli.rollout.engine.grammar import allowed_tokens
 from slimecli.rollout.engine.prefix_cache import PrefixCache
 from slimecli.rollout.engine.runner import Runner
 from slimecli.rollout.engine.sampling import sample
@@ -52,7 +53,7 @@ class Scheduler:
         self.stats: dict[str, float] = {
             "steps": 0, "prefills": 0, "generated_tokens": 0, "prefill_tokens": 0, "finished_requests": 0,
             "aborted_requests": 0, "step_errors": 0, "max_batch": 0, "prefill_s": 0.0, "decode_s": 0.0,
-            "sample_s": 0.0}
+            "sample_s": 0.0, "grammar_s": 0.0}
 
     # ---- called from other threads --------------------------------------------------------
     def start(self) -> None:
@@ -204,9 +205,20 @@ class Scheduler:
     def _decode_tail(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
+    def _masks(self, rows: list[Seq], vocab: int) -> tuple[list[int], torch.Tensor] | None:
+        """Next-token masks of the grammar-constrained rows, from each one's matcher state."""
+        which = [i for i, s in enumerate(rows) if s.grammar is not None and not s.done]
+        if not which:
+            return None
+        t0 = time.perf_counter()
+        masks = allowed_tokens([rows[i].grammar for i in which], vocab, self.runner.device)
+        self.stats["grammar_s"] += time.perf_counter() - t0
+        return which, masks
+
     def _sample(self, rows: list[Seq], logits: torch.Tensor) -> None:
         t0 = time.perf_counter()
-        draw = sample(logits, [s.row(self.runner.device) for s in rows], self.generator)
+        allowed = self._masks(rows, logits.shape[-1])
+        draw = sample(logits, [s.row(self.runner.device) for s in rows], self.generator, allowed)
         streamed = []
         for s, tok, lp, top in zip(rows, draw.tokens, draw.logprobs, draw.top, strict=True):
             if s.done:  # aborted while the step ran

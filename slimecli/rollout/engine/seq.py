@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from slimecli.rollout.engine.grammar import Matcher
 from slimecli.rollout.engine.protocol import Item, SamplingParams
 from slimecli.rollout.engine.sampling import RowState, make_generator
 
@@ -35,6 +36,7 @@ class Seq:
     weight_version: str = ""
     cached_tokens: int = 0  # prompt tokens whose keys/values came from the prefix cache
     generator: torch.Generator | None = None
+    grammar: Matcher | None = None  # regex / json_schema / ebnf: advanced with every sampled token
     _row: RowState | None = None
 
     @property
@@ -71,8 +73,13 @@ class Seq:
         if self.item.top_logprobs_num and self.item.return_logprob:
             self.top.append(top)
         p = self.params
-        if not p.ignore_eos and token in self.eos_ids:
+        g = self.grammar
+        if g is not None and not g.consume(token):  # the mask makes this unreachable; never emit off-grammar text
+            self.finish = {"type": "abort", "message": f"grammar rejected token {token}: {g.error}"}
+        elif not p.ignore_eos and token in self.eos_ids:
             self.finish = {"type": "stop", "matched": token}
+        elif g is not None and g.stopped and (token in self.eos_ids or not self.eos_ids):
+            self.finish = {"type": "stop", "matched": token if token in self.eos_ids else None}  # the grammar's end
         elif token in p.stop_token_ids:
             self.finish = {"type": "stop", "matched": token}
         elif p.stop and (hit := self._stop_string(decode)) is not None:

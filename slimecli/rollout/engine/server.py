@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from slimecli.rollout.engine.grammar import Compiled, Constraint, GrammarCache
 from slimecli.rollout.engine.protocol import BadRequest, GenerateRequest, Item, SamplingParams, parse_generate
 from slimecli.rollout.engine.scheduler import Scheduler, Update
 from slimecli.rollout.engine.seq import Seq, build_reply
@@ -115,6 +116,7 @@ class EngineServer:
                                    pad_id=int(pad), seed=self.seed, dispatch=self._dispatch_threadsafe,
                                    prefix_cache_bytes=prefix_cache_bytes())
         self.scheduler.start()
+        self.grammars = GrammarCache(lambda: load_tokenizer(self.tokenizer_path), self.vocab_size, self.eos_ids)
 
     def _eos_ids(self, model: Any) -> frozenset[int]:
         ids: set[int] = set()
@@ -161,12 +163,20 @@ class EngineServer:
             if s.notify is not None:
                 s.notify(s, n, fin)
 
-    def _seq(self, item: Item, stream: bool = False) -> Seq:
+    def _seq(self, item: Item, stream: bool = False, grammars: dict[Constraint, Compiled] | None = None) -> Seq:
         # like SGLang: text is encoded with the tokenizer's own special-token rule (e.g. Llama's BOS)
         ids = item.prompt_ids if item.prompt_ids is not None else self.tokenizer.encode(item.text)
         if not ids:
             raise BadRequest("text: encodes to no tokens")
-        return Seq(item=item, prompt_ids=list(ids), eos_ids=self.eos_ids, stream=stream)
+        c = item.params.constraint
+        return Seq(item=item, prompt_ids=list(ids), eos_ids=self.eos_ids, stream=stream,
+                   grammar=grammars[c].matcher() if grammars and c is not None else None)
+
+    async def _compile(self, req: GenerateRequest) -> dict[Constraint, Compiled]:
+        """Each distinct grammar of the request, compiled (or found in the cache) in worker threads."""
+        wanted = list({c for item in req.items if (c := item.params.constraint) is not None})
+        done = await asyncio.gather(*(asyncio.to_thread(self.grammars.compile, c) for c in wanted))
+        return dict(zip(wanted, done, strict=True))
 
     def _check_lengths(self, seqs: list[Seq]) -> None:
         for s in seqs:
@@ -219,7 +229,8 @@ class EngineServer:
         if (resp := self._not_ready()) is not None:
             return resp
         req: GenerateRequest = parse_generate(await read_json(request), self.vocab_size)
-        seqs = [self._seq(item, req.stream) for item in req.items]
+        grammars = await self._compile(req)
+        seqs = [self._seq(item, req.stream, grammars) for item in req.items]
         self._check_lengths(seqs)
         dup = sorted({s.item.group for s in seqs} & self.active.keys())
         if dup:

@@ -1,0 +1,169 @@
+"""Structured outputs: regex / json_schema / ebnf constraints as per-sequence matchers and next-token masks.
+
+Backed by llguidance: of the libraries measured by bench/bench_grammar.py on the engine's tokenizer it
+compiles fastest, masks within a few tens of microseconds a token, handles all three kinds and depends
+on nothing else. A grammar compiles once per (kind, text) into a matcher in its start state (the cache
+keeps the most recent ones); every sequence advances its own copy. The matcher's end-of-text tokens are
+the engine's EOS ids: an accepting grammar allows them, a finished one allows nothing else, so a
+constrained output ends with EOS like any other.
+
+JSON schemas default to compact output (`{"a": 1, "b": 2}`, the separators of Python's json.dumps); a
+schema may ask for free whitespace with `"x-guidance": {"whitespace_flexible": true}`.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+from slimecli.rollout.engine.protocol import BadRequest, Constraint
+
+CACHE_SIZE = 256
+JSON_DEFAULTS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+MAX_MESSAGE = 600
+
+
+class Matcher:
+    """One sequence's position in its grammar (used by the scheduler thread only)."""
+
+    __slots__ = ("_m", "eos", "vocab")
+
+    def __init__(self, m: Any, eos: tuple[int, ...], vocab: int) -> None:
+        self._m, self.eos, self.vocab = m, eos, vocab  # vocab: the width of the matcher's masks
+
+    def consume(self, token: int) -> bool:
+        return bool(self._m.consume_token(token))
+
+    @property
+    def stopped(self) -> bool:
+        """Nothing but end-of-text can follow (also true once EOS was consumed)."""
+        return bool(self._m.is_stopped())
+
+    @property
+    def error(self) -> str:
+        return str(self._m.get_error())
+
+
+class Compiled:
+    """A grammar compiled for the tokenizer: a start-state matcher that is copied, never advanced."""
+
+    def __init__(self, m: Any, eos: tuple[int, ...], vocab: int) -> None:
+        self._m, self.eos, self.vocab = m, eos, vocab
+
+    def matcher(self) -> Matcher:
+        return Matcher(self._m.deep_copy(), self.eos, self.vocab)
+
+
+def _lark(kind: str, text: str) -> str:
+    """The llguidance grammar for a constraint; ValueError when the text is not even of its kind."""
+    import llguidance
+
+    if kind == "regex":
+        return llguidance.LLMatcher.grammar_from_regex(text)
+    if kind == "json_schema":
+        return llguidance.LLMatcher.grammar_from_json_schema(text, defaults=JSON_DEFAULTS)
+    return llguidance.grammar_from("ebnf", text)
+
+
+def _short(message: str) -> str:
+    message = message.strip()
+    return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE] + " ..."
+
+
+class GrammarCache:
+    """Compiles constraints (blocking: call it from a worker thread) and keeps the most recent ones.
+
+    Failures are cached too, so a client repeating a bad grammar costs a dictionary look-up.
+    """
+
+    def __init__(self, tokenizer_factory: Callable[[], Any], vocab_size: int, eos_ids: Iterable[int],
+                 size: int = CACHE_SIZE) -> None:
+        self._factory = tokenizer_factory
+        self.vocab_size = vocab_size
+        self.eos = tuple(sorted(eos_ids))
+        self.size = size
+        self._tokenizer: Any = None
+        self._lock = threading.Lock()
+        self._cache: collections.OrderedDict[tuple[str, str], Compiled | str] = collections.OrderedDict()
+
+    def _ll_tokenizer(self) -> Any:
+        with self._lock:
+            if self._tokenizer is None:
+                import llguidance.hf
+
+                hf = self._factory()  # its own instance: a fast tokenizer must not be shared across threads
+                self._tokenizer = llguidance.hf.from_tokenizer(hf, n_vocab=max(self.vocab_size, len(hf)),
+                                                               eos_token=list(self.eos) or None)
+            return self._tokenizer
+
+    def compile(self, c: Constraint) -> Compiled:
+        """The compiled grammar, or BadRequest naming the request field."""
+        key = (c.kind, c.text)
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+        if hit is None:
+            hit = self._compile(c)
+            with self._lock:
+                self._cache[key] = hit
+                while len(self._cache) > self.size:
+                    self._cache.popitem(last=False)
+        if isinstance(hit, str):
+            raise BadRequest(f"{c.where or c.kind}: {hit}")
+        return hit
+
+    def _compile(self, c: Constraint) -> Compiled | str:
+        import llguidance
+
+        what = {"regex": "invalid regex", "json_schema": "invalid JSON schema", "ebnf": "invalid EBNF grammar"}[c.kind]
+        tok = self._ll_tokenizer()
+        try:
+            m = llguidance.LLMatcher(tok, _lark(c.kind, c.text), log_level=0)
+        except (ValueError, RuntimeError, TypeError) as exc:  # text not of its kind (e.g. not JSON)
+            return f"{what}: {_short(str(exc))}"
+        if m.is_error():
+            return f"{what}: {_short(m.get_error())}"
+        return Compiled(m, self.eos, tok.vocab_size)
+
+
+_EXECUTOR: Any = None
+
+
+def _executor() -> Any:
+    global _EXECUTOR
+    if _EXECUTOR is None:
+        import llguidance
+
+        _EXECUTOR = llguidance.LLExecutor()
+    return _EXECUTOR
+
+
+def allowed_tokens(matchers: list[Matcher], vocab: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """[len(matchers), vocab] bool: the tokens each matcher accepts next (computed in parallel for a batch).
+
+    A matcher that allows nothing (it cannot happen with a valid state) gets its EOS ids, so it ends.
+    """
+    words = (matchers[0].vocab + 31) // 32  # one tokenizer for all: every matcher has the same width
+    bitmask = torch.zeros((len(matchers), words), dtype=torch.int32)
+    if len(matchers) == 1:
+        matchers[0]._m.unsafe_compute_mask_ptr(bitmask.data_ptr(), words * 4)
+    else:
+        _executor().unsafe_compute_mask_ptr([(m._m, i) for i, m in enumerate(matchers)], bitmask.data_ptr(),
+                                            words * 4, len(matchers))
+    bits = torch.arange(32, dtype=torch.int32)
+    allowed = ((bitmask.unsqueeze(-1) >> bits) & 1).bool().view(len(matchers), words * 32)[:, :vocab]
+    if allowed.shape[1] < vocab:  # logits wider than the tokenizer: the extra ids are never allowed
+        allowed = torch.nn.functional.pad(allowed, (0, vocab - allowed.shape[1]))
+    empty = (~allowed.any(-1)).nonzero().flatten().tolist()
+    for i in empty:
+        eos = [t for t in matchers[i].eos if t < vocab]
+        if eos:
+            allowed[i, eos] = True
+        else:
+            allowed[i] = True  # the next token is then rejected and the sequence aborted
+    return allowed.to(device, non_blocking=True)
