@@ -99,7 +99,8 @@ def test_task_swe_is_graded_by_tests(tmp_path):
     with pytest.raises(ConfigErrors, match="SWE tasks are graded by their tests"):
         load(["task=swe", f"task.path={path}", "reward=f1"])
     with pytest.raises(ConfigErrors, match="reward=swe_tests grades SWE tasks"):
-        load(["reward=swe_tests"])
+        load(["reward=swe_tests", "task=quickstart"])
+    assert load(["reward=swe_tests"]).task.path == "builtin:swe_tiny"
 
 
 def test_swe_agent_is_resolved_into_the_config(monkeypatch, tmp_path):

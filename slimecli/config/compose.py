@@ -131,8 +131,11 @@ def _implied_groups(data: dict[str, Any], parsed: _Parsed, env_agent: str | None
     if env_agent and "agent" not in parsed.groups and agent != env_agent and (
             agent not in (None, "none") or uses_agent or task == "swe"):
         implied["agent"] = env_agent
-    if task == "swe" and "reward" not in parsed.groups and data.get("reward", {}).get("name") != "swe_tests":
+    reward = data.get("reward", {}).get("name")
+    if task == "swe" and "reward" not in parsed.groups and reward != "swe_tests":
         implied["reward"] = "swe_tests"
+    if reward == "swe_tests" and "task" not in parsed.groups and task != "swe":
+        implied["task"] = "swe"
     return implied
 
 

@@ -1,11 +1,13 @@
 """Per-token advantages and returns from a batch of Samples and their numeric rewards.
 
 The trainer calls, in this order (``compute_advantages`` does all three):
-  1. ``estimate(...)``         the configured estimator (grpo, gspo, reinforce_plus_plus[_baseline])
+  1. ``estimate(...)``         the configured estimator, looked up in the registry (registry.py)
   2. ``apply_opd(...)``        on-policy distillation: advantages -= coef * (student - teacher)
-  3. ``finalize(...)``         whitening over the batch's valid tokens, for the estimators that whiten
+  3. ``finalize(...)``         whitening over the batch's valid tokens, for the estimators registered with whiten
 
-Every per-sample quantity is a list with one 1-D float tensor per sample of length ``response_length``.
+Estimators are tensor in, tensor out: they see the step as padded [B, T] tensors (``AdvantageBatch``).
+Around them, every per-sample quantity is a list with one 1-D float tensor per sample of length
+``response_length``.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ import torch
 
 from slimecli.config.groups.trainer import TrainerConfig
 from slimecli.rollout.sample import Sample
+from slimecli.train.registry import get_advantage_estimator, register_advantage_estimator, resolve_deprecated
 
 STD_EPS = 1e-6  # grpo: reward / (unbiased std + STD_EPS)
 WHITEN_EPS = 1e-8  # whitening: (A - mean) / sqrt(var + WHITEN_EPS)
-WHITENED_ESTIMATORS = ("reinforce_plus_plus", "reinforce_plus_plus_baseline")
 
 Tensors = list[torch.Tensor]
 
@@ -29,6 +31,18 @@ Tensors = list[torch.Tensor]
 class Advantages:
     advantages: Tensors  # what the policy loss multiplies
     returns: Tensors  # reward-to-go before any OPD term or whitening (logged, and kept for a future critic)
+
+
+@dataclass(frozen=True)
+class AdvantageBatch:
+    """What an estimator sees: one step's samples as right-padded [B, T] tensors (T = longest response)."""
+
+    rewards: torch.Tensor  # [B] float64 training rewards
+    mask: torch.Tensor  # [B, T] float32 loss mask: 0 for padding, context tokens and removed samples
+    lengths: torch.Tensor  # [B] long: row i's response tokens are its first lengths[i] columns
+    groups: torch.Tensor  # [B] long group id: the samples of one prompt (one group when groups are ragged)
+    kl: torch.Tensor | None  # [B, T] per-token KL policy vs reference (for reward shaping), or None
+    n_samples_per_prompt: int
 
 
 def sample_masks(samples: Sequence[Sample]) -> Tensors:
@@ -40,7 +54,7 @@ def groups_of(samples: Sequence[Sample], n_samples_per_prompt: int) -> list[list
     """Batch positions grouped by prompt.
 
     Groups are the samples sharing a ``group_index``; when those groups are not all of size n (agent
-    fan-out, or group_index left unset) the whole batch is one group, as the reference does.
+    fan-out, or group_index left unset) the whole batch is one group.
     """
     by_group: dict[int, list[int]] = {}
     for i, s in enumerate(samples):
@@ -51,53 +65,98 @@ def groups_of(samples: Sequence[Sample], n_samples_per_prompt: int) -> list[list
     return [list(range(len(samples)))]
 
 
-def group_normalize(rewards: Sequence[float], groups: list[list[int]], divide_by_std: bool) -> list[float]:
+def pad_rows(rows: Sequence[torch.Tensor], width: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Right-pad 1-D tensors with zeros into [B, width]."""
+    out = torch.zeros((len(rows), width), dtype=dtype)
+    for i, row in enumerate(rows):
+        out[i, :row.numel()] = row.reshape(-1).to(dtype)
+    return out
+
+
+def unpad_rows(values: torch.Tensor, lengths: Sequence[int]) -> Tensors:
+    return [values[i, :n].to(torch.float32).clone() for i, n in enumerate(lengths)]
+
+
+def advantage_batch(samples: Sequence[Sample], rewards: Sequence[float], n_samples_per_prompt: int,
+                    kl: Tensors | None = None) -> AdvantageBatch:
+    """Pad the step into the tensors an estimator takes."""
+    if len(rewards) != len(samples):
+        raise ValueError(f"{len(samples)} samples but {len(rewards)} rewards")
+    masks = sample_masks(samples)
+    lengths = [s.response_length for s in samples]
+    width = max(lengths, default=0)
+    group_id = torch.zeros(len(samples), dtype=torch.long)
+    for g, members in enumerate(groups_of(samples, n_samples_per_prompt)):
+        group_id[members] = g
+    kl_rows = None
+    if kl is not None:
+        if len(kl) != len(masks) or any(k.numel() != m.numel() for k, m in zip(kl, masks, strict=True)):
+            raise ValueError("kl needs one tensor per sample with one value per response token")
+        kl_rows = pad_rows([k.detach().float() for k in kl], width)
+    return AdvantageBatch(torch.tensor([float(r) for r in rewards], dtype=torch.float64), pad_rows(masks, width),
+                          torch.tensor(lengths, dtype=torch.long), group_id, kl_rows, n_samples_per_prompt)
+
+
+# ---- built-in estimators: AdvantageBatch in, [B, T] advantages (and returns) out -------------------------------
+def group_centre(rewards: torch.Tensor, groups: torch.Tensor, divide_by_std: bool) -> torch.Tensor:
     """Subtract each group's mean; optionally divide by its unbiased std + 1e-6 (never for a group of one)."""
-    values = torch.tensor([float(r) for r in rewards], dtype=torch.float64)
-    out = values.clone()
-    for g in groups:
-        idx = torch.tensor(g, dtype=torch.long)
-        centred = values[idx] - values[idx].mean()
-        if divide_by_std and len(g) > 1:
-            centred = centred / (values[idx].std(unbiased=True) + STD_EPS)
+    out = rewards.clone()
+    for g in torch.unique(groups):
+        idx = groups == g
+        centred = rewards[idx] - rewards[idx].mean()
+        if divide_by_std and int(idx.sum()) > 1:
+            centred = centred / (rewards[idx].std(unbiased=True) + STD_EPS)
         out[idx] = centred
-    return out.tolist()
+    return out
 
 
-def _kl_or_zeros(kl: Tensors | None, masks: Tensors, kl_coef: float) -> Tensors:
-    if kl is None:
+def _kl_or_zeros(batch: AdvantageBatch, kl_coef: float) -> torch.Tensor:
+    if batch.kl is None:
         if kl_coef != 0.0:
             raise ValueError("trainer.kl_coef is non-zero: pass the per-token kl (policy vs reference)")
-        return [torch.zeros_like(m) for m in masks]
-    if len(kl) != len(masks) or any(k.numel() != m.numel() for k, m in zip(kl, masks, strict=True)):
-        raise ValueError("kl needs one tensor per sample with one value per response token")
-    return [k.detach().float().reshape(-1) for k in kl]
+        return torch.zeros_like(batch.mask)
+    return batch.kl
+
+
+@register_advantage_estimator("grpo")
+def grpo(batch: AdvantageBatch, cfg: TrainerConfig) -> torch.Tensor:
+    """Group-relative: (r - group mean) / (group std + eps), the same value on every token of a response."""
+    scores = group_centre(batch.rewards, batch.groups, cfg.normalize_std and batch.n_samples_per_prompt > 1)
+    return scores.float().unsqueeze(-1).expand_as(batch.mask).clone()
 
 
 def discounted_returns(token_rewards: torch.Tensor, gamma: float) -> torch.Tensor:
-    """G_t = r_t + gamma * G_{t+1}, backwards over the response."""
+    """G_t = r_t + gamma * G_{t+1}, backwards over the last dimension (1-D or [B, T])."""
     out = torch.zeros_like(token_rewards)
-    running = torch.zeros((), dtype=token_rewards.dtype)
-    for t in range(token_rewards.numel() - 1, -1, -1):
-        running = token_rewards[t] + gamma * running
-        out[t] = running
+    running = torch.zeros(token_rewards.shape[:-1], dtype=token_rewards.dtype)
+    for t in range(token_rewards.shape[-1] - 1, -1, -1):
+        running = token_rewards[..., t] + gamma * running
+        out[..., t] = running
     return out
 
 
-def reinforce_plus_plus_returns(rewards: Sequence[float], kl: Tensors, masks: Tensors, kl_coef: float,
-                                gamma: float) -> Tensors:
-    """Token reward -kl_coef*kl on trainable tokens, plus the scalar reward on the last trainable token."""
-    out = []
-    for r, k, m in zip(rewards, kl, masks, strict=True):
-        token_rewards = -kl_coef * k * m
-        if token_rewards.numel():
-            trainable = torch.nonzero(m > 0)
-            last = int(trainable[-1]) if trainable.numel() else token_rewards.numel() - 1
-            token_rewards[last] += float(r)
-        out.append(discounted_returns(token_rewards, gamma))
-    return out
+@register_advantage_estimator("reinforce_plus_plus", whiten=True)
+def reinforce_plus_plus(batch: AdvantageBatch, cfg: TrainerConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token reward -kl_coef*kl on trainable tokens, plus the scalar reward on the last trainable token, discounted."""
+    token_rewards = -cfg.kl_coef * _kl_or_zeros(batch, cfg.kl_coef) * batch.mask
+    for i, n in enumerate(batch.lengths.tolist()):
+        if n == 0:
+            continue
+        trainable = torch.nonzero(batch.mask[i, :n] > 0)
+        last = int(trainable[-1]) if trainable.numel() else n - 1
+        token_rewards[i, last] += float(batch.rewards[i])
+    returns = discounted_returns(token_rewards, cfg.gamma)
+    return returns.clone(), returns
 
 
+@register_advantage_estimator("reinforce_plus_plus_baseline", whiten=True)
+def reinforce_plus_plus_baseline(batch: AdvantageBatch, cfg: TrainerConfig) -> torch.Tensor:
+    """(r - group mean) on every token, minus the per-token kl_coef * kl."""
+    centred = group_centre(batch.rewards, batch.groups, divide_by_std=False).float().unsqueeze(-1)
+    return centred - cfg.kl_coef * _kl_or_zeros(batch, cfg.kl_coef) * batch.mask
+
+
+# ---- the steps around the estimator -----------------------------------------------------------------------------
 def estimate(samples: Sequence[Sample], rewards: Sequence[float], cfg: TrainerConfig, n_samples_per_prompt: int,
              kl: Tensors | None = None) -> Advantages:
     """Step 1: the estimator's advantages (not yet whitened).
@@ -105,25 +164,18 @@ def estimate(samples: Sequence[Sample], rewards: Sequence[float], cfg: TrainerCo
     ``rewards`` are the numeric training rewards, one per sample. ``kl`` (per token, policy vs reference,
     e.g. ``losses.kl_penalty(old_logp, ref_logp, "k1")``) is needed when reinforce++ uses kl_coef != 0.
     """
-    if len(rewards) != len(samples):
-        raise ValueError(f"{len(samples)} samples but {len(rewards)} rewards")
-    masks = sample_masks(samples)
-    est = cfg.advantage_estimator
-    if est in ("grpo", "gspo"):
-        groups = groups_of(samples, n_samples_per_prompt)
-        scores = group_normalize(rewards, groups, cfg.normalize_std and n_samples_per_prompt > 1)
-        adv = [torch.full_like(m, s) for s, m in zip(scores, masks, strict=True)]
-        return Advantages(adv, [a.clone() for a in adv])
-    if est == "reinforce_plus_plus":
-        returns = reinforce_plus_plus_returns(rewards, _kl_or_zeros(kl, masks, cfg.kl_coef), masks, cfg.kl_coef,
-                                              cfg.gamma)
-        return Advantages([r.clone() for r in returns], returns)
-    if est == "reinforce_plus_plus_baseline":
-        centred = group_normalize(rewards, groups_of(samples, n_samples_per_prompt), divide_by_std=False)
-        kls = _kl_or_zeros(kl, masks, cfg.kl_coef)
-        adv = [torch.full_like(m, s) - cfg.kl_coef * k * m for s, k, m in zip(centred, kls, masks, strict=True)]
-        return Advantages(adv, [a.clone() for a in adv])
-    raise ValueError(f"unknown advantage estimator {est!r}")
+    cfg = resolve_deprecated(cfg)
+    batch = advantage_batch(samples, rewards, n_samples_per_prompt, kl)
+    entry = get_advantage_estimator(cfg.advantage_estimator)
+    out = entry.fn(batch, cfg)
+    adv, returns = out if isinstance(out, tuple) else (out, out)
+    for name, value in (("advantages", adv), ("returns", returns)):
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(batch.mask.shape):
+            got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+            raise ValueError(f"advantage estimator {cfg.advantage_estimator!r} returned {name} of shape {got}, "
+                             f"expected {tuple(batch.mask.shape)} (samples x longest response)")
+    lengths = batch.lengths.tolist()
+    return Advantages(unpad_rows(adv, lengths), unpad_rows(returns, lengths))
 
 
 def apply_opd(advantages: Tensors | torch.Tensor, student_logp: Tensors | torch.Tensor,
@@ -177,10 +229,24 @@ def whiten(advantages: Tensors, masks: Tensors, all_reduce: AllReduce | None = N
 
 def finalize(advantages: Tensors, samples: Sequence[Sample], cfg: TrainerConfig,
              all_reduce: AllReduce | None = None) -> Tensors:
-    """Step 3: whiten for the reinforce++ estimators; grpo/gspo advantages pass through unchanged."""
-    if cfg.advantage_estimator in WHITENED_ESTIMATORS:
+    """Step 3: whiten for the estimators registered with whiten=True (the reinforce++ ones); others pass through."""
+    entry = get_advantage_estimator(resolve_deprecated(cfg).advantage_estimator)
+    if entry.options.get("whiten", False):
         return whiten(advantages, sample_masks(samples), all_reduce)
     return list(advantages)
+
+
+def teacher_log_probs(samples: Sequence[Sample]) -> Tensors:
+    """The teacher's per-token log-probs of every sample; a sample without them is an error, never zeros."""
+    out = []
+    for i, s in enumerate(samples):
+        if s.teacher_log_probs is None or len(s.teacher_log_probs) != s.response_length:
+            got = "none" if s.teacher_log_probs is None else f"{len(s.teacher_log_probs)} values"
+            raise ValueError(f"sample {i} (index {s.index}) has no teacher log-probs for its {s.response_length} "
+                             f"response tokens (got {got}): trainer.opd_kl_coef > 0 needs teacher_log_probs "
+                             "on every sample")
+        out.append(torch.tensor(s.teacher_log_probs, dtype=torch.float32))
+    return out
 
 
 def compute_advantages(samples: Sequence[Sample], rewards: Sequence[float], cfg: TrainerConfig,
@@ -195,8 +261,6 @@ def compute_advantages(samples: Sequence[Sample], rewards: Sequence[float], cfg:
         if student_logp is None:
             raise ValueError("trainer.opd_kl_coef > 0 needs the student's log-probs")
         if teacher_logp is None:
-            if any(s.teacher_log_probs is None for s in samples):
-                raise ValueError("trainer.opd_kl_coef > 0 needs teacher_log_probs on every sample")
-            teacher_logp = [torch.tensor(s.teacher_log_probs, dtype=torch.float32) for s in samples]
+            teacher_logp = teacher_log_probs(samples)
         adv = apply_opd(adv, student_logp, teacher_logp, cfg.opd_kl_coef)
     return Advantages(finalize(adv, samples, cfg, all_reduce), out.returns)

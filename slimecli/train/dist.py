@@ -48,6 +48,15 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
     return box[0]
 
 
+def all_gather_object(obj: Any) -> list[Any]:
+    """Every rank's Python object, in rank order (pickled; for per-sample log-prob lists)."""
+    if not dist.is_initialized():
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def collective_device() -> torch.device:
     """Where tensors for collectives must live: NCCL needs the rank's GPU, gloo takes CPU tensors."""
     if dist.is_initialized() and dist.get_backend() == "nccl":

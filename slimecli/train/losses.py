@@ -1,5 +1,8 @@
 """Policy-gradient loss pieces: log-probs at a temperature, entropy, PPO clip, GSPO ratio, KL, TIS, reduction.
 
+``policy_loss`` wraps the registered per-token policy loss (trainer.policy_loss, built-in ``ppo_clip``) with
+the importance ratio (trainer.importance_level), TIS, the reduction, entropy and KL terms.
+
 Layout: per-token tensors of one shape (typically [B, T], right-padded responses). ``weights`` from
 ``loss_weights`` carry both the loss mask and the reduction, so every loss and metric here is a plain
 weighted sum: summing it over the micro-batches (and ranks) of a step gives the step's value.
@@ -14,6 +17,7 @@ import torch.nn.functional as F
 
 from slimecli.config.groups.trainer import TrainerConfig
 from slimecli.rollout.sample import Sample
+from slimecli.train.registry import get_policy_loss, register_policy_loss, resolve_deprecated
 
 LOW_VAR_KL_CLAMP = 10.0
 
@@ -99,7 +103,8 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str) -> torch.T
 
 
 def gspo_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Sequence-level log ratio: each row's masked mean of (logp - old), broadcast over the row ([B, T])."""
+    """Sequence-level log ratio (GSPO, trainer.importance_level=sequence): each row's masked mean of
+    (logp - old), broadcast over the row ([B, T])."""
     m = mask.float()
     seq = ((logp - old_logp) * m).sum(-1) / m.sum(-1).clamp_min(1.0)
     return seq.unsqueeze(-1).expand_as(logp)
@@ -130,6 +135,17 @@ def ppo_clip_loss(log_ratio: torch.Tensor, advantages: torch.Tensor, eps_clip: f
     return loss, clipped, dual
 
 
+@register_policy_loss("ppo_clip")
+def ppo_clip(log_ratio: torch.Tensor, advantages: torch.Tensor, cfg: TrainerConfig
+             ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO's clipped surrogate (dual clip with trainer.eps_clip_c), with its clip indicators as metrics."""
+    loss, clipped, dual = ppo_clip_loss(log_ratio, advantages, cfg.eps_clip, cfg.eps_clip_high, cfg.eps_clip_c)
+    metrics = {"pg_clipfrac": clipped}
+    if cfg.eps_clip_c is not None:
+        metrics["pg_dual_clipfrac"] = dual
+    return loss, metrics
+
+
 def tis_weights(old_logp: torch.Tensor, rollout_logp: torch.Tensor, low: float, high: float) -> torch.Tensor:
     """Truncated importance sampling: clamp(exp(old - rollout), low, high), detached."""
     return torch.exp(old_logp.detach().float() - rollout_logp.detach().float()).clamp(low, high)
@@ -147,19 +163,22 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     """pg - entropy_coef * entropy + kl_loss_coef * KL(pi, ref), each reduced with ``weights``.
 
     logp carries the gradient; old_logp, advantages, ref_logp, rollout_logp are treated as constants.
-    gspo uses the sequence-level ratio (``mask`` marks each row's valid tokens; default weights > 0).
+    trainer.importance_level=sequence uses GSPO's sequence-level ratio (``mask`` marks each row's valid tokens;
+    default weights > 0); the registered trainer.policy_loss turns the ratio into a per-token loss.
     TIS (trainer.use_tis) multiplies the per-token pg loss by ``tis_weights(old, rollout)``.
     Metrics are detached weighted sums: add them over micro-batches, all-reduce SUM over ranks.
     Under DDP (which averages gradients) backprop ``loss * world_size``.
     """
+    cfg = resolve_deprecated(cfg)
     old = old_logp.detach()
     adv = advantages.detach()
     valid = (weights > 0) if mask is None else mask.bool()
-    if cfg.advantage_estimator == "gspo":
-        log_ratio = gspo_log_ratio(logp, old, valid)
-    else:
-        log_ratio = logp - old
-    pg, clipped, dual = ppo_clip_loss(log_ratio, adv, cfg.eps_clip, cfg.eps_clip_high, cfg.eps_clip_c)
+    log_ratio = gspo_log_ratio(logp, old, valid) if cfg.importance_level == "sequence" else logp - old
+    pg, per_token = get_policy_loss(cfg.policy_loss).fn(log_ratio, adv, cfg)
+    if not isinstance(pg, torch.Tensor) or pg.shape != logp.shape:
+        got = tuple(pg.shape) if isinstance(pg, torch.Tensor) else type(pg).__name__
+        raise ValueError(f"policy loss {cfg.policy_loss!r} returned a loss of shape {got}, "
+                         f"expected the per-token shape {tuple(logp.shape)}")
     metrics: dict[str, torch.Tensor] = {}
     if cfg.use_tis:
         if rollout_logp is None:
@@ -172,9 +191,8 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     pg_loss = reduce(pg, weights)
     loss = pg_loss
     metrics["pg_loss"] = pg_loss.detach()
-    metrics["pg_clipfrac"] = reduce(clipped, weights).detach()
-    if cfg.eps_clip_c is not None:
-        metrics["pg_dual_clipfrac"] = reduce(dual, weights).detach()
+    for name, values in per_token.items():
+        metrics[name] = reduce(values.detach().float(), weights)
     metrics["ppo_kl"] = reduce((old - logp).detach(), weights)
     if cfg.entropy_coef != 0.0 and entropy is None:
         raise ValueError("trainer.entropy_coef is non-zero: pass the per-token entropy")

@@ -17,8 +17,12 @@ class TrainerConfig:
     dist_backend: Literal["auto", "gloo", "nccl"] = "auto"
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
-    advantage_estimator: Literal["grpo", "gspo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"] = "grpo"
-    normalize_std: bool = True  # grpo/gspo divide by the group std
+    # a registered estimator (grpo, reinforce_plus_plus, reinforce_plus_plus_baseline) or package.module:function;
+    # gspo (deprecated) = grpo + importance_level=sequence
+    advantage_estimator: str = "grpo"
+    policy_loss: str = "ppo_clip"  # a registered policy loss or package.module:function
+    importance_level: Literal["token", "sequence"] = "token"  # sequence: GSPO's length-normalised sequence ratio
+    normalize_std: bool = True  # grpo divides by the group std
     gamma: float = 1.0  # reinforce++ discount
     eps_clip: float = 0.2
     eps_clip_high: float | None = None  # None -> eps_clip

@@ -53,8 +53,29 @@ def batches(cfg: SlimeConfig) -> list[ConfigError]:
 
 
 def losses(cfg: SlimeConfig) -> list[ConfigError]:
+    from slimecli.config.errors import allowed_hint
+    from slimecli.reward.python_fn import check_reward_path
+    from slimecli.train.registry import (
+        ADVANTAGE_ESTIMATORS,
+        DEPRECATED_ADVANTAGE_ESTIMATORS,
+        PATH_HINT,
+        POLICY_LOSSES,
+        is_import_path,
+    )
+
     t = cfg.trainer
     errors = []
+    # trainer.advantage_estimator=gspo still works (deprecated): the trainer reads it as grpo advantages with
+    # trainer.importance_level=sequence. It is accepted here but no longer listed.
+    for registry, value, aliases in [(ADVANTAGE_ESTIMATORS, t.advantage_estimator, DEPRECATED_ADVANTAGE_ESTIMATORS),
+                                     (POLICY_LOSSES, t.policy_loss, {})]:
+        if is_import_path(value):
+            problem = check_reward_path(value)
+            if problem:
+                errors.append(ConfigError(registry.config_key, value, f"cannot find the {registry.kind}: {problem}"))
+        elif value not in registry.names() and value not in aliases:
+            errors.append(ConfigError(registry.config_key, value, "not an allowed value",
+                                      f"{allowed_hint(value, registry.names())}, {PATH_HINT}"))
     if t.eps_clip < 0:
         errors.append(ConfigError("trainer.eps_clip", t.eps_clip, "must be >= 0"))
     if t.eps_clip_high is not None and t.eps_clip_high < t.eps_clip:

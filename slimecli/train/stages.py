@@ -1,0 +1,299 @@
+"""One training step as named stages, the way verl's ``fit()`` names them:
+
+    rollout -> old_logp -> ref_logp -> advantages -> update -> sync_weights -> save
+
+Each stage is a function with explicit inputs and outputs, so it can be tested on a fixed batch, and each
+is timed into the step's metrics as ``time/<stage>_s`` (``StageTimer``). loop.py only orchestrates.
+
+Per-sample quantities are lists with one 1-D float tensor per sample (``response_length`` long).
+Scoring (old and reference log-probs) is sharded: every rank scores its own samples and the results are
+all-gathered, so the advantage stage sees the whole batch on every rank.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from slimecli.config.groups.trainer import TrainerConfig
+from slimecli.config.schema import SlimeConfig
+from slimecli.rollout.sample import Sample
+from slimecli.train import advantages as adv_lib
+from slimecli.train import dist
+from slimecli.train.batch import PackedBatch, pack
+from slimecli.train.losses import (
+    entropy_from_logits,
+    kl_penalty,
+    log_probs_from_logits,
+    loss_weights,
+    pad_sequences,
+    policy_loss,
+)
+from slimecli.train.policy import full_optimizer_state, full_state_dict, no_sync_unless, response_logits, unwrap
+
+STAGES = ("rollout", "old_logp", "ref_logp", "advantages", "update", "sync_weights", "save")
+
+Tensors = list[torch.Tensor]
+
+
+@dataclass
+class StepBatch:
+    """What every rank receives from rank 0 after a rollout."""
+
+    samples: list[Sample]
+    rewards: list[float]
+    metrics: dict[str, Any]
+
+
+@dataclass
+class StepTensors:
+    """What the scoring and advantage stages hand to the update, one tensor per sample."""
+
+    old_logp: Tensors | None  # None: on-policy, the update uses its own log-probs, detached
+    ref_logp: Tensors | None  # None: no reference model
+    advantages: adv_lib.Advantages
+
+
+@dataclass(frozen=True)
+class RankContext:
+    """This rank's place in the data-parallel group and how samples are packed for a forward."""
+
+    pad_id: int
+    micro_batch_size: int
+    temperature: float  # log-probs are taken at the rollout temperature
+    device: torch.device
+    rank: int = 0
+    world_size: int = 1
+
+
+class RolloutSource(Protocol):
+    def collect(self) -> Any: ...  # .samples, .train_rewards, .metrics
+
+    def push_weights(self, state: dict[str, torch.Tensor], version: int) -> Any: ...
+
+
+class StageTimer:
+    """Wall time of each stage of one step; every stage is reported (0 when it did not run this step)."""
+
+    def __init__(self) -> None:
+        self.seconds = dict.fromkeys(STAGES, 0.0)
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        if name not in self.seconds:
+            raise KeyError(f"unknown stage {name!r}; stages: {', '.join(STAGES)}")
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - started
+
+    def metrics(self) -> dict[str, float]:
+        return {f"time/{name}_s": s for name, s in self.seconds.items()}
+
+
+# ---- log-probs -----------------------------------------------------------------------------------------
+def forward_logp(model: torch.nn.Module, packed: PackedBatch, temperature: float, *, with_entropy: bool = False,
+                 entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token log-probs [B, R] (and entropy) of the response tokens at the sampling temperature."""
+    logits = response_logits(model, packed)
+    logp = log_probs_from_logits(logits, packed.targets, temperature)  # chunked: no second [B, R, V] tensor
+    entropy = None
+    if with_entropy:  # without an entropy bonus it is only a metric: keep it out of the graph
+        with torch.enable_grad() if entropy_grad else torch.no_grad():
+            entropy = entropy_from_logits(logits, temperature)
+    return logp, entropy
+
+
+@torch.no_grad()
+def score(model: torch.nn.Module, samples: Sequence[Sample], ctx: RankContext) -> Tensors:
+    """Per-sample response log-probs (no gradient) of the whole batch, each rank scoring only its shard.
+
+    Rank r scores samples r, r + world, ... (the samples it trains on), micro-batched; an all-gather
+    puts the batch back together. A batch that does not split evenly is scored whole on every rank, so
+    that FSDP ranks run the same number of forwards.
+    """
+    sharded = ctx.world_size > 1 and len(samples) % ctx.world_size == 0
+    mine = list(samples[ctx.rank::ctx.world_size]) if sharded else list(samples)
+    out: Tensors = []
+    mb = ctx.micro_batch_size
+    for i in range(0, len(mine), mb):
+        chunk = mine[i:i + mb]
+        logp, _ = forward_logp(model, pack(chunk, ctx.pad_id).to(ctx.device), ctx.temperature)
+        out.extend(logp[j, :s.response_length].float().cpu() for j, s in enumerate(chunk))
+    if not sharded:
+        return out
+    shards = dist.all_gather_object(out)
+    return [shards[i % ctx.world_size][i // ctx.world_size] for i in range(len(samples))]
+
+
+def engine_log_probs(samples: Sequence[Sample], needed_by: str) -> Tensors:
+    """The engine's per-token log-probs of every sample; a sample without them is an error, never zeros."""
+    out = []
+    for i, s in enumerate(samples):
+        lp = s.rollout_log_probs
+        if lp is None or len(lp) != s.response_length:
+            got = "none" if lp is None else f"{len(lp)} values"
+            raise ValueError(f"sample {i} (index {s.index}) has no engine log-probs for its {s.response_length} "
+                             f"response tokens (got {got}); {needed_by} needs them: the engine must return "
+                             "log-probs (return_logprob) for every sampled token")
+        out.append(torch.tensor(lp, dtype=torch.float32))
+    return out
+
+
+def n_updates(n_samples: int, cfg: TrainerConfig) -> int:
+    return n_samples // cfg.global_batch_size
+
+
+# ---- the stages ---------------------------------------------------------------------------------------------
+def rollout(source: RolloutSource | None) -> StepBatch:
+    """Rank 0 collects a rollout (``source`` is None elsewhere); every rank gets the same StepBatch."""
+    batch = None
+    if source is not None:
+        result = source.collect()
+        batch = StepBatch(result.samples, result.train_rewards, result.metrics)
+    return dist.broadcast_object(batch)
+
+
+def old_logp(model: torch.nn.Module, batch: StepBatch, cfg: TrainerConfig, ctx: RankContext, *,
+             has_ref: bool) -> Tensors | None:
+    """The behaviour policy's log-probs, when something needs them; None means on-policy (one update).
+
+    Engine log-probs with trainer.use_rollout_logprobs, else a recompute with the current weights when the
+    step makes several updates, for TIS, or as the base of KL reward shaping.
+    """
+    if cfg.use_rollout_logprobs:
+        return engine_log_probs(batch.samples, "trainer.use_rollout_logprobs")
+    needed = n_updates(len(batch.samples), cfg) > 1 or cfg.use_tis or (cfg.kl_coef != 0 and has_ref)
+    return score(unwrap(model), batch.samples, ctx) if needed else None
+
+
+def ref_logp(ref_model: torch.nn.Module | None, batch: StepBatch, ctx: RankContext) -> Tensors | None:
+    """The frozen reference's log-probs (KL loss or KL reward shaping); None without a reference."""
+    return score(ref_model, batch.samples, ctx) if ref_model is not None else None
+
+
+def advantages(batch: StepBatch, old: Tensors | None, ref: Tensors | None, cfg: TrainerConfig,
+               n_samples_per_prompt: int) -> adv_lib.Advantages:
+    """Advantages of every sample, with KL reward shaping (trainer.kl_coef) and the OPD term when configured."""
+    kl_shaping = None
+    if cfg.kl_coef != 0 and ref is not None:
+        if old is None:
+            raise ValueError("KL reward shaping needs the old log-probs: the old_logp stage computes them")
+        kl_shaping = [kl_penalty(b, r, "k1") for b, r in zip(old, ref, strict=True)]
+    student = None
+    if cfg.opd_kl_coef:
+        student = old if old is not None else engine_log_probs(batch.samples, "trainer.opd_kl_coef (the student)")
+    return adv_lib.compute_advantages(batch.samples, batch.rewards, cfg, n_samples_per_prompt, kl=kl_shaping,
+                                      student_logp=student)
+
+
+def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, batch: StepBatch,
+           tensors: StepTensors, cfg: SlimeConfig, ctx: RankContext) -> dict[str, float]:
+    """samples / trainer.global_batch_size optimizer updates over this rank's micro-batches; the step's metrics."""
+    t = cfg.trainer
+    samples = batch.samples
+    gbs, mb = t.global_batch_size, t.micro_batch_size
+    updates = n_updates(len(samples), t)
+    rollout_lp = engine_log_probs(samples, "trainer.use_tis") if t.use_tis else None
+    sums: dict[str, float] = {}
+    grad_norms = []
+    for u in range(updates):
+        idx = list(range(u * gbs, (u + 1) * gbs))
+        step_weights: Tensors = [torch.zeros(0)] * len(samples)
+        for k, w in zip(idx, loss_weights([samples[i] for i in idx], t.loss_reduction), strict=True):
+            step_weights[k] = w
+        mine = idx[ctx.rank::ctx.world_size]
+        chunks = [mine[i:i + mb] for i in range(0, len(mine), mb)]
+        for c, chunk in enumerate(chunks):
+            packed = pack([samples[i] for i in chunk], ctx.pad_id).to(ctx.device)
+            width = packed.targets.shape[1]
+
+            def rows(values: Tensors, chunk: list[int] = chunk, width: int = width) -> torch.Tensor:
+                return _pad_to(pad_sequences([values[i] for i in chunk]), width).to(ctx.device)
+
+            with no_sync_unless(model, c == len(chunks) - 1):
+                logp, entropy = forward_logp(model, packed, ctx.temperature, with_entropy=True,
+                                             entropy_grad=t.entropy_coef != 0)
+                loss, metrics = policy_loss(
+                    logp, rows(tensors.old_logp) if tensors.old_logp is not None else logp.detach(),
+                    rows(tensors.advantages.advantages), rows(step_weights), t, mask=packed.mask, entropy=entropy,
+                    ref_logp=rows(tensors.ref_logp) if tensors.ref_logp is not None else None,
+                    rollout_logp=rows(rollout_lp) if rollout_lp is not None else None)
+                (loss * ctx.world_size).backward()  # DDP averages gradients over ranks
+            for k, v in metrics.items():
+                sums[k] = sums.get(k, 0.0) + float(v)
+        grad_norms.append(optimizer_step(model, optimizer, cfg))
+    out = {f"train/{k}": v / max(updates, 1) for k, v in dist.all_reduce_sum(sums).items()}
+    out["train/grad_norm"] = sum(grad_norms) / max(len(grad_norms), 1)
+    out["train/lr"] = scheduler.get_last_lr()[0]
+    scheduler.step()  # the lr schedule counts training steps, like trainer.max_steps
+    out["train/updates"] = updates
+    return out
+
+
+def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: SlimeConfig) -> float:
+    """Clip (optimizer.clip_grad), step, zero the gradients; the gradient norm before clipping."""
+    from slimecli.train.optim.build import reset_optimizer_state
+
+    clip = cfg.optimizer.clip_grad
+    params = [p for p in model.parameters() if p.grad is not None]
+    if clip > 0:
+        norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
+    else:
+        norm = float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params]))) if params else 0.0
+    if cfg.optimizer.reset_state_each_step:
+        reset_optimizer_state(optimizer)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return norm
+
+
+def sync_weights(model: torch.nn.Module, source: RolloutSource | None, version: int,
+                 is_main: bool) -> dict[str, torch.Tensor] | None:
+    """Gather the weights (a collective under FSDP) and give them to the engines; rank 0 gets them back."""
+    state = full_state_dict(model, is_main)
+    if source is not None and state is not None:
+        source.push_weights(state, version)
+    return state
+
+
+def save(run_dir: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+         model_state: dict[str, torch.Tensor] | None, cfg: SlimeConfig, *, is_main: bool,
+         data_position: Any = None, metrics: dict[str, Any] | None = None) -> Path | None:
+    """A checkpoint of step ``step`` (every rank calls: the optimizer state is a collective under FSDP).
+
+    ``metrics``: the step's metrics row, kept in the checkpoint so a resume can log it if a kill came
+    between the save and the metrics line. Returns the checkpoint directory on rank 0.
+    """
+    from slimecli.train import checkpoint
+    from slimecli.train.optim.build import keeps_optimizer_state
+
+    keeps_state = keeps_optimizer_state(cfg.optimizer)
+    optimizer_state = full_optimizer_state(model, optimizer, is_main) if keeps_state else None
+    path = None
+    if is_main:
+        if model_state is None:
+            raise ValueError("rank 0 saves the gathered model state: pass sync_weights' result")
+        metadata: dict[str, Any] = {"optimizer": cfg.optimizer.name}
+        if metrics is not None:
+            from slimecli.observe.metrics import to_json_value
+
+            metadata["metrics"] = to_json_value(metrics)
+        path = checkpoint.save(run_dir, step, model_state, optimizer_state=optimizer_state,
+                               scheduler_state=scheduler.state_dict(), data_position=data_position,
+                               metadata=metadata, keep=cfg.trainer.keep_checkpoints)
+    dist.barrier()
+    return path
+
+
+def _pad_to(t: torch.Tensor, width: int) -> torch.Tensor:
+    if t.shape[1] >= width:
+        return t[:, :width]
+    return torch.nn.functional.pad(t, (0, width - t.shape[1]))
