@@ -101,6 +101,9 @@ def test_task_swe_is_graded_by_tests(tmp_path):
     with pytest.raises(ConfigErrors, match="reward=swe_tests grades SWE tasks"):
         load(["reward=swe_tests", "task=quickstart"])
     assert load(["reward=swe_tests"]).task.path == "builtin:swe_tiny"
+    with pytest.raises(ConfigErrors, match="add reward.key=reward"):
+        load(["task=swe", f"task.path={path}", "reward.partial=true"])
+    assert load(["task=swe", f"task.path={path}", "reward.partial=true", "reward.key=reward"]).reward.partial
 
 
 def test_swe_agent_is_resolved_into_the_config(monkeypatch, tmp_path):

@@ -60,6 +60,9 @@ def graded_by_tests(cfg: SlimeConfig) -> list[ConfigError]:
         return [ConfigError("reward.name", "swe_tests", "reward=swe_tests grades SWE tasks", "add task=swe")]
     if cfg.reward.partial and cfg.reward.name != "swe_tests":
         return [ConfigError("reward.partial", True, "applies to reward=swe_tests only")]
+    if cfg.reward.partial and cfg.reward.key == "resolved":
+        return [ConfigError("reward.key", "resolved", "with reward.partial=true the partial score is the 'reward' "
+                            "entry of the grade; 'resolved' stays binary", "add reward.key=reward")]
     return []
 
 
