@@ -3,6 +3,14 @@
 A subclass translates its API's request into chat messages + tools and the turn back into its reply format.
 Every refusal is a 4xx JSON body in the client's own error format; a turn is recorded only after its reply
 was written; a client that goes away cancels the handler, which aborts the engine request.
+
+agent.constrain (see slimecli.agent.constrain) adds a grammar to each turn's sampling params:
+- tool_calls: plain text or tool calls valid against the request's tools, honouring its tool_choice;
+- choices: exactly one of the session's alternatives (`set_choices`, else agent.choices_file), while the
+  conversation has no tool result yet. Once a tool ran (the choice was made and executed), the next turn
+  follows agent.choices_then: `final` (default) constrains it to the fixed text agent.choices_final, so the
+  CLI ends its run after executing exactly one listed edit; `none` leaves it unconstrained; `tool_calls`
+  constrains it as in tool_calls mode.
 """
 
 from __future__ import annotations
@@ -16,7 +24,9 @@ from typing import Any
 
 from aiohttp import web
 
-from slimecli.agent.engine import EngineError, EngineLink, Generation
+from slimecli.agent import constrain
+from slimecli.agent.constrain import GrammarError, ToolChoice
+from slimecli.agent.engine import EngineError, EngineLink, EngineRejected, Generation
 from slimecli.agent.parsers import ParsedOutput, ToolParser
 from slimecli.agent.render import Renderer
 from slimecli.agent.trajectory import SessionClosed, TooManyTurns, TrajectoryManager, Turn
@@ -40,6 +50,7 @@ class TurnRequest:
     tools: list[dict[str, Any]]
     max_tokens: int | None
     stop: list[str] = field(default_factory=list)
+    tool_choice: ToolChoice = ToolChoice()
 
 
 @dataclass
@@ -68,6 +79,11 @@ class AdapterSettings:
     top_k: int = -1
     max_new_tokens: int = 1024  # cap per turn, whatever the client asks
     max_body_bytes: int = 32 << 20
+    constrain: str = "none"  # none | tool_calls | choices (slimecli.agent.constrain)
+    choices_then: str = "final"  # choices mode, once a tool ran: final | none | tool_calls
+    choices_final: str = "Done."  # the text a `final` turn is constrained to
+    choices_file: str | None = None  # JSON list of choices for sessions that registered none
+    max_string_len: int | None = None  # constrained tool calls: cap on free string arguments (None: the schema's)
 
 
 class Adapter:
@@ -83,6 +99,70 @@ class Adapter:
         self.parser = parser
         self.settings = settings or AdapterSettings()
         self._engine_ready = False
+        self.call_format = getattr(parser, "call_format", None)
+        self._choices: dict[str, tuple[str, ...]] = {}
+        self._default_choices: tuple[str, ...] | None = None
+        self._check_constrain()
+
+    def _check_constrain(self) -> None:
+        """Fail at start-up, not on the first turn, when the constraint settings cannot work."""
+        s = self.settings
+        if s.constrain not in constrain.MODES:
+            raise ValueError(f"agent.constrain must be one of {', '.join(constrain.MODES)} (got {s.constrain!r})")
+        if s.choices_then not in constrain.CHOICES_THEN:
+            raise ValueError(f"agent.choices_then must be one of {', '.join(constrain.CHOICES_THEN)} "
+                             f"(got {s.choices_then!r})")
+        calls = s.constrain == "tool_calls" or (s.constrain == "choices" and s.choices_then == "tool_calls")
+        if calls and self.call_format is None:
+            raise ValueError("constrained tool calls need a tool parser with a `call_format` (ToolCallFormat); "
+                             f"{type(self.parser).__name__} has none")
+        if s.constrain == "choices":
+            if not s.choices_final and s.choices_then == "final":
+                raise ValueError("agent.choices_final must be a non-empty text when agent.choices_then=final")
+            if s.choices_file:
+                self._default_choices = constrain.load_choices(s.choices_file, self.call_format)
+
+    # --- choices (agent.constrain=choices) ------------------------------------------------------------
+    def set_choices(self, session_id: str, choices: list[Any]) -> None:
+        """Register the alternatives of one session before its CLI starts (the runner's hook).
+
+        Each is an output text, or {"name": ..., "arguments": {...}} for a tool call in the parser's format.
+        Choices of sessions the trajectory manager has closed are forgotten here. ValueError when malformed.
+        """
+        texts = constrain.resolve_choices(choices, self.call_format)
+        for sid in [sid for sid in self._choices if self.manager.is_closed(sid)]:
+            del self._choices[sid]
+        self._choices[session_id] = texts
+
+    def clear_choices(self, session_id: str) -> None:
+        self._choices.pop(session_id, None)
+
+    def constraint(self, sid: str, req: TurnRequest) -> dict[str, str]:
+        """The sampling params that constrain this turn ({} when unconstrained); ApiError 400 when impossible."""
+        s = self.settings
+        mode = s.constrain
+        if mode == "none":
+            return {}
+        tokens = self.renderer.added_tokens
+        try:
+            if mode == "choices":
+                if constrain.has_tool_result(req.messages):
+                    if s.choices_then == "final":
+                        return {"ebnf": constrain.choices_grammar([s.choices_final], tokens)}
+                    if s.choices_then == "none":
+                        return {}
+                else:
+                    texts = self._choices.get(sid) or self._default_choices
+                    if not texts:
+                        raise ApiError(400, f"agent.constrain=choices: session {sid[:64]!r} has no choices "
+                                       "(register them with set_choices, or set agent.choices_file)", retry=False)
+                    return {"ebnf": constrain.choices_grammar(texts, tokens)}
+            if self.call_format is None:  # refused at start-up; kept for a subclass that swaps the parser
+                raise GrammarError(f"the tool parser {type(self.parser).__name__} declares no call_format")
+            return {"ebnf": constrain.tool_call_grammar(req.tools, req.tool_choice, self.call_format, tokens,
+                                                        s.max_string_len)}
+        except GrammarError as exc:
+            raise ApiError(400, f"agent.constrain={mode}: {exc}", retry=False) from None
 
     # --- to override --------------------------------------------------------------------------------
     def routes(self) -> list[web.RouteDef]:
@@ -158,7 +238,7 @@ class Adapter:
         except Exception as exc:  # the template rejected this conversation shape
             raise ApiError(400, f"cannot render the conversation with the chat template: {str(exc)[:300]}") from exc
 
-    async def run_turn(self, req: TurnRequest) -> TurnResult:
+    async def run_turn(self, req: TurnRequest, constraint: dict[str, str] | None = None) -> TurnResult:
         """Render, clamp to the context window, generate (or not, at the limit), parse."""
         prompt_ids = await self.render(req)
         remaining = self.renderer.context_len - len(prompt_ids)
@@ -178,7 +258,13 @@ class Adapter:
                 "spaces_between_special_tokens": False, "no_stop_trim": True}
             if req.stop:
                 params["stop"] = req.stop
-            gen = await self.engine.generate(prompt_ids, params, rid=f"{self.name}-{uuid.uuid4().hex}")
+            params.update(constraint or {})
+            try:
+                gen = await self.engine.generate(prompt_ids, params, rid=f"{self.name}-{uuid.uuid4().hex}")
+            except EngineRejected as exc:  # a bad request, most likely a tool schema the grammar cannot hold
+                what = f" (agent.constrain={self.settings.constrain})" if constraint else ""
+                raise ApiError(400, f"the engine rejected this turn{what}: {exc.message[:1000]}", retry=False
+                               ) from None
             if gen.finish_reason == "abort":  # e.g. paused for a weight update: not a turn, let the CLI retry
                 raise ApiError(503, "the engine aborted this generation; retry", retry=True)
         text = self.renderer.decode(gen.output_ids)
@@ -189,10 +275,11 @@ class Adapter:
 
     async def serve_turn(self, request: web.Request, sid: str, req: TurnRequest, reply: Any) -> web.StreamResponse:
         """Admit, run, send the reply with `reply(request, result)`, then record; always release the slot."""
+        constraint = self.constraint(sid, req)  # a request that cannot be constrained costs no turn
         self.admit(sid)
         turn: Turn | None = None
         try:
-            result = await self.run_turn(req)
+            result = await self.run_turn(req, constraint)
             response = await reply(request, result)
             turn = result.to_turn()
             return response

@@ -19,6 +19,7 @@ from slimecli.agent.adapter import (
     sse_event,
     text_of,
 )
+from slimecli.agent.constrain import ToolChoice
 from slimecli.agent.render import tool_schema
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -144,7 +145,24 @@ def to_turn_request(body: dict[str, Any], need_max_tokens: bool) -> TurnRequest:
     stop = body.get("stop_sequences") or []
     if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
         raise ApiError(400, "`stop_sequences` must be a list of non-empty strings")
-    return TurnRequest(messages, _tools(body.get("tools")), max_tokens, stop)
+    return TurnRequest(messages, _tools(body.get("tools")), max_tokens, stop, tool_choice(body.get("tool_choice")))
+
+
+def tool_choice(raw: Any) -> ToolChoice:
+    """`{"type": "auto"|"any"|"tool"|"none", "name": ..., "disable_parallel_tool_use": bool}` (auto if absent)."""
+    if raw is None:
+        return ToolChoice()
+    if not isinstance(raw, dict) or raw.get("type") not in ("auto", "any", "tool", "none"):
+        raise ApiError(400, "`tool_choice` must be an object with type auto, any, tool or none")
+    single = raw.get("disable_parallel_tool_use", False)
+    if not isinstance(single, bool):
+        raise ApiError(400, "`tool_choice.disable_parallel_tool_use` must be a boolean")
+    kind = raw["type"]
+    if kind == "tool":
+        if not isinstance(raw.get("name"), str) or not raw["name"]:
+            raise ApiError(400, "`tool_choice` of type tool needs a string `name`")
+        return ToolChoice("required", (raw["name"],), not single)
+    return ToolChoice({"auto": "auto", "any": "required", "none": "none"}[kind], None, not single)
 
 
 def _translate(message: Any, where: str) -> list[dict[str, Any]]:

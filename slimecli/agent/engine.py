@@ -17,6 +17,14 @@ class EngineError(Exception):
     """The engine refused or failed a request (the adapter answers with an API error, never a 500)."""
 
 
+class EngineRejected(EngineError):
+    """The engine answered 400: the request itself is bad (e.g. a grammar it cannot compile), not the engine."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 @dataclass
 class Generation:
     output_ids: list[int]
@@ -54,7 +62,11 @@ class EngineLink:
         except asyncio.CancelledError:
             await asyncio.shield(self.abort(rid))
             raise
-        except (engine_client.EngineError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        except engine_client.EngineError as exc:
+            if exc.status == 400:
+                raise EngineRejected(exc.message) from exc
+            raise EngineError(f"engine request failed: {exc}") from exc
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             raise EngineError(f"engine request failed: {exc}") from exc
         return _parse_generation(data)
 

@@ -23,6 +23,25 @@ class ParsedOutput:
     ill_formed: bool = False  # a tool call was attempted but could not be parsed: returned as plain text
 
 
+@dataclass(frozen=True)
+class ToolCallFormat:
+    """How a parser's tool calls are written, so constrained decoding can emit exactly what `parse` accepts.
+
+    A call is `open + {"name": <name>, "arguments": <object>} + close` (JSON with ", " and ": " separators, as
+    the chat template re-renders it); several calls are joined by `separator`; plain text must not contain
+    any of `forbidden` (the parser would take it for a broken call).
+    """
+
+    open: str
+    close: str
+    separator: str
+    forbidden: tuple[str, ...]
+
+    def format_call(self, name: str, arguments: dict[str, Any]) -> str:
+        body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+        return f"{self.open}{body}{self.close}"
+
+
 class ToolParser(Protocol):
     def parse(self, text: str) -> ParsedOutput: ...
 
@@ -32,6 +51,9 @@ class HermesToolParser:
 
     THINK = re.compile(r"^\s*<think>(.*?)</think>\s*", re.DOTALL)
     CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+    # What Qwen's chat template renders for calls (and `parse` reads back); a constrained turn uses it.
+    call_format = ToolCallFormat(open="<tool_call>\n", close="\n</tool_call>", separator="\n",
+                                 forbidden=("<tool_call>",))
 
     def parse(self, text: str) -> ParsedOutput:
         out = ParsedOutput()

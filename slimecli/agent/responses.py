@@ -20,6 +20,7 @@ from slimecli.agent.adapter import (
     sse_event,
     text_of,
 )
+from slimecli.agent.constrain import ToolChoice
 from slimecli.agent.render import tool_schema
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "not_found",
@@ -139,7 +140,38 @@ def to_turn_request(body: dict[str, Any]) -> TurnRequest:
         stop = [stop]
     if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
         raise ApiError(400, "`stop` must be a string or a list of non-empty strings")
-    return TurnRequest(messages, _tools(body.get("tools")), int_field(body, "max_output_tokens"), stop)
+    parallel = body.get("parallel_tool_calls", True)
+    if not isinstance(parallel, bool | None):
+        raise ApiError(400, "`parallel_tool_calls` must be a boolean")
+    return TurnRequest(messages, _tools(body.get("tools")), int_field(body, "max_output_tokens"), stop,
+                       tool_choice(body.get("tool_choice"), parallel is not False))
+
+
+def tool_choice(raw: Any, parallel: bool = True) -> ToolChoice:
+    """"auto" | "required" | "none" | {"type": "function", "name": ...} | {"type": "allowed_tools", "mode":
+    "auto"|"required", "tools": [{"type": "function", "name": ...}]}; a hosted tool ({"type": "web_search"},
+    ...) is never offered to the local model, so constraining to it is refused when the grammar is built."""
+    if raw is None:
+        return ToolChoice(parallel=parallel)
+    if raw in ("auto", "required", "none"):
+        return ToolChoice(raw, None, parallel)
+    if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
+        raise ApiError(400, "`tool_choice` must be auto, required, none or an object with a `type`")
+    kind = raw["type"]
+    if kind == "allowed_tools":
+        mode, tools = raw.get("mode", "auto"), raw.get("tools")
+        if mode not in ("auto", "required") or not isinstance(tools, list):
+            raise ApiError(400, "`tool_choice` allowed_tools needs mode auto or required and a list `tools`")
+        names = []
+        for i, tool in enumerate(tools):
+            if not isinstance(tool, dict) or not isinstance(tool.get("name", tool.get("type")), str):
+                raise ApiError(400, f"`tool_choice.tools.{i}` must be an object naming a tool")
+            names.append(tool.get("name", tool.get("type")))
+        return ToolChoice(mode, tuple(names), parallel)
+    name = raw.get("name") if kind in ("function", "custom") else kind
+    if not isinstance(name, str) or not name:
+        raise ApiError(400, f"`tool_choice` of type {kind} needs a string `name`")
+    return ToolChoice("required", (name,), parallel)
 
 
 def _add_item(messages: list[dict[str, Any]], item: Any, where: str, reasoning: list[str]) -> None:

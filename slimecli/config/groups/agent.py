@@ -24,3 +24,11 @@ class AgentConfig:
     max_context_len: int | None = None  # None -> the model's max_position_embeddings
     realign_min_ratio: float = 0.8  # re-rendered last response this similar to the sampled one -> realigned
     output: str | None = None  # `slimecli agent run`: samples JSONL; None -> <run.root>/agent-<time>/samples.jsonl
+    # Constrained decoding of each turn (grammar in the engine's sampling params; see slimecli.agent.constrain):
+    # none | tool_calls (text or a call valid against the request's tools and tool_choice) | choices (exactly one
+    # of the session's listed alternatives until a tool ran, then `choices_then`)
+    constrain: str = "none"
+    choices_then: str = "final"  # after the choice ran: final (the text choices_final) | none | tool_calls
+    choices_final: str = "Done."
+    choices_file: str | None = None  # JSON list of choices (texts or {"name", "arguments"}) for every session
+    constrain_max_string_len: int | None = None  # cap free string arguments of constrained calls (random models)

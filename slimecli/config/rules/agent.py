@@ -1,12 +1,14 @@
-"""Agent rules: the custom (harness, adapter) pair, the tool parser, limits and URLs."""
+"""Agent rules: the custom (harness, adapter) pair, the tool parser, limits, URLs and constrained decoding."""
 
 from __future__ import annotations
 
-from slimecli.config.errors import ConfigError
+from slimecli.config.errors import ConfigError, allowed_hint
 from slimecli.config.schema import SlimeConfig
 
 KNOWN_AGENTS = ("none", "claude_code", "codex")
 KNOWN_PARSERS = ("qwen", "hermes")
+CONSTRAIN_MODES = ("none", "tool_calls", "choices")  # slimecli.agent.constrain.MODES
+CHOICES_THEN = ("final", "none", "tool_calls")
 
 
 def pair(cfg: SlimeConfig) -> list[ConfigError]:
@@ -45,4 +47,25 @@ def limits(cfg: SlimeConfig) -> list[ConfigError]:
     return errors
 
 
-RULES = [pair, parser, limits]
+def constrain(cfg: SlimeConfig) -> list[ConfigError]:
+    a = cfg.agent
+    errors = []
+    if a.constrain not in CONSTRAIN_MODES:
+        errors.append(ConfigError("agent.constrain", a.constrain, "not an allowed value",
+                                  allowed_hint(a.constrain, CONSTRAIN_MODES)))
+    if a.choices_then not in CHOICES_THEN:
+        errors.append(ConfigError("agent.choices_then", a.choices_then, "not an allowed value",
+                                  allowed_hint(a.choices_then, CHOICES_THEN)))
+    if a.constrain == "choices" and a.choices_then == "final" and not a.choices_final:
+        errors.append(ConfigError("agent.choices_final", a.choices_final, "must be a non-empty text when "
+                                  "agent.choices_then=final (the turn after the chosen tool ran)"))
+    if a.choices_file is not None and a.constrain != "choices":
+        errors.append(ConfigError("agent.choices_file", a.choices_file, "only used with agent.constrain=choices",
+                                  "set agent.constrain=choices, or drop agent.choices_file"))
+    if a.constrain_max_string_len is not None and a.constrain_max_string_len <= 0:
+        errors.append(ConfigError("agent.constrain_max_string_len", a.constrain_max_string_len,
+                                  "must be > 0 (or unset)"))
+    return errors
+
+
+RULES = [pair, parser, limits, constrain]
