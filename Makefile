@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 MEGATRON ?= megatron-core==0.16.1
 
-.PHONY: setup agent-clis train test lint bench
+.PHONY: setup agent-clis sandbox-deps train test lint bench
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,19 @@ agent-clis: setup
 	$(BIN)/slimecli agent install claude_code
 	$(BIN)/slimecli agent install codex
 
-test: setup agent-clis
+# bubblewrap for sandbox=bwrap (the default where it works): installed when missing and this user may
+# (root or passwordless sudo, with apt-get); otherwise the bwrap tests are skipped and say why.
+sandbox-deps:
+	@if command -v bwrap >/dev/null 2>&1; then exit 0; fi; \
+	if ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "bubblewrap missing and no apt-get: sandbox=bwrap tests will be skipped (install bubblewrap)"; exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then SUDO=; elif sudo -n true 2>/dev/null; then SUDO="sudo -n"; else \
+	  echo "bubblewrap missing and no root or passwordless sudo: sandbox=bwrap tests will be skipped"; exit 0; fi; \
+	$$SUDO apt-get install -y -qq bubblewrap >/dev/null 2>&1 || \
+	  { $$SUDO apt-get update -qq >/dev/null 2>&1 && $$SUDO apt-get install -y -qq bubblewrap >/dev/null 2>&1; } || \
+	  echo "could not install bubblewrap: sandbox=bwrap tests will be skipped"
+
+test: setup agent-clis sandbox-deps
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: setup

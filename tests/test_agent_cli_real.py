@@ -204,19 +204,57 @@ def test_codex_with_the_printed_provider_flags(tmp_path, tiny, scripted):
         serve.wait(timeout=20)
 
 
+def host_processes_with(marker: str) -> list[int]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if marker.encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return found
+
+
 def test_hanging_cli_is_killed_at_the_budget_and_yields_an_aborted_sample(tmp_path, tiny, scripted):
-    pids = tmp_path / "pids"
+    marker = f"slimecli-hang-{os.getpid()}-{time.monotonic_ns()}"
     fake = tmp_path / "fake-claude"
-    fake.write_text(f"#!/bin/sh\ntrap '' TERM\nsleep 300 &\necho $$ $! > {pids}\nwait\n")
+    started = tmp_path / "ws" / "started"
+    fake.write_text(f"#!/bin/sh\ntrap '' TERM\npython3 -c 'import time; time.sleep(300)' {marker} &\n"
+                    f"echo up > {started}\nwait\n")
     fake.chmod(0o755)
     url = scripted([])
     proc, [s], _ = agent_run("claude_code", tmp_path, tiny, "hang", f"agent.engine_url={url}",
                              f"agent.binary={fake}", "agent.time_budget_s=3")
-    assert proc.returncode == 1 and "wall_clock_timeout" in proc.stderr
+    assert proc.returncode == 1 and "wall_clock_timeout" in proc.stderr, proc.stderr[-2000:]
     assert s["metadata"]["abort_reason"] == "wall_clock_timeout" and s["status"] == "aborted"
     assert (s["response_length"], s["loss_mask"], s["rollout_log_probs"], s["reward"], s["remove_sample"]) == \
         (1, [0], [0.0], 0.0, True)
-    assert wait_dead([int(p) for p in pids.read_text().split()], timeout=10) == []  # the whole group is gone
+    assert started.read_text() == "up\n"  # it did run, and everything it started is gone
+    assert host_processes_with(marker) == []
+
+
+def _bwrap_missing() -> str | None:
+    from slimecli.sandbox.bwrap import available
+
+    return available()
+
+
+@needs_cli("codex")
+@pytest.mark.skipif(_bwrap_missing() is not None, reason=f"bwrap cannot start here: {_bwrap_missing()}")
+def test_codex_tool_commands_run_inside_the_bwrap_sandbox(tmp_path, tiny, scripted):
+    """The CLI reached its adapter through the relay, and its tool ran isolated: another host name, the
+    project checkout and the caller's files invisible."""
+    secret = tmp_path / "host-secret.txt"
+    secret.write_text("host only")
+    cmd = f"hostname > where.txt; cat {secret} > leak.txt 2>&1; ls {ROOT} > checkout.txt 2>&1; true"
+    texts = [tool_call("exec_command", {"cmd": cmd}), "Looked around."]
+    url = scripted(texts)
+    proc, [s], ws = agent_run("codex", tmp_path, tiny, "Look around", f"agent.engine_url={url}", "sandbox=bwrap")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (ws / "where.txt").read_text() == "sandbox\n"
+    assert "host only" not in (ws / "leak.txt").read_text()
+    assert "pyproject.toml" not in (ws / "checkout.txt").read_text()
+    assert s["metadata"]["turns"] == 2 and s["status"] == "completed"
 
 
 def test_missing_cli_yields_an_aborted_sample_and_swe_agent_picks_the_agent(tmp_path, tiny, scripted):

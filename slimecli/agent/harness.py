@@ -8,9 +8,13 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from slimecli.agent.install import locate
-from slimecli.agent.sandbox import LocalSandbox, read_exit_status
+from slimecli.agent.install import locate, tools_dir
+
+if TYPE_CHECKING:
+    from slimecli.sandbox.base import Sandbox
 
 PROVIDER = "slimecli"
 
@@ -50,35 +54,48 @@ class Harness:
             raise CliMissing(f"{self.agent} CLI not found: {hint}")
         return found
 
-    def configure(self, sandbox: LocalSandbox, base_url: str, session_id: str) -> dict[str, str]:
+    def sandbox_paths(self) -> tuple[list[str], list[str]]:
+        """(read-only paths, PATH directories) the CLI needs inside a sandbox: its tools dir, the binary
+        (the file, not its directory, which may hold the workspace), node (npm launchers are node scripts)."""
+        ro = [str(tools_dir(self.tools_dir))]
+        path_dirs: list[str] = []
+        try:
+            ro.append(str(Path(self.locate()).resolve()))
+        except CliMissing:
+            pass  # run() reports it
+        node = shutil.which("node")
+        if node:
+            real = Path(node).resolve()
+            ro.append(str(real.parent.parent))  # node's prefix: its bin and lib/node_modules
+            path_dirs.append(os.path.dirname(node))
+        return [p for p in ro if os.path.exists(p)], path_dirs
+
+    def configure(self, sandbox: Sandbox, base_url: str, session_id: str) -> dict[str, str]:
         """Write the CLI's config inside the sandbox home; return the environment it needs."""
         raise NotImplementedError
 
-    def command(self, binary: str, prompt: str, sandbox: LocalSandbox) -> list[str]:
+    def command(self, binary: str, prompt: str, sandbox: Sandbox) -> list[str]:
         raise NotImplementedError
 
-    async def run(self, sandbox: LocalSandbox, prompt: str, base_url: str, session_id: str, budget_s: float
+    async def run(self, sandbox: Sandbox, prompt: str, base_url: str, session_id: str, budget_s: float
                   ) -> HarnessResult:
-        """Launch in the background and poll its status file until it exits or the budget is spent."""
+        """Launch in the background and poll its exit status until it exits or the budget is spent."""
         binary = self.locate()
         env = self.configure(sandbox, base_url, session_id)
-        node = shutil.which("node")
-        if node:  # npm launchers are node scripts
-            sandbox.path_dirs.insert(0, os.path.dirname(node))
         argv = self.command(binary, prompt, sandbox)
         start = time.monotonic()
-        files = sandbox.start(self.agent, argv, env)
+        sandbox.start(self.agent, argv, env)
         exit_code = None
         try:
             while time.monotonic() - start < budget_s:
-                exit_code = read_exit_status(sandbox.read_file(files["status"]))
+                exit_code = sandbox.poll(self.agent)
                 if exit_code is not None:
                     break
                 await asyncio.sleep(self.poll_interval_s)
         finally:
             await asyncio.to_thread(sandbox.kill, self.agent)  # on timeout, cancellation, and leftover children
-        return HarnessResult(exit_code, exit_code is None, sandbox.read_file(files["stdout"]) or "",
-                             sandbox.read_file(files["stderr"]) or "", time.monotonic() - start, argv)
+        stdout, stderr = sandbox.output(self.agent)
+        return HarnessResult(exit_code, exit_code is None, stdout, stderr, time.monotonic() - start, argv)
 
 
 class ClaudeCodeHarness(Harness):
@@ -86,17 +103,16 @@ class ClaudeCodeHarness(Harness):
 
     agent = "claude_code"
 
-    def configure(self, sandbox: LocalSandbox, base_url: str, session_id: str) -> dict[str, str]:
+    def configure(self, sandbox: Sandbox, base_url: str, session_id: str) -> dict[str, str]:
         config_dir = sandbox.home / ".claude"
-        config_dir.mkdir(parents=True, exist_ok=True)
         settings = {"permissions": {"defaultMode": "bypassPermissions"}, "includeCoAuthoredBy": False}
-        (config_dir / "settings.json").write_text(json.dumps(settings, indent=2))
+        sandbox.write_file(config_dir / "settings.json", json.dumps(settings, indent=2))
         return {"ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": session_id,
                 "CLAUDE_CONFIG_DIR": str(config_dir), "DISABLE_TELEMETRY": "1",
                 "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
                 "DISABLE_ERROR_REPORTING": "1", "IS_SANDBOX": "1"}
 
-    def command(self, binary: str, prompt: str, sandbox: LocalSandbox) -> list[str]:
+    def command(self, binary: str, prompt: str, sandbox: Sandbox) -> list[str]:
         # The sandbox is the permission boundary; IS_SANDBOX=1 lets this flag run as root there.
         return [binary, "-p", prompt, "--dangerously-skip-permissions"]
 
@@ -106,13 +122,12 @@ class CodexHarness(Harness):
 
     agent = "codex"
 
-    def configure(self, sandbox: LocalSandbox, base_url: str, session_id: str) -> dict[str, str]:
+    def configure(self, sandbox: Sandbox, base_url: str, session_id: str) -> dict[str, str]:
         codex_home = sandbox.home / ".codex"
-        codex_home.mkdir(parents=True, exist_ok=True)
-        (codex_home / "config.toml").write_text(codex_config_toml(base_url, self.model_name, self.context_len))
+        sandbox.write_file(codex_home / "config.toml", codex_config_toml(base_url, self.model_name, self.context_len))
         return {"CODEX_HOME": str(codex_home), "OPENAI_API_KEY": session_id, "RUST_LOG": "error"}
 
-    def command(self, binary: str, prompt: str, sandbox: LocalSandbox) -> list[str]:
+    def command(self, binary: str, prompt: str, sandbox: Sandbox) -> list[str]:
         return [binary, "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
                 "-C", str(sandbox.workdir), prompt]
 

@@ -38,10 +38,11 @@ class AgentJob:
     """Base: an empty workspace (or the caller's directory), a fixed prompt, a fixed reward."""
 
     def __init__(self, prompt: str, workdir: str | None = None, reward: Any = 0.0) -> None:
-        self._prompt = prompt
+        self.text = prompt  # what the sample records as its prompt
         self.workdir = workdir
         self.reward = reward
         self.metadata: dict[str, Any] = {}
+        self.choices: list[Any] | None = None  # agent.constrain=choices: the alternatives a turn may take
 
     def workspace(self) -> Path | None:
         """The directory the sandbox works in; None lets the sandbox make an empty one."""
@@ -52,7 +53,7 @@ class AgentJob:
         return Path(self.workdir)
 
     def prompt(self, sandbox: Sandbox) -> str:
-        return self._prompt
+        return self.text
 
     async def setup(self, sandbox: Sandbox) -> None:
         """Anything the workspace needs before the CLI starts."""
@@ -78,6 +79,7 @@ class SweJob(AgentJob):
         self.limiter = limiter
         self._tmp: Path | None = None
         self.metadata = {"instance_id": task.instance_id}
+        self.choices = task.extra.get("choices")  # smoke tasks list well-formed edits, one of them correct
 
     def workspace(self) -> Path:
         from slimecli.swe.workspace import WorkspaceError, prepare

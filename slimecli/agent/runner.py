@@ -1,4 +1,4 @@
-"""One agent task end to end: a session, the CLI in a local sandbox under a budget, captured samples.
+"""One agent task end to end: a session, the CLI in a sandbox (sandbox=...) under a budget, captured samples.
 
 Every way out (CLI missing, timeout, nothing captured, any exception, cancellation) drops the session;
 failures yield the aborted sample so a rollout group keeps its shape.
@@ -8,51 +8,71 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from slimecli.agent.harness import CliMissing, HarnessResult
-from slimecli.agent.sandbox import LocalSandbox
+from slimecli.agent.jobs import AgentJob, JobAborted
 from slimecli.agent.service import AgentService
 from slimecli.rollout.sample import Sample
+from slimecli.sandbox.base import Sandbox
 
 log = logging.getLogger(__name__)
 TAIL = 4000
+# (workdir, allowed ports, read-only paths, PATH dirs) -> a sandbox
+SandboxFactory = Callable[[Path | None, Sequence[int], Sequence[str], Sequence[str]], Sandbox]
 
 
-async def run_task(service: AgentService, prompt: str, workdir: str | None = None, budget_s: float | None = None,
-                   base_sample: Sample | None = None, reward: Any = 0.0) -> list[Sample]:
+def default_factory(service: AgentService) -> SandboxFactory:
+    from slimecli.sandbox.factory import make_sandbox
+
+    return lambda workdir, ports, ro_paths, path_dirs: make_sandbox(
+        service.cfg.sandbox, workdir, allow_ports=ports, ro_paths=ro_paths, path_dirs=path_dirs)
+
+
+async def run_task(service: AgentService, job: AgentJob, *, budget_s: float | None = None,
+                   base_sample: Sample | None = None, sandbox_factory: SandboxFactory | None = None) -> list[Sample]:
+    """`job`: what to work on and how the result is scored (slimecli.agent.jobs)."""
     agent = service.cfg.agent
     budget = agent.time_budget_s if budget_s is None else budget_s
     sid = f"slimecli-{uuid.uuid4().hex}"
-    base = base_sample if base_sample is not None else Sample(prompt=prompt)
+    base = base_sample if base_sample is not None else Sample(prompt=job.text)
     info: dict[str, Any] = {"agent": service.name, "session": sid}
     harness = service.harness_cls(binary=agent.binary, tools_dir=agent.tools_dir,
                                   model_name=service.adapter.settings.model_name,
                                   context_len=service.renderer.context_len)
-    sandbox: LocalSandbox | None = None
+    factory = sandbox_factory or default_factory(service)
+    sandbox: Sandbox | None = None
 
     def aborted(reason: str) -> list[Sample]:
         log.warning("agent run %s aborted: %s", sid, reason)
         return [Sample.aborted(reason, prompt=base.prompt, label=base.label, group_index=base.group_index,
                                index=base.index, rollout_id=base.rollout_id, session_id=sid,
-                               metadata={**base.metadata, **info})]
+                               metadata={**base.metadata, **job.metadata, **info})]
 
     try:
-        if workdir is not None and not Path(workdir).is_dir():
-            return aborted("missing_image_or_workdir")
-        sandbox = LocalSandbox(workdir)
-        info["workdir"] = str(sandbox.workdir)
-        result = await harness.run(sandbox, prompt, service.base_url, sid, budget)
+        ws = job.workspace()
+        ro_paths, path_dirs = harness.sandbox_paths()  # the CLI reaches its adapter's port and nothing else
+        sandbox = factory(ws, [service.port], ro_paths, path_dirs)
+        info.update(sandbox=sandbox.kind, workdir=str(sandbox.workdir))
+        if job.choices is not None:  # agent.constrain=choices: the task's listed alternatives
+            service.adapter.set_choices(sid, job.choices)
+        await job.setup(sandbox)
+        result = await harness.run(sandbox, job.prompt(sandbox), service.base_url, sid, budget)
         info.update(_describe(result))
         if result.timed_out:
             return aborted("wall_clock_timeout")
-        samples = await service.manager.finish_session(sid, base, reward)
+        score = await job.score(sandbox)
+        samples = await service.manager.finish_session(sid, base, score)
         if not samples:
             return aborted("adapter_session_empty")
         for sample in samples:
-            sample.metadata.update(info)
+            sample.metadata.update({**job.metadata, **info})
         return samples
+    except JobAborted as exc:
+        info["error"] = exc.detail[:TAIL]
+        return aborted(exc.reason)
     except CliMissing as exc:
         info["error"] = str(exc)
         return aborted("cli_missing")
@@ -64,6 +84,7 @@ async def run_task(service: AgentService, prompt: str, workdir: str | None = Non
         service.manager.drop_session(sid)
         if sandbox is not None:
             sandbox.close()
+        job.cleanup()
 
 
 def _describe(result: HarnessResult) -> dict[str, Any]:

@@ -20,6 +20,10 @@ EPILOG = """[bold]Examples[/]
   slimecli agent serve agent=codex agent.engine_url=http://127.0.0.1:30000   # adapter over a running engine
 
   slimecli agent run agent=codex task.prompt="add a README" task.workdir=./repo agent.output=samples.jsonl
+
+  slimecli agent run agent=codex task=swe task.instance=tiny-calc-003          # graded by the task's tests
+
+  SWE_AGENT=claude_code slimecli agent run task=swe task.path=builtin:swe_tiny task.instance=tiny-wrap-002
 """
 
 
@@ -40,6 +44,21 @@ def _service(cfg, port: int | None = None):
     except ValueError as exc:
         fail(str(exc))
     raise AssertionError("unreachable")
+
+
+def _job(cfg):
+    """What `agent run` works on: one SWE task (graded), or a plain prompt."""
+    from slimecli.agent.jobs import AgentJob, SweJob
+    from slimecli.sandbox.factory import grader_factory
+
+    if cfg.task.name != "swe":
+        return AgentJob(cfg.task.prompt, cfg.task.workdir)
+    from slimecli.swe.task import load
+
+    task = load(cfg.task.path).get(cfg.task.instance)
+    assert task is not None  # the task rules checked it
+    return SweJob(task, grade_sandbox=grader_factory(cfg.sandbox), eval_budget_s=cfg.agent.eval_budget_s,
+                  partial=cfg.reward.partial)
 
 
 def _usage(service) -> str:
@@ -105,10 +124,14 @@ def register(app: typer.Typer) -> None:
 
     @agent_app.command("run", context_settings=OVERRIDES, epilog=EPILOG)
     def run(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> None:
-        """Run one task: the CLI in a local sandbox against the adapter; write the captured samples as JSONL."""
+        """Run one task in a sandbox against the adapter: task.prompt (optionally in task.workdir), or a SWE task
+        (task=swe task.instance=ID) whose diff is graded by its tests; write the captured samples as JSONL."""
         cfg = _config(ctx, recipe_dir)
-        if not cfg.task.prompt:
-            fail("agent run needs task.prompt=\"...\" (and optionally task.workdir=DIR)")
+        if cfg.task.name == "swe":
+            if cfg.task.instance is None:
+                fail("agent run task=swe needs task.instance=ID (`slimecli tasks list task.path=...` lists them)")
+        elif not cfg.task.prompt:
+            fail("agent run needs task.prompt=\"...\" (and optionally task.workdir=DIR), or task=swe task.instance=ID")
         out = Path(cfg.agent.output or Path(cfg.run.root) / f"agent-{time.strftime('%Y%m%d-%H%M%S')}"
                    / "samples.jsonl").expanduser()
         service = _service(cfg, port=0)
@@ -118,7 +141,7 @@ def register(app: typer.Typer) -> None:
 
             await service.start()
             try:
-                return await run_task(service, cfg.task.prompt, cfg.task.workdir)
+                return await run_task(service, _job(cfg))
             finally:
                 await service.stop()
 
@@ -136,8 +159,10 @@ def register(app: typer.Typer) -> None:
         if meta.get("cli_stdout"):
             typer.echo(meta["cli_stdout"].rstrip("\n"))
         statuses = ", ".join(s.status.value for s in samples)
-        echo_err(f"agent {service.name}: CLI exit {meta.get('exit_code')}; {len(samples)} sample(s) [{statuses}] "
-                 f"-> {out}" + (f"; workspace {meta['workdir']}" if meta.get("workdir") else ""))
+        graded = f"; reward {json.dumps(samples[0].reward)}" if cfg.task.name == "swe" and not samples[0].remove_sample \
+            else ""
+        echo_err(f"agent {service.name}: CLI exit {meta.get('exit_code')}; {len(samples)} sample(s) [{statuses}]"
+                 f"{graded} -> {out}")
         if samples[0].remove_sample:
             fail(f"agent run aborted: {meta.get('abort_reason')} {meta.get('error', '')}".rstrip(), code=1)
 

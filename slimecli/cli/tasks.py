@@ -73,12 +73,13 @@ def check(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption,
     and after, an empty diff and a diff that deletes the tests score 0. Exit 1 if any task fails."""
     import asyncio
 
+    from slimecli.sandbox.factory import grader_factory
     from slimecli.swe.check import check_all
 
     cfg = _config(ctx.args, recipe_dir)
     tasks = _tasks(cfg)
     chosen = [t for t in tasks.tasks if cfg.task.instance in (None, t.instance_id)]
-    results = asyncio.run(check_all(chosen, concurrency=jobs, sandbox_factory=sandbox_factory(cfg),
+    results = asyncio.run(check_all(chosen, concurrency=jobs, sandbox_factory=grader_factory(cfg.sandbox),
                                     budget_s=cfg.agent.eval_budget_s))
     bad = 0
     for task, result in zip(chosen, results, strict=True):
@@ -101,6 +102,7 @@ def grade(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption,
     import asyncio
     import sys
 
+    from slimecli.sandbox.factory import grader_factory
     from slimecli.swe.grade import Unevaluatable
     from slimecli.swe.grade import grade as grade_patch
 
@@ -117,19 +119,12 @@ def grade(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption,
     task = _tasks(cfg).get(cfg.task.instance)
     assert task is not None  # the task rules checked it
     try:
-        report = asyncio.run(grade_patch(task, diff, sandbox_factory=sandbox_factory(cfg),
+        report = asyncio.run(grade_patch(task, diff, sandbox_factory=grader_factory(cfg.sandbox),
                                          budget_s=cfg.agent.eval_budget_s, partial=cfg.reward.partial))
     except Unevaluatable as exc:
         fail(f"{task.instance_id}: unevaluatable:{exc.reason}", code=1)
     out: dict[str, Any] = {**report.as_dict(), "reward": report.reward(cfg.reward.partial)}
     typer.echo(json.dumps(out))
-
-
-def sandbox_factory(cfg: SlimeConfig):
-    """Fresh sandboxes for graders, as the run's sandbox settings say (no network)."""
-    from slimecli.sandbox.factory import make_sandbox
-
-    return lambda workdir: make_sandbox(cfg.sandbox, workdir)
 
 
 def register(app: typer.Typer) -> None:

@@ -11,6 +11,7 @@ from slimecli.config.groups.optimizer import OptimizerConfig
 from slimecli.config.groups.reward import RewardConfig
 from slimecli.config.groups.rollout import RolloutConfig
 from slimecli.config.groups.run import RunConfig
+from slimecli.config.groups.sandbox import SandboxConfig
 from slimecli.config.groups.task import TaskConfig
 from slimecli.config.groups.teacher import TeacherConfig
 from slimecli.config.groups.trainer import TrainerConfig
@@ -28,8 +29,9 @@ class SlimeConfig:
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     recipe: str = "quickstart"  # the recipe this run was composed from
 
 
 # Groups whose member is chosen with `group=member` (a YAML file in conf/<group>/).
-GROUPS: tuple[str, ...] = ("optimizer", "agent", "teacher", "reward", "rollout", "trainer", "model", "task", "cluster")
+GROUPS: tuple[str, ...] = ("optimizer", "agent", "teacher", "reward", "rollout", "trainer", "model", "task", "cluster", "sandbox")

@@ -1,0 +1,1 @@
+"""Sandboxes: where agent CLIs and graders run (bubblewrap isolation, a plain local subprocess, containers)."""

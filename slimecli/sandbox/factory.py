@@ -1,0 +1,70 @@
+"""One sandbox from the config: `auto` is bwrap where it starts, else local with one warning."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from slimecli.config.groups.sandbox import SandboxConfig
+from slimecli.sandbox.base import Sandbox
+
+log = logging.getLogger(__name__)
+LOCAL_GAPS = ("the agent can read and write every file this user can (run directories, caches, the project), "
+              "reach every loopback port (engine, teacher, reward server), signal this user's processes and "
+              "leave processes behind")
+_warned = False
+
+
+class SandboxUnavailable(RuntimeError):
+    """The configured sandbox cannot run on this machine."""
+
+
+def resolve_kind(settings: SandboxConfig) -> str:
+    """The kind that will run: `auto` decided once per process."""
+    global _warned
+    if settings.name != "auto":
+        return settings.name
+    from slimecli.sandbox.bwrap import available
+
+    why = available()
+    if why is None:
+        return "bwrap"
+    if not _warned:
+        log.warning("sandbox=auto: %s; using sandbox=local, which does not isolate: %s", why, LOCAL_GAPS)
+        _warned = True
+    return "local"
+
+
+def make_sandbox(settings: SandboxConfig, workdir: str | Path | None = None, *, allow_ports: Sequence[int] = (),
+                 ro_paths: Sequence[str | Path] = (), path_dirs: Sequence[str] = (),
+                 image: str | None = None) -> Sandbox:
+    kind = resolve_kind(settings)
+    kwargs = {"allow_ports": allow_ports, "settings": settings, "ro_paths": ro_paths, "path_dirs": path_dirs}
+    if kind == "bwrap":
+        from slimecli.sandbox.bwrap import BwrapSandbox, available
+
+        why = available()
+        if why is not None:
+            raise SandboxUnavailable(f"sandbox=bwrap: {why}")
+        return BwrapSandbox(workdir, **kwargs)
+    if kind == "local":
+        from slimecli.sandbox.local import LocalSandbox
+
+        return LocalSandbox(workdir, **kwargs)
+    if kind in ("docker", "podman"):
+        from slimecli.sandbox.container import ContainerSandbox, runtime_missing
+
+        why = runtime_missing(kind, settings.binary)
+        if why is not None:
+            raise SandboxUnavailable(f"sandbox={kind}: {why}")
+        return ContainerSandbox(workdir, runtime=kind, image=image or settings.image, **kwargs)
+    raise ValueError(f"unknown sandbox kind {kind!r}")
+
+
+def grader_factory(settings: SandboxConfig) -> Callable[[Path], Sandbox]:
+    """Fresh sandboxes for graders and task checks: no ports, nothing but the workspace, and this
+    interpreter first on PATH (its environment has the test runner)."""
+    bin_dir = str(Path(sys.executable).parent)
+    return lambda workdir: make_sandbox(settings, workdir, path_dirs=(bin_dir,))
