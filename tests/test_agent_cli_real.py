@@ -320,3 +320,68 @@ def test_agent_serve_starts_the_real_engine_and_sigterm_stops_both(tmp_path, tin
     finally:
         if serve.poll() is None:
             serve.kill()
+
+
+def _swe_task(instance: str) -> dict:
+    from slimecli.swe.builtin import task_file
+
+    return next(r for r in map(json.loads, task_file("swe_tiny").read_text().splitlines())
+                if r["instance_id"] == instance)
+
+
+def _apply_command(patch: str) -> str:
+    import base64
+
+    return f"printf %s {base64.b64encode(patch.encode()).decode()} | base64 -d | git apply"
+
+
+def swe_run(agent: str, tmp_path: Path, tiny: str, url: str, instance: str, *extra: str):
+    out = tmp_path / f"{agent}-{instance}.jsonl"
+    proc = run_cli("agent", "run", f"agent={agent}", "task=swe", f"task.instance={instance}", f"model.path={tiny}",
+                   f"agent.engine_url={url}", f"agent.output={out}", *extra, timeout=300)
+    samples = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+    return proc, samples
+
+
+SWE_TOOL = {"claude_code": lambda cmd: tool_call("Bash", {"command": cmd, "description": "edit"}),
+            "codex": lambda cmd: tool_call("exec_command", {"cmd": cmd})}
+
+
+@pytest.mark.parametrize("agent", ["claude_code", "codex"])
+def test_swe_task_the_gold_edit_resolves_and_a_wrong_edit_does_not(agent, tmp_path, tiny, scripted):
+    """The real CLI edits a swe_tiny task in the bwrap sandbox; the diff is graded by the hidden tests."""
+    if CLIS[agent] is None:
+        pytest.skip(f"the {agent} CLI is not installed")
+    task = _swe_task("tiny-calc-003")
+    gold = scripted([SWE_TOOL[agent](_apply_command(task["patch"])), "Fixed."])
+    proc, [s] = swe_run(agent, tmp_path, tiny, gold, "tiny-calc-003")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert s["reward"] == {"resolved": 1, "f2p": 1.0, "p2p": 1.0, "applied": 1, "touched_tests": 0, "reward": 1.0}
+    meta = s["metadata"]
+    assert meta["instance_id"] == "tiny-calc-003" and meta["sandbox"] == "bwrap" and meta["agent"] == agent
+    assert "calc.py" in meta["diff"] and "PROBLEM_STATEMENT.md" not in meta["diff"]
+    assert set(meta["grade"]["tests"].values()) == {"passed"}
+    check_sample(s)
+    # what the model saw: the problem statement (through the CLI), never the hidden tests
+    from transformers import AutoTokenizer
+
+    seen = AutoTokenizer.from_pretrained(tiny).decode(s["tokens"])
+    assert "Floor division does not work" in seen and "test_issue_003" not in seen
+
+    wrong = scripted([SWE_TOOL[agent]("echo '# looked at it' >> calc.py"), "Fixed."])
+    proc, [s] = swe_run(agent, tmp_path, tiny, wrong, "tiny-calc-003")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert s["reward"]["resolved"] == 0 and s["reward"]["applied"] == 1 and s["reward"]["f2p"] == 0.0
+    assert "looked at it" in s["metadata"]["diff"]
+
+
+@needs_cli("codex")
+def test_swe_agent_env_picks_the_cli_of_a_swe_run(tmp_path, tiny, scripted):
+    """SWE_AGENT=codex with no agent= on the command line: the frozen choice is codex, and codex ran."""
+    url = scripted(["Nothing to do."])
+    out = tmp_path / "s.jsonl"
+    proc = run_cli("agent", "run", "task=swe", "task.instance=tiny-wrap-001", f"model.path={tiny}",
+                   f"agent.engine_url={url}", f"agent.output={out}", env={"SWE_AGENT": "codex"}, timeout=300)
+    [s] = [json.loads(line) for line in out.read_text().splitlines()]
+    assert s["metadata"]["agent"] == "codex", proc.stderr[-2000:]
+    assert s["reward"]["resolved"] == 0 and s["reward"]["applied"] == 0  # an empty diff scores 0
