@@ -26,7 +26,8 @@ agent-clis: setup
 	$(BIN)/slimecli agent install codex
 
 # bubblewrap for sandbox=bwrap (the default where it works): installed when missing and this user may
-# (root or passwordless sudo, with apt-get); otherwise the bwrap tests are skipped and say why.
+# (root or passwordless sudo, with apt-get; a failed install then fails); otherwise the bwrap tests are skipped
+# and say why.
 sandbox-deps:
 	@if command -v bwrap >/dev/null 2>&1; then exit 0; fi; \
 	if ! command -v apt-get >/dev/null 2>&1; then \
@@ -35,9 +36,10 @@ sandbox-deps:
 	  echo "bubblewrap missing and no root or passwordless sudo: sandbox=bwrap tests will be skipped"; exit 0; fi; \
 	$$SUDO apt-get install -y -qq bubblewrap >/dev/null 2>&1 || \
 	  { $$SUDO apt-get update -qq >/dev/null 2>&1 && $$SUDO apt-get install -y -qq bubblewrap >/dev/null 2>&1; } || \
-	  echo "could not install bubblewrap: sandbox=bwrap tests will be skipped"
+	  { echo "could not install bubblewrap with apt-get"; exit 1; }
 
 test: setup agent-clis sandbox-deps
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: setup
