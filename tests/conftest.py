@@ -40,6 +40,18 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def host_processes_with(marker: str) -> list[int]:
+    """Live processes (other than this one) whose command line contains `marker`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if marker.encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return [p for p in found if p != os.getpid() and pid_alive(p)]
+
+
 def wait_dead(pids: list[int], timeout: float = 20.0) -> list[int]:
     """Pids still alive after `timeout`."""
     deadline = time.monotonic() + timeout

@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, free_port, run_cli, wait_dead
+from conftest import ROOT, free_port, host_processes_with, run_cli, wait_dead
 
 from slimecli.agent.harness import codex_flags
 from slimecli.agent.install import locate
@@ -202,17 +202,6 @@ def test_codex_with_the_printed_provider_flags(tmp_path, tiny, scripted):
     finally:
         serve.terminate()
         serve.wait(timeout=20)
-
-
-def host_processes_with(marker: str) -> list[int]:
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if marker.encode() in cmdline.read_bytes():
-                found.append(int(cmdline.parent.name))
-        except OSError:
-            continue
-    return found
 
 
 def test_hanging_cli_is_killed_at_the_budget_and_yields_an_aborted_sample(tmp_path, tiny, scripted):

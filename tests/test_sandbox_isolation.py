@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import http.server
-import os
 import secrets
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, pid_alive
+from conftest import ROOT, host_processes_with, pid_alive
 
 from slimecli.config.groups.sandbox import SandboxConfig
 from slimecli.sandbox.bwrap import BwrapSandbox, available
@@ -43,17 +42,6 @@ def make(tmp_path):
 
 def sh(box, script: str, timeout: float = 120):
     return asyncio.run(box.exec(["/bin/sh", "-c", script], timeout_s=timeout))
-
-
-def host_processes_with(marker: str) -> list[int]:
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if marker.encode() in cmdline.read_bytes():
-                found.append(int(cmdline.parent.name))
-        except OSError:
-            continue
-    return [p for p in found if p != os.getpid() and pid_alive(p)]
 
 
 def test_writes_outside_the_workspace_fail_and_reach_nothing_on_the_host(make, tmp_path):
