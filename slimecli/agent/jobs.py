@@ -109,13 +109,8 @@ class SweJob(AgentJob):
             raise JobAborted(f"unevaluatable:{exc.reason}", str(exc)) from None
         self.metadata["diff"] = diff
         try:
-            if self.limiter is None:
-                report = await grade(self.task, diff, sandbox_factory=self.grade_sandbox,
-                                     budget_s=self.eval_budget_s, partial=self.partial)
-            else:
-                async with self.limiter:
-                    report = await grade(self.task, diff, sandbox_factory=self.grade_sandbox,
-                                         budget_s=self.eval_budget_s, partial=self.partial)
+            report = await grade(self.task, diff, sandbox_factory=self.grade_sandbox, budget_s=self.eval_budget_s,
+                                 partial=self.partial, limiter=self.limiter)
         except Unevaluatable as exc:
             raise JobAborted(f"unevaluatable:{exc.reason}", str(exc)) from None
         reward = report.as_dict()
