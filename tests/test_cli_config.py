@@ -76,9 +76,8 @@ def test_stray_option_is_an_error():
     assert out.returncode == 2 and "unknown option" in out.stderr
 
 
-def test_plan_json_lists_processes_in_start_order(tmp_path):
-    (tmp_path / "config.json").write_text("{}")
-    out = run_cli("plan", "+recipe=opd", f"teacher.model_path={tmp_path}", "--json")
+def test_plan_json_lists_processes_in_start_order(tmp_path, tiny):
+    out = run_cli("plan", "+recipe=opd", f"model.path={tiny}", f"teacher.model_path={tiny}", "--json")
     assert out.returncode == 0, out.stderr
     plan = json.loads(out.stdout)
     assert [p["name"] for p in plan] == ["engine-0", "teacher", "trainer"]
@@ -86,8 +85,12 @@ def test_plan_json_lists_processes_in_start_order(tmp_path):
     assert trainer["argv"][1:4] == ["-m", "torch.distributed.run", "--nproc-per-node"]
     assert trainer["argv"][-2] == "--config" and trainer["argv"][-1].endswith("config.yaml")
     assert plan[0]["probe"]["url"].endswith("/health_generate") and plan[0]["ports"] == [30000]
+    # a teacher whose tokenizer is not the student's: refused by plan as by train
+    (tmp_path / "config.json").write_text("{}")
+    bad = run_cli("plan", "+recipe=opd", f"model.path={tiny}", f"teacher.model_path={tmp_path}", "--json")
+    assert bad.returncode == 2 and "teacher.model_path" in bad.stderr
     assert plan[1]["probe"]["url"] == "http://127.0.0.1:7999/healthz"
-    human = run_cli("plan", "+recipe=swe_agent")
+    human = run_cli("plan", "+recipe=swe_agent")  # pre-flight passes: the CLI is installed, the sandbox starts
     assert human.returncode == 0 and "command:" in human.stdout and "ready:" in human.stdout
 
 
@@ -126,7 +129,16 @@ def test_machine_checks_refuse_back_ends_this_machine_cannot_run(tmp_path):
     assert "Traceback" not in out.stderr
 
 
-def test_agent_training_is_refused_before_launch(tmp_path):
-    out = run_cli("train", "+recipe=swe_agent", f"run.root={tmp_path}")
-    assert out.returncode == 2 and "agent: training with coding agents" in out.stderr
-    assert not (tmp_path).exists() or not any(tmp_path.iterdir())
+def test_validate_plan_and_train_refuse_an_agent_run_alike(tmp_path):
+    """What `train` refuses before it starts, `config validate` and `plan` refuse too, with the same message."""
+    args = ["+recipe=swe_agent", f"agent.binary={tmp_path / 'claude'}", "agent.max_context_len=4096",
+            f"run.root={tmp_path / 'runs'}"]
+    outs = [run_cli(*cmd, *args) for cmd in (["config", "validate"], ["plan"], ["train"])]
+    for out in outs:
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+        assert "agent.binary=" in out.stderr and "slimecli agent install claude_code" in out.stderr
+        assert "agent.max_context_len: the claude_code CLI's own prompt takes at least" in out.stderr
+    assert outs[0].stderr == outs[1].stderr == outs[2].stderr
+    assert not (tmp_path / "runs").exists()  # nothing was started or written
+
+

@@ -76,6 +76,37 @@ def test_fan_out_batch_is_one_group():
     assert A.groups_of([sample(0, 1), sample(1, 1), sample(0, 1), sample(1, 1)], 2) == [[0, 2], [1, 3]]
 
 
+def test_grpo_leaves_removed_samples_out_of_the_group_statistics():
+    # group 0: rewards 1, 0, and a removed sample (a dead sandbox) with reward 0; group 1: 1, 1, 0 all valid
+    samples = [sample(0, 1), sample(0, 1), sample(0, 1, remove_sample=True), sample(1, 1), sample(1, 1), sample(1, 1)]
+    out = A.compute_advantages(samples, [1.0, 0.0, 0.0, 1.0, 1.0, 0.0], cfg(), n_samples_per_prompt=3)
+    # group 0 over the valid two: mean 0.5, unbiased std sqrt(0.5) -> +-0.5 / (sqrt(0.5) + 1e-6); removed one 0
+    # (with it, the mean would be 1/3 and the first sample's advantage 2/sqrt(3) = 1.155 instead of 0.707)
+    s0 = math.sqrt(0.5) + 1e-6
+    s1 = math.sqrt(1 / 3) + 1e-6  # group 1: mean 2/3, unbiased var 1/3
+    want = [[0.5 / s0], [-0.5 / s0], [0.0], [(1 / 3) / s1], [(1 / 3) / s1], [(-2 / 3) / s1]]
+    assert_close(values(out.advantages), want)
+
+
+def test_grpo_group_with_one_valid_rollout_is_centred_not_divided():
+    samples = [sample(0, 1), sample(0, 1, remove_sample=True)]
+    out = A.compute_advantages(samples, [1.0, 0.0], cfg(), n_samples_per_prompt=2)
+    assert values(out.advantages) == [[0.0], [0.0]]
+
+
+def test_grpo_counts_an_agent_runs_branches_as_one_rollout():
+    # n = 2 rollouts per group: run 7 forked into 3 samples (all with its reward 1), run 8 one sample (reward 0)
+    samples = [sample(0, 1, rollout_id=7), sample(0, 1, rollout_id=7), sample(0, 1, rollout_id=7),
+               sample(0, 1, rollout_id=8), sample(1, 1, rollout_id=9), sample(1, 1, rollout_id=10)]
+    assert A.groups_of(samples, 2) == [[0, 1, 2, 3], [4, 5]]
+    out = A.compute_advantages(samples, [1.0, 1.0, 1.0, 0.0, 0.5, 0.0], cfg(), n_samples_per_prompt=2)
+    # group 0 over the rollouts' rewards (1, 0): mean 0.5, std sqrt(0.5); counting branches it would be 0.75
+    s0 = math.sqrt(0.5) + 1e-6
+    s1 = math.sqrt(0.125) + 1e-6  # group 1: 0.5, 0 -> mean 0.25, unbiased var 0.125
+    want = [[0.5 / s0]] * 3 + [[-0.5 / s0], [0.25 / s1], [-0.25 / s1]]
+    assert_close(values(out.advantages), want)
+
+
 def test_reinforce_plus_plus_kl_reward_discount_then_whiten():
     c = cfg(advantage_estimator="reinforce_plus_plus", kl_coef=0.5, gamma=0.9)
     samples = [sample(0, 3, mask=[1, 1, 0]), sample(1, 2)]
@@ -102,7 +133,7 @@ def test_reinforce_plus_plus_baseline_group_mean_then_whiten():
     c = cfg(advantage_estimator="reinforce_plus_plus_baseline")
     samples = [sample(0, 2), sample(0, 1), sample(1, 1, remove_sample=True), sample(1, 1)]
     out = A.compute_advantages(samples, [1.0, 0.0, 5.0, 5.0], c, 2)
-    # centred: group 0 -> 0.5, -0.5; group 1 -> 0, 0 (the removed sample stays in its group's mean)
+    # centred: group 0 -> 0.5, -0.5; group 1 -> 0 for the kept one (the removed one is left out: 0)
     # valid tokens: 0.5, 0.5, -0.5, 0 (removed one excluded): mean 1/8; deviations 3/8, 3/8, -5/8, -1/8
     # population var = (9 + 9 + 25 + 1) / 64 / 4 = 44/256
     s = math.sqrt(44 / 256 + 1e-8)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import torch
@@ -26,6 +26,10 @@ TEMPERATURE = 0.7
 CTX = RankContext(pad_id=0, micro_batch_size=2, temperature=TEMPERATURE, device=torch.device("cpu"))
 
 
+class LMOutput(NamedTuple):  # a pytree node, so FSDP2 hooks the logits' backward (a SimpleNamespace is opaque)
+    logits: torch.Tensor
+
+
 class TinyLM(torch.nn.Module):
     """Logits from a causal running mean of token embeddings: a position sees only its prefix."""
 
@@ -36,10 +40,10 @@ class TinyLM(torch.nn.Module):
         self.head = torch.nn.Linear(hidden, vocab)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                use_cache: bool = False) -> SimpleNamespace:
+                use_cache: bool = False) -> LMOutput:
         h = torch.tanh(self.embed(input_ids))
         steps = torch.arange(1, input_ids.shape[1] + 1, dtype=h.dtype).view(1, -1, 1)
-        return SimpleNamespace(logits=self.head(h.cumsum(1) / steps))
+        return LMOutput(self.head(h.cumsum(1) / steps))
 
 
 def make_samples() -> list[Sample]:
@@ -362,3 +366,75 @@ def test_resume_logs_the_metrics_row_a_kill_cut_off(tmp_path):
         log.close()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3] and rows[-1]["reward/mean"] == 0.3
+
+
+# ---- ragged updates over ranks ------------------------------------------------------------------------------
+def forked_batch() -> StepBatch:
+    """Three agent runs, the first forked into two branches and the third into two: five samples, one update."""
+    samples = make_samples() + [Sample(index=4, group_index=1, tokens=[3, 4, 5, 6], response_length=2,
+                                       rollout_log_probs=[-2.0, -2.0])]
+    for s, rid in zip(samples, [1, 1, 2, 3, 3], strict=True):
+        s.rollout_id = rid
+    return StepBatch(samples, [1.0, 1.0, 0.0, 0.5, 0.5], {})
+
+
+def ragged_update(rank: int, world_size: int, port: int, tensors: StepTensors, out: Any) -> None:
+    import os
+
+    import torch.distributed as torch_dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch_dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        from torch.distributed.fsdp import fully_shard
+
+        model = fully_shard(TinyLM(0))
+        cfg = make_cfg(global_batch_size=3, micro_batch_size=1, loss_reduction="per_rollout")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+        ctx = dataclasses.replace(CTX, micro_batch_size=1, rank=rank, world_size=world_size)
+        metrics = stages.update(model, optimizer, scheduler, forked_batch(), tensors, cfg, ctx)
+        state = {k: v.full_tensor() for k, v in model.state_dict().items()}
+        if rank == 0:
+            out.put((metrics, {k: v.tolist() for k, v in state.items()}))
+    finally:
+        torch_dist.destroy_process_group()
+
+
+def test_rank_chunks_pad_every_rank_to_the_busiest():
+    assert stages.rank_chunks(list(range(5)), 0, 2, 1) == [[0], [2], [4]]
+    assert stages.rank_chunks(list(range(5)), 1, 2, 1) == [[1], [3], []]
+    assert stages.rank_chunks(list(range(5)), 1, 2, 2) == [[1, 3], []]
+    assert stages.rank_chunks([7], 1, 2, 4) == [[]]
+
+
+def test_fsdp_update_with_forked_runs_matches_one_process():
+    """Ranks get 3 and 2 samples of one update (forked agent runs); FSDP ranks stay in step (no hang) and the
+    weights after the update equal a single process's."""
+    import torch.multiprocessing as mp
+
+    from tests.conftest import free_port
+
+    cfg = make_cfg(global_batch_size=3, micro_batch_size=1, loss_reduction="per_rollout")
+    batch = forked_batch()
+    assert stages.update_slices(batch.samples, cfg.trainer) == [[0, 1, 2, 3, 4]]
+    single = TinyLM(0)
+    tensors = StepTensors(None, None, stages.advantages(batch, None, None, cfg.trainer, 2))
+    optimizer = torch.optim.SGD(single.parameters(), lr=0.5)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    want = stages.update(single, optimizer, scheduler, forked_batch(), tensors, cfg,
+                         dataclasses.replace(CTX, micro_batch_size=1))
+
+    queue = mp.get_context("spawn").SimpleQueue()
+    ctx = mp.spawn(ragged_update, args=(2, free_port(), tensors, queue), nprocs=2, join=False)
+    deadline = 120
+    import time
+
+    start = time.monotonic()
+    while not ctx.join(timeout=1):
+        assert time.monotonic() - start < deadline, "the ranks hung"
+    metrics, state = queue.get()
+    for name, value in single.state_dict().items():
+        close(flat([torch.tensor(state[name])]), flat([value]))
+    assert metrics["train/updates"] == 1
+    assert metrics["train/entropy"] == pytest.approx(want["train/entropy"], rel=RTOL)

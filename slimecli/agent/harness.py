@@ -38,6 +38,14 @@ class Harness:
 
     agent = "base"
     poll_interval_s = 0.2
+    # A lower bound on the characters of the CLI's first request (system prompt, tool schemas), measured on the
+    # pinned version; pre-flight refuses a context window that cannot hold it.
+    prompt_chars_min = 0
+
+    @staticmethod
+    def shell_call(command: str) -> dict[str, object]:
+        """The CLI's shell tool running `command`, as a {"name", "arguments"} choice (agent.constrain=choices)."""
+        raise NotImplementedError
 
     def __init__(self, binary: str | None = None, tools_dir: str | None = None, model_name: str = "slimecli",
                  context_len: int | None = None) -> None:
@@ -102,6 +110,11 @@ class ClaudeCodeHarness(Harness):
     """`claude -p` against the Anthropic adapter: base URL, session id as API key, no telemetry."""
 
     agent = "claude_code"
+    prompt_chars_min = 40_000  # 2.1.x: about 50k characters with the tools
+
+    @staticmethod
+    def shell_call(command: str) -> dict[str, object]:
+        return {"name": "Bash", "arguments": {"command": command, "description": "Apply the change"}}
 
     def configure(self, sandbox: Sandbox, base_url: str, session_id: str) -> dict[str, str]:
         config_dir = sandbox.home / ".claude"
@@ -121,6 +134,11 @@ class CodexHarness(Harness):
     """`codex exec` with a private CODEX_HOME whose config.toml points a wire_api="responses" provider here."""
 
     agent = "codex"
+    prompt_chars_min = 22_000  # about 28k characters with the tools
+
+    @staticmethod
+    def shell_call(command: str) -> dict[str, object]:
+        return {"name": "exec_command", "arguments": {"cmd": command}}
 
     def configure(self, sandbox: Sandbox, base_url: str, session_id: str) -> dict[str, str]:
         codex_home = sandbox.home / ".codex"

@@ -62,6 +62,12 @@ async def run_task(service: AgentService, job: AgentJob, *, budget_s: float | No
         result = await harness.run(sandbox, job.prompt(sandbox), service.base_url, sid, budget)
         info.update(_describe(result))
         if result.timed_out:
+            if agent.on_timeout == "zero":  # the model ran out of time: its turns train with reward 0
+                samples = await service.manager.finish_session(sid, base, 0.0)
+                for sample in samples:
+                    sample.metadata.update({**job.metadata, **info, "abort_reason": "wall_clock_timeout"})
+                if samples:
+                    return samples
             return aborted("wall_clock_timeout")
         score = await job.score(sandbox)
         samples = await service.manager.finish_session(sid, base, score)

@@ -35,6 +35,17 @@ def load_config_or_exit(overrides: list[str], recipe_dirs: list[str] | tuple[str
     raise AssertionError("unreachable")
 
 
+def preflight_or_exit(cfg: SlimeConfig) -> None:
+    """The checks `train` makes before it starts anything (slimecli.launch.preflight): exit 2 on any."""
+    from slimecli.config.errors import ConfigErrors
+    from slimecli.launch.preflight import check
+
+    try:
+        check(cfg)
+    except ConfigErrors as exc:
+        fail(exc.render())
+
+
 def load_frozen_or_exit(path: str) -> SlimeConfig:
     from slimecli.config.errors import ConfigErrors
     from slimecli.config.io import load_frozen

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from slimecli.cli.common import OVERRIDES, RecipeDirOption, load_config_or_exit, split_overrides
+from slimecli.cli.common import OVERRIDES, RecipeDirOption, load_config_or_exit, preflight_or_exit, split_overrides
 
 config_app = typer.Typer(help="Inspect and validate a composed run config.", no_args_is_help=True,
                          rich_markup_mode="rich")
@@ -31,6 +31,7 @@ def show(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> None:
 def validate(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> None:
     """Exit 0 with a one-line OK, or print every error and exit 2."""
     cfg = load_config_or_exit(split_overrides(ctx.args), recipe_dir)
+    preflight_or_exit(cfg)
     typer.echo(f"OK: recipe={cfg.recipe} trainer={cfg.trainer.name} rollout={cfg.rollout.name} "
                f"optimizer={cfg.optimizer.name} reward={cfg.reward.name} teacher={cfg.teacher.name} agent={cfg.agent.name}")
 

@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from slimecli.cli.common import OVERRIDES, RecipeDirOption, load_config_or_exit, split_overrides
+from slimecli.cli.common import OVERRIDES, RecipeDirOption, load_config_or_exit, preflight_or_exit, split_overrides
 
 
 def register(app: typer.Typer) -> None:
@@ -22,6 +22,7 @@ def register(app: typer.Typer) -> None:
         from slimecli.launch.rundir import default_path
 
         cfg = load_config_or_exit(split_overrides(ctx.args), recipe_dir)
+        preflight_or_exit(cfg)
         specs = build_plan(cfg, default_path(cfg))
         if as_json:
             typer.echo(json.dumps([s.to_json() for s in specs], indent=2))

@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
         import sys
         from dataclasses import replace
 
-        from slimecli.launch.controller import materialize
+        from slimecli.launch.preflight import materialize
         from slimecli.launch.rundir import prepare
         from slimecli.rollout.engine.__main__ import start
 

@@ -35,6 +35,7 @@ _LAZY: dict[str, tuple[str, bool, bool]] = {
     "f1": ("slimecli.reward.functions:f1", False, True),
     "math": ("slimecli.reward.math_answer:math_reward", False, True),
     "quickstart": ("slimecli.rollout.quickstart:quickstart_reward", False, True),
+    "swe_tests": ("slimecli.swe.reward:swe_tests", False, True),  # passes through the grade of an agent run
 }
 # Built by the hub from the config.
 CONFIG_BUILT = ("remote", "python")

@@ -1,4 +1,4 @@
-"""Prompt sources with a resumable position: the quickstart task and JSONL datasets."""
+"""Prompt sources with a resumable position: the quickstart task, JSONL datasets and SWE task files."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ class PromptSource:
         self._epoch_order: tuple[int, list[int]] | None = None
         if task.name == "jsonl":
             self._rows = _read_jsonl(Path(task.path or ""), task.prompt_key, task.label_key)
+        elif task.name == "swe":
+            self._rows = _read_swe(task.path or "")
 
     def next(self, n: int) -> list[dict[str, Any]]:
         out = [self._record(self.position + i) for i in range(n)]
@@ -68,3 +70,14 @@ def _read_jsonl(path: Path, prompt_key: str, label_key: str) -> list[dict[str, A
     if not rows:
         raise ValueError(f"{path}: no prompts")
     return rows
+
+
+def _read_swe(path: str) -> list[dict[str, Any]]:
+    """SWE task rows as records: the problem statement is the prompt, the task itself rides along."""
+    from slimecli.swe.task import load
+
+    tasks = load(path).tasks  # bad rows: the task rules stopped the run, or task.on_invalid=skip counted them
+    if not tasks:
+        raise ValueError(f"{path}: no valid SWE task")
+    return [{"prompt": t.problem_statement, "label": None, "task": t, "metadata": {"instance_id": t.instance_id}}
+            for t in tasks]

@@ -114,7 +114,7 @@ class RolloutDriver:
                 pos += len(group)
                 if dropped.intersection(positions):
                     drops["invalid_reward"] = drops.get("invalid_reward", 0) + 1
-                elif r.dynamic_filter == "zero_std" and _std(rewards) <= 1e-6:
+                elif r.dynamic_filter == "zero_std" and sample_std(rewards) <= 1e-6:
                     drops["zero_std"] = drops.get("zero_std", 0) + 1
                 else:
                     kept.append((group, rewards))
@@ -137,7 +137,8 @@ class RolloutDriver:
         return RolloutResult(samples, rewards, metrics)
 
 
-def _std(values: list[float]) -> float:
+def sample_std(values: list[float]) -> float:
+    """Unbiased standard deviation; 0 for fewer than two values."""
     if len(values) < 2:
         return 0.0
     mean = sum(values) / len(values)

@@ -82,8 +82,9 @@ class Sample:
 
     @classmethod
     def aborted(cls, reason: str, **fields: Any) -> Sample:
-        """The placeholder for an agent run that produced nothing trainable."""
+        """The placeholder for an agent run that produced nothing trainable (one masked token after at least one
+        prompt token, so that it packs like any sample)."""
         metadata = {**fields.pop("metadata", {}), "abort_reason": reason}
-        return cls(response="", response_length=1, tokens=[*fields.pop("tokens", []), 0], loss_mask=[0],
+        return cls(response="", response_length=1, tokens=[*(fields.pop("tokens", None) or [0]), 0], loss_mask=[0],
                    rollout_log_probs=[0.0], reward=0.0, remove_sample=True, status=Status.ABORTED,
                    metadata=metadata, **fields)

@@ -43,6 +43,8 @@ class AdvantageBatch:
     groups: torch.Tensor  # [B] long group id: the samples of one prompt (one group when groups are ragged)
     kl: torch.Tensor | None  # [B, T] per-token KL policy vs reference (for reward shaping), or None
     n_samples_per_prompt: int
+    valid: torch.Tensor | None = None  # [B] bool: False for removed samples (aborted or masked agent runs)
+    rollouts: torch.Tensor | None = None  # [B] long: samples of one rollout (an agent run's branches) share it
 
 
 def sample_masks(samples: Sequence[Sample]) -> Tensors:
@@ -50,17 +52,26 @@ def sample_masks(samples: Sequence[Sample]) -> Tensors:
     return [torch.tensor(s.effective_loss_mask(), dtype=torch.float32) for s in samples]
 
 
+def rollout_keys(samples: Sequence[Sample]) -> list[int]:
+    """One id per rollout: samples sharing a ``rollout_id`` (branches of one agent run) are one rollout."""
+    ids: dict[tuple[str, int], int] = {}
+    keys = [("rollout", s.rollout_id) if s.rollout_id is not None else ("sample", i) for i, s in enumerate(samples)]
+    return [ids.setdefault(key, len(ids)) for key in keys]
+
+
 def groups_of(samples: Sequence[Sample], n_samples_per_prompt: int) -> list[list[int]]:
     """Batch positions grouped by prompt.
 
-    Groups are the samples sharing a ``group_index``; when those groups are not all of size n (agent
-    fan-out, or group_index left unset) the whole batch is one group.
+    Groups are the samples sharing a ``group_index``, counted in rollouts (the branches of one agent run
+    are one); when those groups do not all hold n rollouts (group_index left unset, or samples fanned out
+    without a rollout_id) the whole batch is one group.
     """
+    keys = rollout_keys(samples)
     by_group: dict[int, list[int]] = {}
     for i, s in enumerate(samples):
         by_group.setdefault(s.group_index, []).append(i)
     groups = list(by_group.values())
-    if all(len(g) == n_samples_per_prompt for g in groups):
+    if all(len({keys[i] for i in g}) == n_samples_per_prompt for g in groups):
         return groups
     return [list(range(len(samples)))]
 
@@ -94,20 +105,39 @@ def advantage_batch(samples: Sequence[Sample], rewards: Sequence[float], n_sampl
             raise ValueError("kl needs one tensor per sample with one value per response token")
         kl_rows = pad_rows([k.detach().float() for k in kl], width)
     return AdvantageBatch(torch.tensor([float(r) for r in rewards], dtype=torch.float64), pad_rows(masks, width),
-                          torch.tensor(lengths, dtype=torch.long), group_id, kl_rows, n_samples_per_prompt)
+                          torch.tensor(lengths, dtype=torch.long), group_id, kl_rows, n_samples_per_prompt,
+                          valid=torch.tensor([not s.remove_sample for s in samples], dtype=torch.bool),
+                          rollouts=torch.tensor(rollout_keys(samples), dtype=torch.long))
 
 
 # ---- built-in estimators: AdvantageBatch in, [B, T] advantages (and returns) out -------------------------------
-def group_centre(rewards: torch.Tensor, groups: torch.Tensor, divide_by_std: bool) -> torch.Tensor:
-    """Subtract each group's mean; optionally divide by its unbiased std + 1e-6 (never for a group of one)."""
-    out = rewards.clone()
+def group_centre(rewards: torch.Tensor, groups: torch.Tensor, divide_by_std: bool, *,
+                 valid: torch.Tensor | None = None, rollouts: torch.Tensor | None = None) -> torch.Tensor:
+    """Subtract each group's mean; optionally divide by its unbiased std + 1e-6 (never for a group of one).
+
+    The statistics count each rollout once (``rollouts``: an agent run's branches share its reward) and leave
+    out removed samples (``valid`` False: a dead sandbox must not skew its siblings); removed samples get 0.
+    """
+    valid = torch.ones_like(groups, dtype=torch.bool) if valid is None else valid
+    rollouts = torch.arange(len(groups)) if rollouts is None else rollouts
+    out = torch.zeros_like(rewards)
     for g in torch.unique(groups):
-        idx = groups == g
-        centred = rewards[idx] - rewards[idx].mean()
-        if divide_by_std and int(idx.sum()) > 1:
-            centred = centred / (rewards[idx].std(unbiased=True) + STD_EPS)
+        idx = (groups == g) & valid
+        if not bool(idx.any()):
+            continue
+        first: dict[int, int] = {}  # rollout -> one position: its reward enters the statistics once
+        for pos in torch.nonzero(idx).flatten().tolist():
+            first.setdefault(int(rollouts[pos]), pos)
+        stats = rewards[list(first.values())]
+        centred = rewards[idx] - stats.mean()
+        if divide_by_std and stats.numel() > 1:
+            centred = centred / (stats.std(unbiased=True) + STD_EPS)
         out[idx] = centred
     return out
+
+
+def _centre(batch: AdvantageBatch, divide_by_std: bool) -> torch.Tensor:
+    return group_centre(batch.rewards, batch.groups, divide_by_std, valid=batch.valid, rollouts=batch.rollouts)
 
 
 def _kl_or_zeros(batch: AdvantageBatch, kl_coef: float) -> torch.Tensor:
@@ -121,7 +151,7 @@ def _kl_or_zeros(batch: AdvantageBatch, kl_coef: float) -> torch.Tensor:
 @register_advantage_estimator("grpo")
 def grpo(batch: AdvantageBatch, cfg: TrainerConfig) -> torch.Tensor:
     """Group-relative: (r - group mean) / (group std + eps), the same value on every token of a response."""
-    scores = group_centre(batch.rewards, batch.groups, cfg.normalize_std and batch.n_samples_per_prompt > 1)
+    scores = _centre(batch, cfg.normalize_std and batch.n_samples_per_prompt > 1)
     return scores.float().unsqueeze(-1).expand_as(batch.mask).clone()
 
 
@@ -152,7 +182,7 @@ def reinforce_plus_plus(batch: AdvantageBatch, cfg: TrainerConfig) -> tuple[torc
 @register_advantage_estimator("reinforce_plus_plus_baseline", whiten=True)
 def reinforce_plus_plus_baseline(batch: AdvantageBatch, cfg: TrainerConfig) -> torch.Tensor:
     """(r - group mean) on every token, minus the per-token kl_coef * kl."""
-    centred = group_centre(batch.rewards, batch.groups, divide_by_std=False).float().unsqueeze(-1)
+    centred = _centre(batch, divide_by_std=False).float().unsqueeze(-1)
     return centred - cfg.kl_coef * _kl_or_zeros(batch, cfg.kl_coef) * batch.mask
 
 

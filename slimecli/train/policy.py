@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 
@@ -102,11 +103,24 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def response_logits(model: torch.nn.Module, batch: PackedBatch) -> torch.Tensor:
-    """Logits [B, R, V] of the positions that predict each response token."""
+    """Logits [B, R, V] of the positions that predict each response token.
+
+    A model that takes ``logits_to_keep`` projects only those positions onto the vocabulary: an agent sample is
+    a long prompt (the CLI's system prompt) with a short response, and [B, L, V] logits would not fit.
+    """
+    if _keeps_logits(model):
+        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False,
+                    logits_to_keep=batch.logit_index)
+        return out.logits.float()
     out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
     logits = out.logits
     index = batch.logit_index.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
     return torch.gather(logits, 1, index).float()
+
+
+def _keeps_logits(model: torch.nn.Module) -> bool:
+    inner = model.module if isinstance(model, DistributedDataParallel) else model
+    return "logits_to_keep" in inspect.signature(type(inner).forward).parameters
 
 
 @contextmanager

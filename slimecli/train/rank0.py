@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,8 @@ class RolloutSide:
         r = cfg.rollout
         self.engines = [EngineClient(f"http://{r.host}:{r.port + i}") for i in range(r.num_engines)]
         self.source = PromptSource(cfg.task, cfg.run.seed)
-        self.driver = RolloutDriver(cfg, tokenizer, self.engines, self.source)
+        self.service: Any = None  # rollout.generate=agent: the agent back-end in front of the first engine
+        self.driver = self._collector(tokenizer)
         self.teacher = None
         if cfg.teacher.name != "none":
             from slimecli.teacher.client import TeacherClient
@@ -34,12 +36,34 @@ class RolloutSide:
             # the teacher scores the student's tokens at the rollout temperature
             self.teacher = TeacherClient(cfg.teacher, temperature=cfg.rollout.temperature)
 
+    def _collector(self, tokenizer: Any) -> Any:
+        """What rollout.generate names: the single-turn driver, the agent rollout, or a factory
+        fn(cfg, tokenizer, engines, source) of an object whose async collect() returns a RolloutResult."""
+        cfg = self.cfg
+        kind = cfg.rollout.generate
+        if kind == "single_turn":
+            return RolloutDriver(cfg, tokenizer, self.engines, self.source)
+        if kind == "agent":
+            from slimecli.agent.rollout import AgentRollout
+            from slimecli.agent.service import AgentService
+
+            # the CLI's adapter on a free port, over the managed engine (weights pushed there reach the agent)
+            agent = dataclasses.replace(cfg.agent, engine_url=self.engines[0].base_url)
+            self.service = AgentService(dataclasses.replace(cfg, agent=agent), port=0)
+            return AgentRollout(cfg, self.service, self.source)
+        from slimecli.reward.python_fn import load_reward_fn  # the project's one loader for user functions
+
+        return load_reward_fn(kind)(cfg, tokenizer, self.engines, self.source)
+
     def run(self, coro: Any) -> Any:
         return self.loop.run_until_complete(coro)
 
     def wait_ready(self) -> None:
         async def all_ready() -> None:
             await asyncio.gather(*(e.wait_ready(self.cfg.rollout.start_timeout_s) for e in self.engines))
+            if self.service is not None:
+                await self.service.start()
+                log.info("agent %s: adapter on %s", self.service.name, self.service.base_url)
 
         self.run(all_ready())
 
@@ -79,6 +103,8 @@ class RolloutSide:
             raise RuntimeError(f"engine {engine.base_url} refused weights {path}: {result.get('message')}")
 
     def close(self) -> None:
+        if self.service is not None:
+            self.run(self.service.stop())
         for engine in self.engines:
             close = getattr(engine, "close", None)
             if close is not None:

@@ -12,6 +12,7 @@ all-gathered, so the advantage stage sees the whole batch on every rank.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -151,6 +152,31 @@ def n_updates(n_samples: int, cfg: TrainerConfig) -> int:
     return n_samples // cfg.global_batch_size
 
 
+def update_slices(samples: Sequence[Sample], cfg: TrainerConfig) -> list[list[int]]:
+    """Batch positions of each optimizer update: trainer.global_batch_size rollouts per update.
+
+    A rollout is the samples sharing a rollout_id (an agent run's branches) or one sample; every rollout lies in
+    one update with all its samples, so that none is left untrained and the per-rollout loss sees it whole.
+    """
+    keys = adv_lib.rollout_keys(samples)
+    rollouts: dict[int, list[int]] = {}
+    for pos, key in enumerate(keys):
+        rollouts.setdefault(key, []).append(pos)
+    members = list(rollouts.values())
+    gbs = cfg.global_batch_size
+    return [[p for r in members[u * gbs:(u + 1) * gbs] for p in r] for u in range(len(members) // gbs)]
+
+
+def rank_chunks(idx: list[int], rank: int, world_size: int, micro_batch_size: int) -> list[list[int]]:
+    """This rank's micro-batches of one update (samples rank, rank + world, ...), padded with empty chunks to the
+    count of the busiest rank: agent runs fork, so an update need not split evenly, and FSDP ranks must run the
+    same number of forwards and backwards."""
+    mine = idx[rank::world_size]
+    busiest = math.ceil(len(idx) / world_size)
+    n = math.ceil(busiest / micro_batch_size)
+    return [mine[i * micro_batch_size:(i + 1) * micro_batch_size] for i in range(n)]
+
+
 # ---- the stages ---------------------------------------------------------------------------------------------
 def rollout(source: RolloutSource | None) -> StepBatch:
     """Rank 0 collects a rollout (``source`` is None elsewhere); every rank gets the same StepBatch."""
@@ -170,7 +196,7 @@ def old_logp(model: torch.nn.Module, batch: StepBatch, cfg: TrainerConfig, ctx: 
     """
     if cfg.use_rollout_logprobs:
         return engine_log_probs(batch.samples, "trainer.use_rollout_logprobs")
-    needed = n_updates(len(batch.samples), cfg) > 1 or cfg.use_tis or (cfg.kl_coef != 0 and has_ref)
+    needed = len(update_slices(batch.samples, cfg)) > 1 or cfg.use_tis or (cfg.kl_coef != 0 and has_ref)
     return score(unwrap(model), batch.samples, ctx) if needed else None
 
 
@@ -196,22 +222,24 @@ def advantages(batch: StepBatch, old: Tensors | None, ref: Tensors | None, cfg: 
 
 def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, batch: StepBatch,
            tensors: StepTensors, cfg: SlimeConfig, ctx: RankContext) -> dict[str, float]:
-    """samples / trainer.global_batch_size optimizer updates over this rank's micro-batches; the step's metrics."""
+    """One optimizer update per trainer.global_batch_size rollouts (update_slices), over this rank's micro-batches;
+    the step's metrics."""
     t = cfg.trainer
     samples = batch.samples
-    gbs, mb = t.global_batch_size, t.micro_batch_size
-    updates = n_updates(len(samples), t)
+    mb = t.micro_batch_size
+    slices = update_slices(samples, t)
+    updates = len(slices)
     rollout_lp = engine_log_probs(samples, "trainer.use_tis") if t.use_tis else None
     sums: dict[str, float] = {}
     grad_norms = []
-    for u in range(updates):
-        idx = list(range(u * gbs, (u + 1) * gbs))
+    for idx in slices:
         step_weights: Tensors = [torch.zeros(0)] * len(samples)
         for k, w in zip(idx, loss_weights([samples[i] for i in idx], t.loss_reduction), strict=True):
             step_weights[k] = w
-        mine = idx[ctx.rank::ctx.world_size]
-        chunks = [mine[i:i + mb] for i in range(0, len(mine), mb)]
+        chunks = rank_chunks(idx, ctx.rank, ctx.world_size, mb)
         for c, chunk in enumerate(chunks):
+            filler = not chunk  # this rank ran out of samples: a weightless forward keeps FSDP ranks in step
+            chunk = chunk or idx[:1]
             packed = pack([samples[i] for i in chunk], ctx.pad_id).to(ctx.device)
             width = packed.targets.shape[1]
 
@@ -226,7 +254,9 @@ def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: 
                     rows(tensors.advantages.advantages), rows(step_weights), t, mask=packed.mask, entropy=entropy,
                     ref_logp=rows(tensors.ref_logp) if tensors.ref_logp is not None else None,
                     rollout_logp=rows(rollout_lp) if rollout_lp is not None else None)
-                (loss * ctx.world_size).backward()  # DDP averages gradients over ranks
+                (loss * (0.0 if filler else ctx.world_size)).backward()  # DDP averages gradients over ranks
+            if filler:
+                continue
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + float(v)
         grad_norms.append(optimizer_step(model, optimizer, cfg))

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 
 @dataclass(frozen=True)
@@ -17,6 +18,8 @@ class AgentConfig:
     time_budget_s: float = 1800.0
     eval_budget_s: float = 600.0
     concurrency: int = 16
+    max_retries: int = 2  # training: a run lost to the infrastructure (sandbox, CLI, adapter) is redone this often
+    on_timeout: Literal["mask", "zero"] = "mask"  # training: a run the model ran out of time/turns in is masked or 0
     harness: str | None = None  # import path of a custom harness class
     adapter: str | None = None  # import path of a custom adapter class
     engine_url: str | None = None  # a running engine (SGLang API) to use instead of starting the embedded one

@@ -25,3 +25,6 @@ class RolloutConfig:
     dynamic_filter: Literal["none", "zero_std"] = "none"
     over_sampling_batch_size: int | None = None  # prompts pulled per round when filtering
     sglang_args: str = ""  # extra flags for sglang.launch_server
+    # single_turn: one engine completion per sample; agent: an agent CLI works each SWE task (task=swe);
+    # or package.module:function, a factory fn(cfg, tokenizer, engines, source) of an object with async collect()
+    generate: str = "single_turn"

@@ -34,6 +34,43 @@ def sampling(cfg: SlimeConfig) -> list[ConfigError]:
     return errors
 
 
+GENERATE_KINDS = ("single_turn", "agent")
+
+
+def generate(cfg: SlimeConfig) -> list[ConfigError]:
+    """rollout.generate: a built-in kind or an import path; agent rollouts need SWE tasks, an agent and the
+    per-rollout loss (a run forked into several samples must weigh as much as one that did not)."""
+    from slimecli.config.errors import allowed_hint
+    from slimecli.reward.python_fn import check_reward_path
+
+    g = cfg.rollout.generate
+    if ":" in str(g):
+        problem = check_reward_path(g)
+        return [ConfigError("rollout.generate", g, f"cannot find the rollout function: {problem}")] if problem else []
+    if g not in GENERATE_KINDS:
+        return [ConfigError("rollout.generate", g, "not an allowed value",
+                            f"{allowed_hint(g, GENERATE_KINDS)}, or an import path package.module:function")]
+    if g != "agent":
+        return []
+    errors = []
+    if cfg.task.name != "swe":
+        errors.append(ConfigError("task.name", cfg.task.name, "rollout.generate=agent works SWE tasks", "add task=swe"))
+    if cfg.agent.name == "none" and not cfg.agent.harness:
+        errors.append(ConfigError("agent.name", "none", "rollout.generate=agent needs an agent",
+                                  "add agent=claude_code or agent=codex (or use +recipe=swe_agent)"))
+    if cfg.trainer.loss_reduction != "per_rollout":
+        errors.append(ConfigError("trainer.loss_reduction", cfg.trainer.loss_reduction,
+                                  "agent runs fork into several samples; each run must weigh the same",
+                                  "use trainer.loss_reduction=per_rollout"))
+    slots = cfg.rollout.max_running_requests * cfg.rollout.num_engines
+    if cfg.agent.concurrency > slots:
+        errors.append(ConfigError("agent.concurrency", cfg.agent.concurrency,
+                                  f"more agent runs than the engines serve at once ({cfg.rollout.num_engines} x "
+                                  f"rollout.max_running_requests={cfg.rollout.max_running_requests})",
+                                  f"at most {slots}, or more engines (rollout.num_engines)"))
+    return errors
+
+
 def batches(cfg: SlimeConfig) -> list[ConfigError]:
     t, r = cfg.trainer, cfg.rollout
     errors = positive("trainer.global_batch_size", t.global_batch_size) + positive("trainer.micro_batch_size", t.micro_batch_size)
@@ -146,4 +183,4 @@ def model(cfg: SlimeConfig) -> list[ConfigError]:
     return errors
 
 
-RULES = [sampling, batches, losses, parallel, model]
+RULES = [sampling, generate, batches, losses, parallel, model]

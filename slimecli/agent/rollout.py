@@ -1,0 +1,221 @@
+"""The agent rollout kind (rollout.generate=agent): each SWE task of a step is worked by n agent runs, each in
+its own sandbox and graded by the task's tests; the result has the single-turn driver's shape (RolloutResult).
+
+It lives with the agent back-end rather than in slimecli.rollout because it drives agent runs (run_task); the
+rollout layer below it knows nothing of agents.
+
+A run lost to the infrastructure (no CLI, nothing captured, a crash, a sandbox that would not grade) is redone in
+a fresh sandbox up to agent.max_retries times; a run the model itself ended (out of time, turns or context)
+follows agent.on_timeout: mask keeps it removed from training and from its group's statistics, zero trains it
+with reward 0. A group left with fewer than 2 valid runs carries no comparison and is replaced by a new task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from slimecli.agent.jobs import AgentJob, SweJob
+from slimecli.agent.runner import run_task
+from slimecli.config.schema import SlimeConfig
+from slimecli.rollout.data import PromptSource
+from slimecli.rollout.driver import MAX_OVERSAMPLING, RolloutResult, sample_std
+from slimecli.rollout.sample import Sample
+
+log = logging.getLogger("slimecli.rollout")
+
+# Ends that say nothing about the model: redone in a fresh sandbox.
+INFRA_REASONS = frozenset({"cli_missing", "adapter_session_empty", "missing_image_or_workdir", "unevaluatable:sandbox"})
+INFRA_PREFIXES = ("exception:",)
+# Ends the model caused: agent.on_timeout decides.
+MODEL_REASONS = frozenset({"wall_clock_timeout", "context_limit", "turn_limit"})
+MIN_VALID = 2  # runs a group needs for a group-relative advantage
+
+
+def abort_kind(reason: str) -> str:
+    """infra (retry) | model (agent.on_timeout) | other (removed, not retried: e.g. the grading budget ran out)."""
+    if reason in INFRA_REASONS or reason.startswith(INFRA_PREFIXES):
+        return "infra"
+    return "model" if reason in MODEL_REASONS else "other"
+
+
+def abort_reason(samples: list[Sample]) -> str | None:
+    return next((str(s.metadata["abort_reason"]) for s in samples if s.metadata.get("abort_reason")), None)
+
+
+@dataclass
+class AgentRun:
+    """One (task, run slot): the samples of its last attempt and what every attempt cost."""
+
+    samples: list[Sample]
+    aborts: list[str] = field(default_factory=list)  # abort reason of each attempt that ended in one
+    seconds: list[float] = field(default_factory=list)  # wall time of each attempt
+
+    @property
+    def valid(self) -> bool:
+        """It enters its group's statistics: something of it is not removed."""
+        return any(not s.remove_sample for s in self.samples)
+
+    @property
+    def grade(self) -> Mapping[str, Any] | None:
+        reward = self.samples[0].reward if self.samples else None
+        return reward if isinstance(reward, Mapping) else None
+
+
+JobFactory = Callable[[Any], AgentJob]
+
+
+class AgentRollout:
+    """rollout.batch_size tasks x rollout.n_samples_per_prompt agent runs, agent.concurrency at a time."""
+
+    def __init__(self, cfg: SlimeConfig, service: Any, source: PromptSource, job_factory: JobFactory | None = None):
+        self.cfg = cfg
+        self.service = service
+        self.source = source
+        self.job_factory = job_factory or self._swe_job
+        self._limit = asyncio.Semaphore(max(1, cfg.agent.concurrency))
+        self._next_index = 0
+        self._rollout_ids = itertools.count(1)
+
+    def _swe_job(self, task: Any) -> AgentJob:
+        from slimecli.sandbox.factory import grader_factory
+
+        return SweJob(task, grade_sandbox=grader_factory(self.cfg.sandbox), eval_budget_s=self.cfg.agent.eval_budget_s,
+                      partial=self.cfg.reward.partial)
+
+    # ---- one run, one group ---------------------------------------------------------------------------
+    async def _run(self, record: dict[str, Any], group_index: int, index: int) -> AgentRun:
+        run = AgentRun(samples=[])
+        for attempt in range(self.cfg.agent.max_retries + 1):
+            base = Sample(prompt=record["prompt"], group_index=group_index, index=index,
+                          rollout_id=next(self._rollout_ids), metadata={**record.get("metadata", {}), "attempt": attempt})
+            async with self._limit:
+                started = time.perf_counter()
+                run.samples = await run_task(self.service, self.job_factory(record["task"]), base_sample=base)
+                run.seconds.append(time.perf_counter() - started)
+            reason = abort_reason(run.samples)
+            if reason is None:
+                break
+            run.aborts.append(reason)
+            kind = abort_kind(reason)
+            if kind == "model" and self.cfg.agent.on_timeout == "zero":
+                for s in run.samples:  # reward 0, and counted in the group (a placeholder still has no loss)
+                    s.reward, s.remove_sample = 0.0, False
+            if kind != "infra":
+                break
+        return run
+
+    async def _group(self, record: dict[str, Any], group_index: int) -> list[AgentRun]:
+        n = self.cfg.rollout.n_samples_per_prompt
+        indices = range(self._next_index, self._next_index + n)
+        self._next_index += n
+        return list(await asyncio.gather(*(self._run(record, group_index, i) for i in indices)))
+
+    # ---- one rollout ------------------------------------------------------------------------------------
+    async def collect(self) -> RolloutResult:
+        """Pull tasks until rollout.batch_size groups have >= 2 valid runs (and pass the filters)."""
+        from slimecli.reward import apply_invalid_policy, assign_rewards, reward_metrics
+
+        r = self.cfg.rollout
+        start = time.perf_counter()
+        kept: list[tuple[list[Sample], list[float]]] = []
+        drops: dict[str, int] = {}
+        every_run: list[AgentRun] = []
+        scored_samples: list[Sample] = []
+        groups_seen = 0
+        while len(kept) < r.batch_size:
+            if groups_seen >= MAX_OVERSAMPLING * r.batch_size:
+                raise RuntimeError(f"only {len(kept)} of rollout.batch_size={r.batch_size} task groups had "
+                                   f"{MIN_VALID} valid agent runs after {groups_seen} tasks (dropped: {drops}); "
+                                   "see agent/abort_rate/* in the metrics and the runs' abort reasons")
+            wanted = (r.over_sampling_batch_size or r.batch_size) if groups_seen == 0 else r.batch_size - len(kept)
+            records = self.source.next(wanted)
+            groups = await asyncio.gather(*(self._group(rec, groups_seen + i) for i, rec in enumerate(records)))
+            groups_seen += len(groups)
+            flat = [s for runs in groups for run in runs for s in run.samples]
+            await assign_rewards(flat, self.cfg.reward, log)
+            scored = apply_invalid_policy(flat, self.cfg.reward.key, self.cfg.reward.on_invalid)
+            dropped = set(scored.dropped)
+            scored_samples.extend(flat)
+            pos = 0
+            for runs in groups:
+                every_run.extend(runs)
+                samples = [s for run in runs for s in run.samples]
+                rewards = scored.rewards[pos:pos + len(samples)]
+                positions = range(pos, pos + len(samples))
+                pos += len(samples)
+                valid_rewards = [scored.rewards[p] for p, s in zip(positions, samples, strict=True)
+                                 if not s.remove_sample and s.metadata.get("branch", 0) == 0]
+                if dropped.intersection(positions):
+                    drops["invalid_reward"] = drops.get("invalid_reward", 0) + 1
+                elif sum(run.valid for run in runs) < MIN_VALID:
+                    drops["few_valid_runs"] = drops.get("few_valid_runs", 0) + 1
+                elif r.dynamic_filter == "zero_std" and sample_std(valid_rewards) <= 1e-6:
+                    drops["zero_std"] = drops.get("zero_std", 0) + 1
+                else:
+                    kept.append((samples, rewards))
+        kept = sorted(kept[: r.batch_size], key=lambda item: item[0][0].index)
+        samples = [s for g, _ in kept for s in g]
+        rewards = [x for _, rs in kept for x in rs]
+        lengths = [s.response_length for s in samples]
+        metrics: dict[str, Any] = {
+            "rollout/time_s": time.perf_counter() - start,
+            "rollout/groups_generated": groups_seen,
+            "rollout/samples": len(samples),
+            "rollout/response_len_mean": sum(lengths) / max(len(lengths), 1),
+            "rollout/response_len_max": max(lengths, default=0),
+            **{f"rollout/dropped_{k}": v for k, v in drops.items()},
+        }
+        metrics.update(reward_metrics(scored_samples, self.cfg.reward.key, filter_drops=drops))
+        metrics.update(run_metrics(every_run))
+        return RolloutResult(samples, rewards, metrics)
+
+
+# ---- metrics -------------------------------------------------------------------------------------------
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in [0, 100]); 0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 100))
+    return ordered[int(rank) - 1]
+
+
+def run_metrics(runs: list[AgentRun]) -> dict[str, float]:
+    """swe/* over the graded runs (one grade per run, whatever its branches), agent/* over every attempt."""
+    graded = [run for run in runs if run.grade is not None]
+    grades = [run.grade for run in graded]
+    diffs = [str(run.samples[0].metadata.get("diff", "")) for run in graded]
+    attempts = sum(len(run.seconds) for run in runs)
+    out: dict[str, float] = {
+        "swe/graded": float(len(graded)),
+        "swe/resolved_rate": _mean([float(g.get("resolved", 0)) for g in grades]),
+        "swe/f2p_frac": _mean([float(g.get("f2p", 0.0)) for g in grades]),
+        "swe/p2p_frac": _mean([float(g.get("p2p", 0.0)) for g in grades]),
+        "swe/patch_applied_rate": _mean([float(g.get("applied", 0)) for g in grades]),
+        "swe/empty_patch_rate": _mean([float(not d.strip()) for d in diffs]),
+        "swe/touched_tests": _mean([float(g.get("touched_tests", 0)) for g in grades]),
+        "agent/runs": float(len(runs)),
+        "agent/turns_mean": _mean([float(sum(int(s.metadata.get("turns", 0)) for s in run.samples))
+                                   for run in runs if run.valid]),
+        "agent/retries": float(attempts - len(runs)),
+    }
+    reasons: dict[str, int] = {}
+    for run in runs:
+        for reason in run.aborts:
+            reasons[reason] = reasons.get(reason, 0) + 1
+    for reason, count in sorted(reasons.items()):
+        out[f"agent/abort_rate/{reason}"] = count / max(attempts, 1)
+    seconds = [s for run in runs for s in run.seconds]
+    out["agent/run_s_p50"] = percentile(seconds, 50)
+    out["agent/run_s_p95"] = percentile(seconds, 95)
+    return out

@@ -1,0 +1,315 @@
+"""The agent rollout kind with a scripted run_task: retries, masking, group refill, metrics, and the training
+side it feeds (group statistics without removed runs, one weight per run however many samples it forked into)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import math
+
+import pytest
+
+from slimecli.agent import rollout as agent_rollout
+from slimecli.config.compose import load
+from slimecli.config.errors import ConfigErrors
+from slimecli.rollout.data import PromptSource
+from slimecli.rollout.sample import Sample, Status
+
+GRADE_OK = {"resolved": 1, "f2p": 1.0, "p2p": 1.0, "applied": 1, "touched_tests": 0, "reward": 1.0}
+GRADE_NO = {"resolved": 0, "f2p": 0.5, "p2p": 1.0, "applied": 1, "touched_tests": 1, "reward": 0.0}
+GRADE_EMPTY = {"resolved": 0, "f2p": 0.0, "p2p": 1.0, "applied": 0, "touched_tests": 0, "reward": 0.0}
+
+
+def config(*overrides: str):
+    base = ["+recipe=swe_agent", "rollout.batch_size=2", "rollout.n_samples_per_prompt=2",
+            "trainer.global_batch_size=4"]
+    return load([*base, *overrides])
+
+
+def ok(grade: dict, branches: int = 1, turns: int = 2, diff: str = "--- a/x\n+++ b/x\n"):
+    def make(base: Sample) -> list[Sample]:
+        return [dataclasses.replace(base, tokens=[1, 2, 3, 4], response_length=2, loss_mask=[1, 1],
+                                    rollout_log_probs=[-0.5, -0.5], reward=dict(grade), status=Status.COMPLETED,
+                                    session_id="s", metadata={**base.metadata, "turns": turns, "branch": b,
+                                                              "num_branches": branches, "diff": diff})
+                for b in range(branches)]
+    return make
+
+
+def abort(reason: str):
+    def make(base: Sample) -> list[Sample]:
+        return [Sample.aborted(reason, prompt=base.prompt, group_index=base.group_index, index=base.index,
+                               rollout_id=base.rollout_id, metadata=dict(base.metadata))]
+    return make
+
+
+class Script:
+    """run_task stand-in: outcome by (sample index, attempt); records every call."""
+
+    def __init__(self, outcomes: dict[tuple[int, int], object], default=None):
+        self.outcomes = outcomes
+        self.default = default or ok(GRADE_OK)
+        self.calls: list[tuple[int, int, int]] = []  # (index, attempt, rollout_id)
+
+    async def __call__(self, service, job, *, base_sample: Sample, **_):
+        attempt = base_sample.metadata["attempt"]
+        self.calls.append((base_sample.index, attempt, base_sample.rollout_id))
+        await asyncio.sleep(0)
+        return self.outcomes.get((base_sample.index, attempt), self.default)(base_sample)
+
+
+def collect(cfg, script: Script, monkeypatch):
+    monkeypatch.setattr(agent_rollout, "run_task", script)
+    source = PromptSource(cfg.task, cfg.run.seed)
+    collector = agent_rollout.AgentRollout(cfg, service=None, source=source, job_factory=lambda task: task)
+    return asyncio.run(collector.collect()), source
+
+
+def test_successful_runs_fill_the_batch_with_graded_samples(monkeypatch):
+    cfg = config()
+    # run 1 forked into 3 samples (one per trajectory branch); runs 2 and 3 unresolved; run 3 an empty diff
+    script = Script({(1, 0): ok(GRADE_OK, branches=3, turns=1), (2, 0): ok(GRADE_NO),
+                     (3, 0): ok(GRADE_EMPTY, diff="")})
+    result, source = collect(cfg, script, monkeypatch)
+    assert [s.index for s in result.samples] == [0, 1, 1, 1, 2, 3]
+    assert [s.group_index for s in result.samples] == [0, 0, 0, 0, 1, 1]
+    assert result.train_rewards == [1.0, 1.0, 1.0, 1.0, 0.0, 0.0]  # reward.key=resolved of the grade dict
+    forked = [s for s in result.samples if s.index == 1]
+    assert len({s.rollout_id for s in forked}) == 1 and all(s.reward == GRADE_OK for s in forked)
+    assert len({s.rollout_id for s in result.samples}) == 4
+    assert source.position == 2 and len(script.calls) == 4
+    m = result.metrics
+    assert m["swe/resolved_rate"] == 0.5 and m["swe/f2p_frac"] == pytest.approx(0.625)
+    assert m["swe/p2p_frac"] == 1.0 and m["swe/patch_applied_rate"] == 0.75
+    assert m["swe/empty_patch_rate"] == 0.25 and m["swe/touched_tests"] == 0.25
+    assert m["agent/turns_mean"] == pytest.approx((2 + 3 + 2 + 2) / 4)  # a run's turns over its branches
+    assert m["agent/retries"] == 0 and m["rollout/groups_generated"] == 2
+    assert m["agent/run_s_p50"] >= 0 and m["agent/run_s_p95"] >= m["agent/run_s_p50"]
+    assert not any(k.startswith("agent/abort_rate/") for k in m)
+
+
+def test_forked_run_weighs_as_much_as_a_single_sample_run(monkeypatch):
+    from slimecli.train.losses import loss_weights
+
+    cfg = config()
+    result, _ = collect(cfg, Script({(1, 0): ok(GRADE_OK, branches=3)}), monkeypatch)
+    weights = loss_weights(result.samples, cfg.trainer.loss_reduction)
+    per_run: dict[int, float] = {}
+    for s, w in zip(result.samples, weights, strict=True):
+        per_run[s.rollout_id] = per_run.get(s.rollout_id, 0.0) + float(w.sum())
+    assert sorted(per_run.values()) == pytest.approx([0.25] * 4)  # 4 runs, each 1/4 of the step's loss
+
+
+def test_infrastructure_abort_is_retried_in_a_fresh_run(monkeypatch):
+    cfg = config()
+    script = Script({(0, 0): abort("exception:RuntimeError"), (0, 1): abort("adapter_session_empty"),
+                     (2, 0): abort("unevaluatable:sandbox")})
+    result, _ = collect(cfg, script, monkeypatch)
+    assert [(i, a) for i, a, _ in sorted(script.calls)] == [(0, 0), (0, 1), (0, 2), (1, 0), (2, 0), (2, 1), (3, 0)]
+    assert len({rid for _, _, rid in script.calls}) == 7  # every attempt is a new run
+    assert all(not s.remove_sample for s in result.samples) and result.train_rewards == [1.0] * 4
+    m = result.metrics
+    assert m["agent/retries"] == 3
+    assert m["agent/abort_rate/exception:RuntimeError"] == pytest.approx(1 / 7)
+    assert m["agent/abort_rate/unevaluatable:sandbox"] == pytest.approx(1 / 7)
+
+
+def test_timeout_is_masked_not_retried_and_left_out_of_the_group_statistics(monkeypatch):
+    from slimecli.train.advantages import compute_advantages
+
+    cfg = config("rollout.n_samples_per_prompt=3", "trainer.global_batch_size=6")
+    script = Script({(0, 0): ok(GRADE_NO), (2, 0): abort("wall_clock_timeout")})
+    result, _ = collect(cfg, script, monkeypatch)
+    assert sorted((i, a) for i, a, _ in script.calls) == [(i, 0) for i in range(6)]
+    masked = result.samples[2]
+    assert masked.remove_sample and masked.metadata["abort_reason"] == "wall_clock_timeout"
+    assert result.metrics["agent/abort_rate/wall_clock_timeout"] == pytest.approx(1 / 6)
+    adv = compute_advantages(result.samples, result.train_rewards, cfg.trainer, cfg.rollout.n_samples_per_prompt)
+    # group 0 over its two valid runs (0, 1): +-0.5 / (sqrt(0.5) + 1e-6); the masked run gets 0; group 1 agrees: 0
+    s = math.sqrt(0.5) + 1e-6
+    assert [a.tolist() for a in adv.advantages[:3]] == [pytest.approx([-0.5 / s] * 2), pytest.approx([0.5 / s] * 2),
+                                                        [0.0]]
+    assert all(a.abs().sum() == 0 for a in adv.advantages[3:])
+
+
+def test_timeout_with_on_timeout_zero_counts_as_reward_zero(monkeypatch):
+    from slimecli.train.advantages import compute_advantages
+
+    cfg = config("agent.on_timeout=zero")
+    script = Script({(0, 0): abort("wall_clock_timeout")})
+    result, _ = collect(cfg, script, monkeypatch)
+    zeroed = result.samples[0]
+    assert not zeroed.remove_sample and zeroed.reward == 0.0 and result.train_rewards[:2] == [0.0, 1.0]
+    adv = compute_advantages(result.samples, result.train_rewards, cfg.trainer, cfg.rollout.n_samples_per_prompt)
+    s = math.sqrt(0.5) + 1e-6
+    assert adv.advantages[1].tolist() == pytest.approx([0.5 / s] * 2)  # its sibling gains from the 0
+
+
+def test_group_with_fewer_than_two_valid_runs_is_dropped_and_refilled(monkeypatch):
+    cfg = config("rollout.batch_size=1", "trainer.global_batch_size=2")
+    script = Script({(0, a): abort("cli_missing") for a in range(3)})  # retries exhausted: 1 valid run of 2
+    result, source = collect(cfg, script, monkeypatch)
+    assert [s.index for s in result.samples] == [2, 3] and [s.group_index for s in result.samples] == [1, 1]
+    assert source.position == 2
+    m = result.metrics
+    assert m["rollout/dropped_few_valid_runs"] == 1 and m["rollout/groups_generated"] == 2
+    assert m["agent/abort_rate/cli_missing"] == pytest.approx(3 / 6) and m["agent/retries"] == 2
+
+
+def test_no_valid_group_at_all_stops_with_the_reasons(monkeypatch):
+    cfg = config("rollout.batch_size=1", "trainer.global_batch_size=2", "agent.max_retries=0")
+    with pytest.raises(RuntimeError, match="valid agent runs"):
+        collect(cfg, Script({}, default=abort("context_limit")), monkeypatch)
+
+
+def test_abort_kinds():
+    kinds = {r: agent_rollout.abort_kind(r) for r in ("cli_missing", "exception:OSError", "unevaluatable:sandbox",
+                                                      "wall_clock_timeout", "unevaluatable:budget")}
+    assert kinds == {"cli_missing": "infra", "exception:OSError": "infra", "unevaluatable:sandbox": "infra",
+                     "wall_clock_timeout": "model", "unevaluatable:budget": "other"}
+    assert agent_rollout.percentile([3.0, 1.0, 2.0, 10.0], 50) == 2.0
+    assert agent_rollout.percentile([3.0, 1.0, 2.0, 10.0], 95) == 10.0
+
+
+def test_swe_source_order_is_seeded_and_resumable():
+    cfg = config()
+    a, b = PromptSource(cfg.task, 1), PromptSource(cfg.task, 1)
+    first = [r["task"].instance_id for r in a.next(25)]  # 20 tasks: the second epoch starts
+    assert sorted(first[:20]) == sorted(t["task"].instance_id for t in PromptSource(cfg.task, 2).next(20))
+    assert first != [r["task"].instance_id for r in PromptSource(cfg.task, 2).next(25)]
+    b.load_state_dict({"position": 7})
+    assert [r["task"].instance_id for r in b.next(3)] == first[7:10]
+    record = a.next(1)[0]
+    assert record["metadata"] == {"instance_id": record["task"].instance_id} and record["prompt"]
+
+
+def test_swe_tests_passes_a_runs_grade_through():
+    from slimecli.reward import assign_rewards, get_reward
+
+    fn = get_reward("swe_tests").fn
+    assert fn(Sample(reward=dict(GRADE_OK))) == GRADE_OK
+    ungraded = Sample(reward=None)
+    asyncio.run(assign_rewards([ungraded], config().reward, logging.getLogger("test")))
+    assert ungraded.reward is None and ungraded.metadata["reward_error"] == "Ungraded"
+
+
+def test_aborted_placeholder_packs_for_training():
+    from slimecli.train.batch import pack
+
+    packed = pack([Sample.aborted("cli_missing"), Sample(tokens=[1, 2, 3], response_length=1)], pad_id=0)
+    assert packed.mask.tolist() == [[0.0], [1.0]]
+
+
+def test_generate_rules():
+    assert config().rollout.generate == "agent"
+    with pytest.raises(ConfigErrors, match="did you mean 'agent'"):
+        load(["rollout.generate=agnet"])
+    with pytest.raises(ConfigErrors, match="works SWE tasks"):
+        load(["rollout.generate=agent", "agent=codex"])
+    with pytest.raises(ConfigErrors, match="per_rollout"):
+        config("trainer.loss_reduction=per_token")
+    with pytest.raises(ConfigErrors, match="cannot find the rollout function"):
+        load(["rollout.generate=no_such_pkg.mod:fn"])
+    assert load(["rollout.generate=slimecli.agent.rollout:AgentRollout"]).rollout.generate.endswith(":AgentRollout")
+    with pytest.raises(ConfigErrors, match="did you mean 'mask'"):
+        config("agent.on_timeout=maks")
+    with pytest.raises(ConfigErrors, match="agent.max_retries"):
+        config("agent.max_retries=-1")
+
+
+def test_preflight_refuses_what_cannot_run(tmp_path):
+    from slimecli.launch.preflight import agent_errors
+
+    cfg = config()
+    missing = dataclasses.replace(cfg, agent=dataclasses.replace(cfg.agent, binary=str(tmp_path / "claude")))
+    (error,) = agent_errors(missing)
+    assert "slimecli agent install claude_code" in error.hint
+    single = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, generate="single_turn"))
+    assert [e.path for e in agent_errors(single)] == ["rollout.generate"]
+    assert agent_errors(load([])) == []
+    # a window too small for the CLI's own prompt; codex's prompt is smaller than claude's
+    small = dataclasses.replace(cfg, agent=dataclasses.replace(cfg.agent, max_context_len=7000, max_new_tokens=1024))
+    (error,) = agent_errors(small)
+    assert error.path == "agent.max_context_len" and "at least 6666 tokens" in error.reason
+    codex = dataclasses.replace(small, agent=dataclasses.replace(small.agent, name="codex"))
+    assert agent_errors(codex) == []
+    # a sandbox runtime that is not there
+    docker = dataclasses.replace(cfg, sandbox=dataclasses.replace(cfg.sandbox, name="docker",
+                                                                    binary=str(tmp_path / "docker")))
+    assert [e.path for e in agent_errors(docker)] == ["sandbox"]
+
+
+def test_rank0_puts_the_agent_service_in_front_of_the_first_engine(monkeypatch, tmp_path):
+    from slimecli.agent import service as service_mod
+    from slimecli.train.rank0 import RolloutSide
+
+    events = []
+
+    class FakeService:
+        name = "fake"
+        base_url = "http://127.0.0.1:1"
+
+        def __init__(self, cfg, port=None):
+            events.append(("init", cfg.agent.engine_url, port))
+
+        async def start(self):
+            events.append(("start",))
+
+        async def stop(self):
+            events.append(("stop",))
+
+    monkeypatch.setattr(service_mod, "AgentService", FakeService)
+    side = RolloutSide(config("rollout.port=30100"), tmp_path, tokenizer=None)
+    assert isinstance(side.driver, agent_rollout.AgentRollout) and side.driver.service is side.service
+    side.close()
+    assert events == [("init", "http://127.0.0.1:30100", 0), ("stop",)]
+
+
+@pytest.mark.parametrize("on_timeout", ["mask", "zero"])
+def test_run_out_of_time_keeps_its_turns_only_with_on_timeout_zero(on_timeout, tmp_path):
+    from types import SimpleNamespace
+
+    from slimecli.agent.harness import HarnessResult
+    from slimecli.agent.jobs import AgentJob
+    from slimecli.agent.runner import run_task
+    from slimecli.agent.trajectory import TrajectoryManager, Turn
+
+    manager = TrajectoryManager(stop_ids=[9], decode=lambda ids: " ".join(map(str, ids)))
+
+    class OutOfTime:
+        def __init__(self, **_):
+            pass
+
+        def sandbox_paths(self):
+            return [], []
+
+        async def run(self, sandbox, prompt, base_url, sid, budget):
+            manager.begin_turn(sid)  # one turn reached the CLI before the budget ran out
+            manager.end_turn(sid, Turn([1, 2], [5, 9], [-0.1, -0.2], "stop"))
+            return HarnessResult(exit_code=None, timed_out=True, stdout="", stderr="", elapsed_s=budget)
+
+    sandbox = SimpleNamespace(kind="fake", workdir=tmp_path, close=lambda: None)
+    service = SimpleNamespace(
+        cfg=SimpleNamespace(agent=SimpleNamespace(time_budget_s=1.0, on_timeout=on_timeout, binary=None,
+                                                  tools_dir=None)),
+        name="fake", harness_cls=OutOfTime, adapter=SimpleNamespace(settings=SimpleNamespace(model_name="m")),
+        renderer=SimpleNamespace(context_len=64), manager=manager, port=1, base_url="http://127.0.0.1:1")
+    (s,) = asyncio.run(run_task(service, AgentJob("p"), base_sample=Sample(prompt="p", rollout_id=3),
+                                sandbox_factory=lambda *_: sandbox))
+    assert s.metadata["abort_reason"] == "wall_clock_timeout" and s.rollout_id == 3
+    if on_timeout == "zero":
+        assert (s.tokens, s.loss_mask, s.reward, s.remove_sample) == ([1, 2, 5, 9], [1, 1], 0.0, False)
+    else:
+        assert s.remove_sample and s.status == Status.ABORTED
+
+
+def test_each_update_takes_whole_rollouts_so_no_branch_is_left_untrained():
+    from slimecli.train.stages import update_slices
+
+    cfg = config("trainer.global_batch_size=2")
+    runs = [1, 1, 1, 2, 3, 4, 4]  # run 1 forked into 3 samples, run 4 into 2
+    samples = [Sample(rollout_id=r, tokens=[1, 2], response_length=1) for r in runs]
+    assert update_slices(samples, cfg.trainer) == [[0, 1, 2, 3], [4, 5, 6]]
+    single = [Sample(tokens=[1, 2], response_length=1) for _ in range(5)]  # single-turn: as before
+    assert update_slices(single, cfg.trainer) == [[0, 1], [2, 3]]
