@@ -76,6 +76,20 @@ def test_clean_extension_appends_context_with_mask_zero():
     assert s.loss_mask == [1, 1, 1, 0, 0, 1, 1]
     assert s.rollout_log_probs == [-0.5, -0.5, -0.5, 0.0, 0.0, -0.5, -0.5]
     assert s.reward == 1.0 and s.rollout_id == 7 and s.status == Status.COMPLETED and s.metadata["turns"] == 2
+    assert s.metadata["tool_calls"] == {} and s.metadata["context_truncated"] is False
+
+
+def test_tool_calls_and_context_limits_are_counted_per_branch():
+    import dataclasses
+
+    m = manager()
+    turns = [dataclasses.replace(turn([1, 2, 3], [10, STOP]), tool_calls=("Bash", "Read")),
+             dataclasses.replace(turn([1, 2, 3, 10, STOP, 4], [11, STOP]), tool_calls=("Bash",), context_limited=True)]
+    for t in turns:
+        m.begin_turn("s")
+        m.end_turn("s", t)
+    [s] = finish(m)
+    assert s.metadata["tool_calls"] == {"Bash": 2, "Read": 1} and s.metadata["context_truncated"] is True
 
 
 def test_small_drift_in_last_response_is_realigned_onto_sampled_tokens():
@@ -261,3 +275,38 @@ def test_locate_skips_the_claude_placeholder_when_npm_skipped_install_scripts(tm
     native.unlink()
     stub.write_bytes(b"\0" * (2 << 20))  # the postinstall replaced the placeholder: use the launcher
     assert install.locate("claude_code") == str(modules / ".bin" / "claude")
+
+
+def test_engine_pool_keeps_each_session_on_one_engine_and_balances_new_ones():
+    import asyncio
+
+    from slimecli.agent.engine import EnginePool
+
+    pool = EnginePool(["http://127.0.0.1:1", "http://127.0.0.1:2"])
+    served: list[tuple[str, str]] = []
+    for i, link in enumerate(pool.links):
+        async def generate(ids, params, rid=None, i=i):
+            served.append((str(i), rid))
+            return None
+        link.generate = generate  # type: ignore[method-assign]
+
+    async def turns():
+        for sid, rid in [("a", "1"), ("b", "2"), ("a", "3"), ("c", "4"), ("b", "5")]:
+            await pool.generate([1], {}, rid=rid, session=sid)
+
+    asyncio.run(turns())
+    assert served == [("0", "1"), ("1", "2"), ("0", "3"), ("0", "4"), ("1", "5")]
+    pool.release("a")
+    pool.release("c")  # engine 0 is now free: the next new session goes there
+    assert pool.engine_of("d") == 0 and pool.engine_of("b") == 1
+    pool.release("never-seen")  # harmless
+    asyncio.run(pool.close())
+
+
+def test_the_cli_dials_the_advertised_host_of_a_wildcard_bind():
+    from slimecli.agent.service import dial_url
+
+    assert dial_url("127.0.0.1", 8001) == "http://127.0.0.1:8001"
+    assert dial_url("0.0.0.0", 8001) == "http://127.0.0.1:8001"  # a wildcard is not an address to dial
+    assert dial_url("0.0.0.0", 8001, "trainer-0.cluster") == "http://trainer-0.cluster:8001"
+    assert dial_url("::", 8001, "fd00::5") == "http://[fd00::5]:8001"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import math
 
@@ -241,6 +242,8 @@ def test_preflight_refuses_what_cannot_run(tmp_path):
 
 
 def test_rank0_puts_the_agent_service_in_front_of_the_first_engine(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
     from slimecli.agent import service as service_mod
     from slimecli.train.rank0 import RolloutSide
 
@@ -249,9 +252,10 @@ def test_rank0_puts_the_agent_service_in_front_of_the_first_engine(monkeypatch, 
     class FakeService:
         name = "fake"
         base_url = "http://127.0.0.1:1"
+        renderer = SimpleNamespace(decode_all=lambda ids: "")
 
-        def __init__(self, cfg, port=None):
-            events.append(("init", cfg.agent.engine_url, port))
+        def __init__(self, cfg, port=None, engine_urls=None):
+            events.append(("init", engine_urls, port))
 
         async def start(self):
             events.append(("start",))
@@ -260,10 +264,13 @@ def test_rank0_puts_the_agent_service_in_front_of_the_first_engine(monkeypatch, 
             events.append(("stop",))
 
     monkeypatch.setattr(service_mod, "AgentService", FakeService)
-    side = RolloutSide(config("rollout.port=30100"), tmp_path, tokenizer=None)
+    side = RolloutSide(config("rollout.port=30100", "rollout.num_engines=2"), tmp_path, tokenizer=None)
     assert isinstance(side.driver, agent_rollout.AgentRollout) and side.driver.service is side.service
+    assert side.driver.archive is not None and side.driver.archive.root == tmp_path / "agent"
+    side.watch(4, print)
+    assert side.driver.step == 4 and side.driver.on_progress is print
     side.close()
-    assert events == [("init", "http://127.0.0.1:30100", 0), ("stop",)]
+    assert events == [("init", ["http://127.0.0.1:30100", "http://127.0.0.1:30101"], 0), ("stop",)]
 
 
 @pytest.mark.parametrize("on_timeout", ["mask", "zero"])
@@ -294,10 +301,13 @@ def test_run_out_of_time_keeps_its_turns_only_with_on_timeout_zero(on_timeout, t
         cfg=SimpleNamespace(agent=SimpleNamespace(time_budget_s=1.0, on_timeout=on_timeout, binary=None,
                                                   tools_dir=None)),
         name="fake", harness_cls=OutOfTime, adapter=SimpleNamespace(settings=SimpleNamespace(model_name="m")),
-        renderer=SimpleNamespace(context_len=64), manager=manager, port=1, base_url="http://127.0.0.1:1")
+        renderer=SimpleNamespace(context_len=64), manager=manager, port=1, base_url="http://127.0.0.1:1",
+        engine=SimpleNamespace(release=lambda sid: released.append(sid)), boots=asyncio.Semaphore(1))
+    released: list[str] = []
     (s,) = asyncio.run(run_task(service, AgentJob("p"), base_sample=Sample(prompt="p", rollout_id=3),
                                 sandbox_factory=lambda *_: sandbox))
     assert s.metadata["abort_reason"] == "wall_clock_timeout" and s.rollout_id == 3
+    assert released == [s.session_id]  # the engine pool forgets the session on every way out
     if on_timeout == "zero":
         assert (s.tokens, s.loss_mask, s.reward, s.remove_sample) == ([1, 2, 5, 9], [1, 1], 0.0, False)
     else:
@@ -313,3 +323,54 @@ def test_each_update_takes_whole_rollouts_so_no_branch_is_left_untrained():
     assert update_slices(samples, cfg.trainer) == [[0, 1, 2, 3], [4, 5, 6]]
     single = [Sample(tokens=[1, 2], response_length=1) for _ in range(5)]  # single-turn: as before
     assert update_slices(single, cfg.trainer) == [[0, 1], [2, 3]]
+
+
+def test_archive_keeps_the_newest_runs_and_a_row_per_task(monkeypatch, tmp_path):
+    """RUN/agent/: tasks.jsonl counts each task's runs per step; the newest agent.keep_runs runs are kept, each
+    with its transcript (all tokens decoded), diff and outcome; a live status is reported as runs finish."""
+    from slimecli.agent.archive import RunArchive
+
+    cfg = config("agent.keep_runs=5")
+
+    def with_calls(make):
+        def wrapped(base):
+            samples = make(base)
+            for s in samples:
+                s.metadata.update(tool_calls={"Bash": 2, "Read": 1}, ill_formed_turns=1, context_truncated=True)
+            return samples
+        return wrapped
+
+    script = Script({(1, 0): with_calls(ok(GRADE_OK, branches=2)), (2, 0): ok(GRADE_NO),
+                     (0, 0): abort("cli_missing")})
+    monkeypatch.setattr(agent_rollout, "run_task", script)
+    archive = RunArchive(tmp_path / "agent", cfg.agent.keep_runs, decode=lambda ids: " ".join(f"t{i}" for i in ids))
+    collector = agent_rollout.AgentRollout(cfg, service=None, source=PromptSource(cfg.task, cfg.run.seed),
+                                           job_factory=lambda task: task, archive=archive)
+    notes: list[str] = []
+    collector.on_progress = notes.append
+    collector.step = 7
+    result = asyncio.run(collector.collect())
+    m = result.metrics
+    # run 1: 3 tool calls on each of its 2 branches; 4 valid runs of 4 after run 0's retry
+    assert m["agent/tool_calls/Bash"] == pytest.approx(4 / 4) and m["agent/tool_calls/Read"] == pytest.approx(2 / 4)
+    assert m["agent/branches_mean"] == pytest.approx(5 / 4) and m["agent/ill_formed_turns"] == pytest.approx(2 / 4)
+    assert m["agent/context_truncated_rate"] == pytest.approx(1 / 4)
+    rows = [json.loads(line) for line in (tmp_path / "agent" / "tasks.jsonl").read_text().splitlines()]
+    assert {r["step"] for r in rows} == {7} and sum(r["runs"] for r in rows) == 4
+    assert sum(r["resolved"] for r in rows) == sum(int(s.reward["resolved"]) for s in result.samples
+                                                   if s.metadata.get("branch", 0) == 0)
+    kept = sorted((tmp_path / "agent" / "runs" / "step_000007").iterdir())
+    assert len(kept) == 4
+    forked = next(d for d in kept if d.name.endswith("-r1"))
+    info = json.loads((forked / "run.json").read_text())
+    assert info["reward"] == GRADE_OK and info["tool_calls"] == {"Bash": 2, "Read": 1}
+    assert (forked / "transcript.txt").read_text().count("===== branch") == 2 and "t1 t2 t3 t4" in \
+        (forked / "transcript.txt").read_text()
+    retried = next(d for d in kept if d.name.endswith("-r0"))
+    assert json.loads((retried / "run.json").read_text())["attempt_aborts"] == ["cli_missing"]
+    assert notes[-1].startswith("agent runs: 4 done, 0 running, resolved ")
+    # a second step: only the newest keep_runs=5 run directories survive
+    collector.step = 8
+    asyncio.run(collector.collect())
+    survivors = list((tmp_path / "agent" / "runs").glob("step_*/*"))
+    assert len(survivors) == 5 and sum(d.parent.name == "step_000008" for d in survivors) == 4

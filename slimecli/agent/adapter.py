@@ -60,6 +60,7 @@ class TurnResult:
     parsed: ParsedOutput
     stop_sequence: str | None = None
     capped: bool = False  # cut by the adapter's own per-turn cap (agent.max_new_tokens), not by the client
+    context_limited: bool = False  # the context window left less room than the turn asked for
 
     @property
     def truncated(self) -> bool:
@@ -68,7 +69,8 @@ class TurnResult:
 
     def to_turn(self) -> Turn:
         return Turn(self.prompt_ids, self.gen.output_ids, self.gen.log_probs, self.gen.finish_reason,
-                    self.parsed.ill_formed, self.gen.weight_version)
+                    self.parsed.ill_formed, self.gen.weight_version,
+                    tuple(call.name for call in self.parsed.tool_calls), self.context_limited)
 
 
 @dataclass
@@ -238,15 +240,17 @@ class Adapter:
         except Exception as exc:  # the template rejected this conversation shape
             raise ApiError(400, f"cannot render the conversation with the chat template: {str(exc)[:300]}") from exc
 
-    async def run_turn(self, req: TurnRequest, constraint: dict[str, str] | None = None) -> TurnResult:
+    async def run_turn(self, req: TurnRequest, constraint: dict[str, str] | None = None,
+                       session: str | None = None) -> TurnResult:
         """Render, clamp to the context window, generate (or not, at the limit), parse."""
         prompt_ids = await self.render(req)
         remaining = self.renderer.context_len - len(prompt_ids)
         capped = False
+        wanted = req.max_tokens if req.max_tokens is not None else self.settings.max_new_tokens
+        context_limited = remaining < min(wanted, self.settings.max_new_tokens)
         if remaining <= 0:
             gen = Generation([], [], "length")
         else:
-            wanted = req.max_tokens if req.max_tokens is not None else self.settings.max_new_tokens
             max_new = max(1, min(wanted, self.settings.max_new_tokens, remaining))
             # A turn cut by our own cap ends normally for the client (a CLI told max_tokens retries or fails);
             # the recorded turn keeps finish_reason=length, so the sample is still marked truncated.
@@ -260,7 +264,8 @@ class Adapter:
                 params["stop"] = req.stop
             params.update(constraint or {})
             try:
-                gen = await self.engine.generate(prompt_ids, params, rid=f"{self.name}-{uuid.uuid4().hex}")
+                gen = await self.engine.generate(prompt_ids, params, rid=f"{self.name}-{uuid.uuid4().hex}",
+                                                 session=session)
             except EngineRejected as exc:  # a bad request, most likely a tool schema the grammar cannot hold
                 what = f" (agent.constrain={self.settings.constrain})" if constraint else ""
                 raise ApiError(400, f"the engine rejected this turn{what}: {exc.message[:1000]}", retry=False
@@ -271,7 +276,7 @@ class Adapter:
         stop_sequence = gen.matched if isinstance(gen.matched, str) and gen.matched in req.stop else None
         if stop_sequence and text.endswith(stop_sequence):
             text = text[: -len(stop_sequence)]
-        return TurnResult(prompt_ids, gen, self.parser.parse(text), stop_sequence, capped)
+        return TurnResult(prompt_ids, gen, self.parser.parse(text), stop_sequence, capped, context_limited)
 
     async def serve_turn(self, request: web.Request, sid: str, req: TurnRequest, reply: Any) -> web.StreamResponse:
         """Admit, run, send the reply with `reply(request, result)`, then record; always release the slot."""
@@ -279,7 +284,7 @@ class Adapter:
         self.admit(sid)
         turn: Turn | None = None
         try:
-            result = await self.run_turn(req, constraint)
+            result = await self.run_turn(req, constraint, session=sid)
             response = await reply(request, result)
             turn = result.to_turn()
             return response

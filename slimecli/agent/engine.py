@@ -52,8 +52,8 @@ class EngineLink:
     async def healthy(self) -> bool:
         return await self.client.health_generate()
 
-    async def generate(self, input_ids: list[int], sampling_params: dict[str, Any], rid: str | None = None
-                       ) -> Generation:
+    async def generate(self, input_ids: list[int], sampling_params: dict[str, Any], rid: str | None = None,
+                       session: str | None = None) -> Generation:
         """One /generate call; cancelling the awaiting task aborts the request on the engine."""
         rid = rid or uuid.uuid4().hex
         try:
@@ -70,11 +70,54 @@ class EngineLink:
             raise EngineError(f"engine request failed: {exc}") from exc
         return _parse_generation(data)
 
+    def release(self, session: str) -> None:
+        """The session is over (one engine: nothing to forget)."""
+
     async def abort(self, rid: str) -> None:
         try:
             await asyncio.wait_for(self.client.abort(rid), 10.0)
         except (engine_client.EngineError, aiohttp.ClientError, TimeoutError, OSError):
             pass
+
+
+class EnginePool:
+    """Several engines behind one adapter; each session sticks to the engine that served its first turn, so that
+    engine's prefix cache holds the session's long shared context (the CLI's system prompt, the turns so far).
+    A new session goes to the engine with the fewest sessions."""
+
+    def __init__(self, base_urls: list[str], timeout_s: float = 600.0) -> None:
+        if not base_urls:
+            raise ValueError("an engine pool needs at least one engine")
+        self.links = [EngineLink(url, timeout_s) for url in base_urls]
+        self._sessions: dict[str, int] = {}
+        self._load = [0] * len(self.links)
+
+    @property
+    def base_url(self) -> str:
+        return self.links[0].base_url
+
+    def engine_of(self, session: str) -> int:
+        if session not in self._sessions:
+            index = min(range(len(self.links)), key=lambda i: (self._load[i], i))
+            self._sessions[session] = index
+            self._load[index] += 1
+        return self._sessions[session]
+
+    def release(self, session: str) -> None:
+        index = self._sessions.pop(session, None)
+        if index is not None:
+            self._load[index] -= 1
+
+    async def close(self) -> None:
+        await asyncio.gather(*(link.close() for link in self.links))
+
+    async def healthy(self) -> bool:
+        return all(await asyncio.gather(*(link.healthy() for link in self.links)))
+
+    async def generate(self, input_ids: list[int], sampling_params: dict[str, Any], rid: str | None = None,
+                       session: str | None = None) -> Generation:
+        link = self.links[self.engine_of(session) if session is not None else 0]
+        return await link.generate(input_ids, sampling_params, rid)
 
 
 def _parse_generation(data: Any) -> Generation:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from slimecli.agent.archive import RunArchive
 from slimecli.agent.jobs import AgentJob, SweJob
 from slimecli.agent.runner import run_task
 from slimecli.config.schema import SlimeConfig
@@ -73,14 +74,19 @@ JobFactory = Callable[[Any], AgentJob]
 class AgentRollout:
     """rollout.batch_size tasks x rollout.n_samples_per_prompt agent runs, agent.concurrency at a time."""
 
-    def __init__(self, cfg: SlimeConfig, service: Any, source: PromptSource, job_factory: JobFactory | None = None):
+    def __init__(self, cfg: SlimeConfig, service: Any, source: PromptSource, job_factory: JobFactory | None = None,
+                 archive: RunArchive | None = None):
         self.cfg = cfg
         self.service = service
         self.source = source
         self.job_factory = job_factory or self._swe_job
+        self.archive = archive
+        self.step = 1  # the training step the next collect() is for (the loop sets it; a resume starts later)
+        self.on_progress: Callable[[str], None] | None = None  # live status of a collect (runs take minutes)
         self._limit = asyncio.Semaphore(max(1, cfg.agent.concurrency))
         self._next_index = 0
         self._rollout_ids = itertools.count(1)
+        self._live = {"done": 0, "running": 0, "resolved": 0, "graded": 0}
 
     def _swe_job(self, task: Any) -> AgentJob:
         from slimecli.sandbox.factory import grader_factory
@@ -96,7 +102,12 @@ class AgentRollout:
                           rollout_id=next(self._rollout_ids), metadata={**record.get("metadata", {}), "attempt": attempt})
             async with self._limit:
                 started = time.perf_counter()
-                run.samples = await run_task(self.service, self.job_factory(record["task"]), base_sample=base)
+                self._live["running"] += 1
+                self._report()
+                try:
+                    run.samples = await run_task(self.service, self.job_factory(record["task"]), base_sample=base)
+                finally:
+                    self._live["running"] -= 1
                 run.seconds.append(time.perf_counter() - started)
             reason = abort_reason(run.samples)
             if reason is None:
@@ -108,7 +119,18 @@ class AgentRollout:
                     s.reward, s.remove_sample = 0.0, False
             if kind != "infra":
                 break
+        self._live["done"] += 1
+        if run.grade is not None:
+            self._live["graded"] += 1
+            self._live["resolved"] += int(bool(run.grade.get("resolved")))
+        self._report()
         return run
+
+    def _report(self) -> None:
+        if self.on_progress is not None:
+            live = self._live
+            rate = f"{live['resolved'] / live['graded']:.2f}" if live["graded"] else "-"
+            self.on_progress(f"agent runs: {live['done']} done, {live['running']} running, resolved {rate}")
 
     async def _group(self, record: dict[str, Any], group_index: int) -> list[AgentRun]:
         n = self.cfg.rollout.n_samples_per_prompt
@@ -123,6 +145,7 @@ class AgentRollout:
 
         r = self.cfg.rollout
         start = time.perf_counter()
+        self._live = {"done": 0, "running": 0, "resolved": 0, "graded": 0}
         kept: list[tuple[list[Sample], list[float]]] = []
         drops: dict[str, int] = {}
         every_run: list[AgentRun] = []
@@ -173,6 +196,9 @@ class AgentRollout:
         }
         metrics.update(reward_metrics(scored_samples, self.cfg.reward.key, filter_drops=drops))
         metrics.update(run_metrics(every_run))
+        if self.archive is not None:
+            self.archive.record(self.step, every_run)
+        self.step += 1
         return RolloutResult(samples, rewards, metrics)
 
 
@@ -209,6 +235,19 @@ def run_metrics(runs: list[AgentRun]) -> dict[str, float]:
                                    for run in runs if run.valid]),
         "agent/retries": float(attempts - len(runs)),
     }
+    valid = [run for run in runs if run.valid]
+    out["agent/ill_formed_turns"] = _mean([float(sum(int(s.metadata.get("ill_formed_turns", 0)) for s in run.samples))
+                                           for run in valid])
+    out["agent/branches_mean"] = _mean([float(len(run.samples)) for run in valid])
+    out["agent/context_truncated_rate"] = _mean([float(any(s.metadata.get("context_truncated") for s in run.samples))
+                                                 for run in valid])
+    calls: dict[str, int] = {}
+    for run in valid:
+        for s in run.samples:
+            for name, count in (s.metadata.get("tool_calls") or {}).items():
+                calls[name] = calls.get(name, 0) + int(count)
+    for name, count in sorted(calls.items()):  # calls per valid run
+        out[f"agent/tool_calls/{name}"] = count / len(valid)
     reasons: dict[str, int] = {}
     for run in runs:
         for reason in run.aborts:

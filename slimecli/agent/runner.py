@@ -6,6 +6,7 @@ failures yield the aborted sample so a rollout group keeps its shape.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Callable, Sequence
@@ -52,13 +53,14 @@ async def run_task(service: AgentService, job: AgentJob, *, budget_s: float | No
                                metadata={**base.metadata, **job.metadata, **info})]
 
     try:
-        ws = job.workspace()
         ro_paths, path_dirs = harness.sandbox_paths()  # the CLI reaches its adapter's port and nothing else
-        sandbox = factory(ws, [service.port], ro_paths, path_dirs)
-        info.update(sandbox=sandbox.kind, workdir=str(sandbox.workdir))
+        async with service.boots:  # a cap on workspaces and sandboxes being made at once (container starts)
+            ws = await asyncio.to_thread(job.workspace)
+            sandbox = await asyncio.to_thread(factory, ws, [service.port], ro_paths, path_dirs)
+            info.update(sandbox=sandbox.kind, workdir=str(sandbox.workdir))
+            await job.setup(sandbox)
         if job.choices is not None:  # agent.constrain=choices: the task's listed alternatives
-            service.adapter.set_choices(sid, job.choices)
-        await job.setup(sandbox)
+            service.adapter.set_choices(sid, [_as_call(c, harness) for c in job.choices])
         result = await harness.run(sandbox, job.prompt(sandbox), service.base_url, sid, budget)
         info.update(_describe(result))
         if result.timed_out:
@@ -88,9 +90,17 @@ async def run_task(service: AgentService, job: AgentJob, *, budget_s: float | No
         return aborted(f"exception:{type(exc).__name__}")
     finally:
         service.manager.drop_session(sid)
+        service.engine.release(sid)
         if sandbox is not None:
             sandbox.close()
         job.cleanup()
+
+
+def _as_call(choice: Any, harness: Any) -> Any:
+    """{"shell": COMMAND} is that command through the CLI's own shell tool; other choices pass as they are."""
+    if isinstance(choice, dict) and set(choice) == {"shell"} and isinstance(choice["shell"], str):
+        return harness.shell_call(choice["shell"])
+    return choice
 
 
 def _describe(result: HarnessResult) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from slimecli.agent.adapter import Adapter, AdapterSettings
-from slimecli.agent.engine import EngineLink
+from slimecli.agent.engine import EngineLink, EnginePool
 from slimecli.agent.parsers import get_parser
 from slimecli.agent.registry import resolve
 from slimecli.agent.render import Renderer
@@ -69,8 +69,18 @@ class EngineProcess:
             self.proc.wait(timeout=10)
 
 
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+
+def dial_url(host: str, port: int, advertise_host: str | None = None) -> str:
+    """The URL the CLIs are given: agent.advertise_host, else the bind address unless it is a wildcard."""
+    name = advertise_host or ("127.0.0.1" if host in WILDCARD_HOSTS else host)
+    return f"http://[{name}]:{port}" if ":" in name else f"http://{name}:{port}"
+
+
 class AgentService:
-    def __init__(self, cfg: SlimeConfig, port: int | None = None) -> None:
+    def __init__(self, cfg: SlimeConfig, port: int | None = None, engine_urls: list[str] | None = None) -> None:
+        """`engine_urls`: managed engines to share (training: every rollout engine), sessions sticky to one."""
         from slimecli.model.loading import resolve_model_path, resolve_tokenizer_path
 
         self.cfg = cfg
@@ -83,8 +93,12 @@ class AgentService:
         self.manager = TrajectoryManager(self.renderer.stop_ids, self.renderer.decode_all, agent.max_turns,
                                          agent.realign_min_ratio)
         self.tmp = Path(tempfile.mkdtemp(prefix="slimecli-agent-"))
-        self.engine_proc = None if agent.engine_url else EngineProcess(cfg, self.tmp)
-        self.engine = EngineLink(agent.engine_url or self.engine_proc.url, cfg.rollout.request_timeout_s)
+        urls = list(engine_urls or ([agent.engine_url] if agent.engine_url else []))
+        self.engine_proc = None if urls else EngineProcess(cfg, self.tmp)
+        if self.engine_proc is not None:
+            urls = [self.engine_proc.url]
+        self.engine: EngineLink | EnginePool = (EngineLink(urls[0], cfg.rollout.request_timeout_s) if len(urls) == 1
+                                                else EnginePool(urls, cfg.rollout.request_timeout_s))
         settings = AdapterSettings(model_name=Path(cfg.model.path or cfg.model.name).name,
                                    temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
                                    top_k=cfg.rollout.top_k, max_new_tokens=agent.max_new_tokens,
@@ -94,12 +108,13 @@ class AgentService:
         self.adapter: Adapter = adapter_cls(self.renderer, self.engine, self.manager, get_parser(agent.tool_parser),
                                             settings)
         self.host = agent.host
+        self.boots = asyncio.Semaphore(max(1, cfg.sandbox.max_concurrent_boots))  # sandboxes created at once
         self.port = agent.port if port is None else port
         self._runner: web.AppRunner | None = None
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return dial_url(self.host, self.port, self.cfg.agent.advertise_host)
 
     async def start(self) -> None:
         if self.engine_proc is not None:

@@ -37,6 +37,8 @@ class Turn:
     finish_reason: str  # SGLang finish type: stop | length | abort
     ill_formed: bool = False
     weight_version: str | None = None
+    tool_calls: tuple[str, ...] = ()  # names of the tools the turn called
+    context_limited: bool = False  # the context window, not the client, bounded the turn
 
 
 @dataclass
@@ -52,6 +54,8 @@ class _Branch:
     ill_formed: int = 0
     realigned: int = 0
     weight_versions: list[str] = field(default_factory=list)
+    tool_calls: dict[str, int] = field(default_factory=dict)
+    context_limited: bool = False
 
     def extend_context(self, ids: list[int]) -> None:
         self.tokens.extend(ids)
@@ -67,6 +71,9 @@ class _Branch:
         self.finish_reason = turn.finish_reason
         self.turns += 1
         self.ill_formed += int(turn.ill_formed)
+        for name in turn.tool_calls:
+            self.tool_calls[name] = self.tool_calls.get(name, 0) + 1
+        self.context_limited = self.context_limited or turn.context_limited
         if turn.weight_version is not None:
             self.weight_versions.append(turn.weight_version)
 
@@ -183,7 +190,8 @@ class TrajectoryManager:
         response_ids = b.tokens[b.prompt_len:]
         status = Status.from_finish_reason(b.finish_reason)
         metadata = {**base.metadata, "turns": b.turns, "ill_formed_turns": b.ill_formed, "realigned": b.realigned,
-                    "branch": i, "num_branches": n}
+                    "branch": i, "num_branches": n, "tool_calls": dict(b.tool_calls),
+                    "context_truncated": b.context_limited}
         return dataclasses.replace(
             base, session_id=sid, rollout_id=rollout_id, tokens=list(b.tokens), response=self.decode(response_ids),
             response_length=len(response_ids), loss_mask=list(b.loss_mask), rollout_log_probs=list(b.log_probs),

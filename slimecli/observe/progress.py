@@ -17,6 +17,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 class StepProgress:
     """``update(step, text)`` after each step. ``plain=None`` picks plain lines when ``file`` is not a TTY."""
 
+    note_interval_s = 15.0
+
     def __init__(self, total: int, start: int = 0, *, description: str = "train", file: IO[str] | None = None,
                  plain: bool | None = None, console: Console | None = None) -> None:
         self.total = total
@@ -25,6 +27,7 @@ class StepProgress:
         self.console = console or Console(file=self.file)
         self.plain = (not self.console.is_terminal) if plain is None else plain
         self._started = time.monotonic()
+        self._last_note = float("-inf")
         self._progress: Progress | None = None
         if not self.plain:
             self._progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -41,6 +44,17 @@ class StepProgress:
         elapsed = time.monotonic() - self._started
         line = f"{self.description} step {step}/{self.total} [{elapsed:.0f}s]"
         print(f"{line} {text}".rstrip(), file=self.file, flush=True)
+
+    def note(self, text: str) -> None:
+        """Status within a step (agent runs finished and in flight): the bar's text on a terminal, else a
+        plain line at most every `note_interval_s`."""
+        if self._progress is not None:
+            self._progress.update(self._task, info=text)
+            return
+        now = time.monotonic()
+        if now - self._last_note >= self.note_interval_s:
+            self._last_note = now
+            print(f"{self.description} [{now - self._started:.0f}s] {text}", file=self.file, flush=True)
 
     def close(self) -> None:
         if self._progress is not None:

@@ -21,6 +21,7 @@ from slimecli.swe.workspace import GitError, run_git
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SETS: dict[str, str] = {
     "swe_tiny": "bug fixes and small features in tiny stdlib-only Python repositories (seconds per task, on CPU)",
+    "swe_tiny_smoke": "swe_tiny, each task listing 3 edits, one correct, for agent.constrain=choices smoke runs",
 }
 CACHE_ENV = "SLIMECLI_CACHE"  # replaces ~/.cache/slimecli as the cache root
 # Everything that goes into a base commit's SHA besides its tree: fixed, so the SHA is the same everywhere.

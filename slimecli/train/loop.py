@@ -89,6 +89,8 @@ class Trainer:
             while self.step < cfg.trainer.max_steps:
                 timer = StageTimer()
                 started = time.perf_counter()
+                if progress is not None and self.rollout is not None:
+                    self.rollout.watch(self.step + 1, progress.note)
                 with timer.stage("rollout"):
                     batch = stages.rollout(self.rollout)
                 metrics = self.train_on(batch, timer)

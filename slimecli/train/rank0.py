@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -44,13 +43,15 @@ class RolloutSide:
         if kind == "single_turn":
             return RolloutDriver(cfg, tokenizer, self.engines, self.source)
         if kind == "agent":
+            from slimecli.agent.archive import RunArchive
             from slimecli.agent.rollout import AgentRollout
             from slimecli.agent.service import AgentService
 
-            # the CLI's adapter on a free port, over the managed engine (weights pushed there reach the agent)
-            agent = dataclasses.replace(cfg.agent, engine_url=self.engines[0].base_url)
-            self.service = AgentService(dataclasses.replace(cfg, agent=agent), port=0)
-            return AgentRollout(cfg, self.service, self.source)
+            # the CLI's adapter on a free port, over the managed engines (weights pushed there reach the agent);
+            # each agent session sticks to one engine, whose prefix cache then holds its context
+            self.service = AgentService(cfg, port=0, engine_urls=[e.base_url for e in self.engines])
+            archive = RunArchive(self.run_dir / "agent", cfg.agent.keep_runs, decode=self.service.renderer.decode_all)
+            return AgentRollout(cfg, self.service, self.source, archive=archive)
         from slimecli.reward.python_fn import load_reward_fn  # the project's one loader for user functions
 
         return load_reward_fn(kind)(cfg, tokenizer, self.engines, self.source)
@@ -66,6 +67,11 @@ class RolloutSide:
                 log.info("agent %s: adapter on %s", self.service.name, self.service.base_url)
 
         self.run(all_ready())
+
+    def watch(self, step: int, on_progress: Any) -> None:
+        """The step the next collect is for, and where a collector that reports as it goes sends its status."""
+        if hasattr(self.driver, "on_progress"):
+            self.driver.step, self.driver.on_progress = step, on_progress
 
     def collect(self) -> RolloutResult:
         result = self.run(self.driver.collect())

@@ -19,9 +19,12 @@ class AgentConfig:
     eval_budget_s: float = 600.0
     concurrency: int = 16
     max_retries: int = 2  # training: a run lost to the infrastructure (sandbox, CLI, adapter) is redone this often
+    keep_runs: int = 64  # training: the last N agent runs kept under RUN/agent/runs (transcript, diff); 0 = none
     on_timeout: Literal["mask", "zero"] = "mask"  # training: a run the model ran out of time/turns in is masked or 0
     harness: str | None = None  # import path of a custom harness class
     adapter: str | None = None  # import path of a custom adapter class
+    advertise_host: str | None = None  # how sandboxes reach the adapter when agent.host binds 0.0.0.0 (default:
+    # agent.host, or 127.0.0.1 for a wildcard bind)
     engine_url: str | None = None  # a running engine (SGLang API) to use instead of starting the embedded one
     max_new_tokens: int = 1024  # per-turn cap on what the CLI asks for (it is also clamped to the context left)
     max_context_len: int | None = None  # None -> the model's max_position_embeddings

@@ -38,8 +38,9 @@ def limits(cfg: SlimeConfig) -> list[ConfigError]:
     for key in ("max_turns", "time_budget_s", "eval_budget_s", "concurrency", "max_new_tokens"):
         if getattr(a, key) <= 0:
             errors.append(ConfigError(f"agent.{key}", getattr(a, key), "must be > 0"))
-    if a.max_retries < 0:
-        errors.append(ConfigError("agent.max_retries", a.max_retries, "must be >= 0"))
+    for key in ("max_retries", "keep_runs"):
+        if getattr(a, key) < 0:
+            errors.append(ConfigError(f"agent.{key}", getattr(a, key), "must be >= 0"))
     if a.max_context_len is not None and a.max_context_len <= 0:
         errors.append(ConfigError("agent.max_context_len", a.max_context_len, "must be > 0 (or unset)"))
     if not 0.0 <= a.realign_min_ratio <= 1.0:

@@ -6,7 +6,7 @@ from slimecli.config.errors import ConfigError, allowed_hint
 from slimecli.config.schema import SlimeConfig
 
 KINDS = ("auto", "bwrap", "local", "docker", "podman")  # slimecli.sandbox.factory builds each
-LIMITS = ("max_processes", "max_file_mb", "memory_mb", "disk_mb", "tmp_mb", "start_timeout_s")
+LIMITS = ("max_processes", "max_file_mb", "memory_mb", "disk_mb", "tmp_mb", "max_concurrent_boots", "start_timeout_s")
 
 
 def kind(cfg: SlimeConfig) -> list[ConfigError]:
