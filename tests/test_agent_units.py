@@ -298,7 +298,8 @@ def test_engine_pool_keeps_each_session_on_one_engine_and_balances_new_ones():
     assert served == [("0", "1"), ("1", "2"), ("0", "3"), ("0", "4"), ("1", "5")]
     pool.release("a")
     pool.release("c")  # engine 0 is now free: the next new session goes there
-    assert pool.engine_of("d") == 0 and pool.engine_of("b") == 1
+    assert pool.engine_of("d") == 0 and pool.engine_of("b") == 1 and pool.assigned("b") == 1
+    assert pool.assigned("e") is None  # asking does not assign
     pool.release("never-seen")  # harmless
     asyncio.run(pool.close())
 

@@ -302,7 +302,8 @@ def test_run_out_of_time_keeps_its_turns_only_with_on_timeout_zero(on_timeout, t
                                                   tools_dir=None)),
         name="fake", harness_cls=OutOfTime, adapter=SimpleNamespace(settings=SimpleNamespace(model_name="m")),
         renderer=SimpleNamespace(context_len=64), manager=manager, port=1, base_url="http://127.0.0.1:1",
-        engine=SimpleNamespace(release=lambda sid: released.append(sid)), boots=asyncio.Semaphore(1))
+        engine=SimpleNamespace(release=lambda sid: released.append(sid), assigned=lambda sid: 0),
+        boots=asyncio.Semaphore(1))
     released: list[str] = []
     (s,) = asyncio.run(run_task(service, AgentJob("p"), base_sample=Sample(prompt="p", rollout_id=3),
                                 sandbox_factory=lambda *_: sandbox))
@@ -374,3 +375,15 @@ def test_archive_keeps_the_newest_runs_and_a_row_per_task(monkeypatch, tmp_path)
     asyncio.run(collector.collect())
     survivors = list((tmp_path / "agent" / "runs").glob("step_*/*"))
     assert len(survivors) == 5 and sum(d.parent.name == "step_000008" for d in survivors) == 4
+
+
+def test_time_split_per_run():
+    def sample(**meta):
+        return Sample(metadata=meta)
+
+    runs = [[sample(sandbox_s=0.5, elapsed_s=4.0, engine_s=1.0, grade_s=2.0), sample(engine_s=0.5)],
+            [sample(sandbox_s=1.5, elapsed_s=2.0, engine_s=1.5, grade_s=1.0)],
+            [sample(abort_reason="cli_missing", sandbox_s=1.0)]]  # no CLI time, no grading
+    split = agent_rollout.time_split(runs)
+    assert split == pytest.approx({"agent/time/sandbox_s": 1.0, "agent/time/engine_s": 1.5,
+                                   "agent/time/cli_s": 1.5, "agent/time/grade_s": 1.5})

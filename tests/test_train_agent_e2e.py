@@ -1,7 +1,9 @@
 """`slimecli train +recipe=swe_agent` end to end: the real Claude Code CLI works builtin SWE tasks against the
-tiny random model through the managed engine, every run is graded, and two training steps complete."""
+tiny random model through two managed engines, every run is graded, and two training steps complete."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -13,16 +15,33 @@ pytestmark = [pytest.mark.slow, pytest.mark.agent_cli]
 
 @pytest.mark.skipif(locate("claude_code") is None,
                     reason="the claude_code CLI is not installed: run `slimecli agent install claude_code` (CI does)")
-def test_swe_agent_recipe_trains_two_steps(tmp_path):
+def test_swe_agent_recipe_trains_two_steps_over_two_engines(tmp_path):
     run = tmp_path / "swe"
     out = run_train(run, "+recipe=swe_agent", "trainer.max_steps=2", "rollout.batch_size=2",
                     "rollout.n_samples_per_prompt=2", "trainer.global_batch_size=4", "trainer.nproc=1",
-                    "agent.time_budget_s=60", "agent.max_new_tokens=16", timeout=900)
+                    "rollout.num_engines=2", "agent.time_budget_s=60", "agent.max_new_tokens=16", timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     rows = metrics(run)
     assert [r["step"] for r in rows] == [1, 2]
     for row in rows:
         assert row["agent/runs"] >= 4 and row["rollout/samples"] >= 4
-        for key in ("swe/resolved_rate", "swe/empty_patch_rate", "agent/retries", "agent/run_s_p95", "reward/mean"):
+        for key in ("swe/resolved_rate", "swe/empty_patch_rate", "agent/retries", "agent/run_s_p95", "reward/mean",
+                    "agent/branches_mean", "agent/time/engine_s", "agent/time/grade_s"):
             assert key in row, key
         assert 0.0 <= row["reward/mean"] <= 1.0  # a random model resolves next to nothing
+    # what the run kept: a row per task and step, and each run's transcript, diff and outcome
+    tasks = [json.loads(line) for line in (run / "agent" / "tasks.jsonl").read_text().splitlines()]
+    assert {t["step"] for t in tasks} == {1, 2} and all(t["runs"] == 2 for t in tasks)
+    kept = list((run / "agent" / "runs").glob("step_*/*/run.json"))
+    assert len(kept) >= 8
+    infos = [json.loads(p.read_text()) for p in kept]
+    from slimecli.sandbox.bwrap import available
+
+    expected = "bwrap" if available() is None else "local"  # sandbox=auto
+    assert {i["agent"] for i in infos} == {"claude_code"} and {i["sandbox"] for i in infos} == {expected}
+    assert {i["engine"] for i in infos} == {0, 1}  # sessions spread over both engines
+    transcript = kept[0].parent.joinpath("transcript.txt").read_text()
+    assert "PROBLEM_STATEMENT.md" in transcript  # the CLI's own prompt, decoded
+    # both engines got the new weights after each step
+    for i in (0, 1):
+        assert (run / "logs" / f"engine-{i}.log").read_text().count("weights updated") == 2

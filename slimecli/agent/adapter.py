@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +62,7 @@ class TurnResult:
     stop_sequence: str | None = None
     capped: bool = False  # cut by the adapter's own per-turn cap (agent.max_new_tokens), not by the client
     context_limited: bool = False  # the context window left less room than the turn asked for
+    engine_s: float = 0.0  # time in the engine's /generate
 
     @property
     def truncated(self) -> bool:
@@ -70,7 +72,7 @@ class TurnResult:
     def to_turn(self) -> Turn:
         return Turn(self.prompt_ids, self.gen.output_ids, self.gen.log_probs, self.gen.finish_reason,
                     self.parsed.ill_formed, self.gen.weight_version,
-                    tuple(call.name for call in self.parsed.tool_calls), self.context_limited)
+                    tuple(call.name for call in self.parsed.tool_calls), self.context_limited, self.engine_s)
 
 
 @dataclass
@@ -246,6 +248,7 @@ class Adapter:
         prompt_ids = await self.render(req)
         remaining = self.renderer.context_len - len(prompt_ids)
         capped = False
+        engine_s = 0.0
         wanted = req.max_tokens if req.max_tokens is not None else self.settings.max_new_tokens
         context_limited = remaining < min(wanted, self.settings.max_new_tokens)
         if remaining <= 0:
@@ -263,6 +266,7 @@ class Adapter:
             if req.stop:
                 params["stop"] = req.stop
             params.update(constraint or {})
+            started = time.perf_counter()
             try:
                 gen = await self.engine.generate(prompt_ids, params, rid=f"{self.name}-{uuid.uuid4().hex}",
                                                  session=session)
@@ -270,13 +274,14 @@ class Adapter:
                 what = f" (agent.constrain={self.settings.constrain})" if constraint else ""
                 raise ApiError(400, f"the engine rejected this turn{what}: {exc.message[:1000]}", retry=False
                                ) from None
+            engine_s = time.perf_counter() - started
             if gen.finish_reason == "abort":  # e.g. paused for a weight update: not a turn, let the CLI retry
                 raise ApiError(503, "the engine aborted this generation; retry", retry=True)
         text = self.renderer.decode(gen.output_ids)
         stop_sequence = gen.matched if isinstance(gen.matched, str) and gen.matched in req.stop else None
         if stop_sequence and text.endswith(stop_sequence):
             text = text[: -len(stop_sequence)]
-        return TurnResult(prompt_ids, gen, self.parser.parse(text), stop_sequence, capped, context_limited)
+        return TurnResult(prompt_ids, gen, self.parser.parse(text), stop_sequence, capped, context_limited, engine_s)
 
     async def serve_turn(self, request: web.Request, sid: str, req: TurnRequest, reply: Any) -> web.StreamResponse:
         """Admit, run, send the reply with `reply(request, result)`, then record; always release the slot."""

@@ -66,7 +66,7 @@ class AnthropicAdapter(Adapter):
     async def _stream(self, request: web.Request, model: str, result: TurnResult) -> web.StreamResponse:
         resp = await open_sse(request)
         u = usage(result)
-        start = {"id": new_id("msg_"), "type": "message", "role": "assistant", "model": model, "content": [],
+        start: dict[str, Any] = {"id": new_id("msg_"), "type": "message", "role": "assistant", "model": model, "content": [],
                  "stop_reason": None, "stop_sequence": None,
                  "usage": {"input_tokens": u["input_tokens"], "output_tokens": 0}}
         chunks = [sse_event("message_start", {"type": "message_start", "message": start}),
@@ -85,6 +85,7 @@ class AnthropicAdapter(Adapter):
 
 def _block_events(index: int, block: dict[str, Any]) -> list[bytes]:
     kind = block["type"]
+    start: dict[str, Any]
     if kind == "text":
         start, deltas = {"type": "text", "text": ""}, [{"type": "text_delta", "text": block["text"]}]
     elif kind == "thinking":
@@ -234,6 +235,7 @@ def _tools(raw: Any) -> list[dict[str, Any]]:
             raise ApiError(400, f"tools.{i} must be an object with a string `name`")
         if tool.get("type") not in (None, "custom") or tool.get("defer_loading") is True:
             continue  # server tools (web search, ...) and deferred tools are not offered to the local model
-        description = tool.get("description") if isinstance(tool.get("description"), str) else ""
-        tools.append(tool_schema(tool["name"], description, tool.get("input_schema")))
+        description = tool.get("description")
+        tools.append(tool_schema(tool["name"], description if isinstance(description, str) else "",
+                                 tool.get("input_schema")))
     return tools

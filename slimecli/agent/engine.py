@@ -73,6 +73,9 @@ class EngineLink:
     def release(self, session: str) -> None:
         """The session is over (one engine: nothing to forget)."""
 
+    def assigned(self, session: str) -> int | None:
+        return 0
+
     async def abort(self, rid: str) -> None:
         try:
             await asyncio.wait_for(self.client.abort(rid), 10.0)
@@ -102,6 +105,10 @@ class EnginePool:
             self._sessions[session] = index
             self._load[index] += 1
         return self._sessions[session]
+
+    def assigned(self, session: str) -> int | None:
+        """The engine serving `session`, None before its first turn."""
+        return self._sessions.get(session)
 
     def release(self, session: str) -> None:
         index = self._sessions.pop(session, None)

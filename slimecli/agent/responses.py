@@ -166,7 +166,7 @@ def tool_choice(raw: Any, parallel: bool = True) -> ToolChoice:
         for i, tool in enumerate(tools):
             if not isinstance(tool, dict) or not isinstance(tool.get("name", tool.get("type")), str):
                 raise ApiError(400, f"`tool_choice.tools.{i}` must be an object naming a tool")
-            names.append(tool.get("name", tool.get("type")))
+            names.append(str(tool.get("name", tool.get("type"))))
         return ToolChoice(mode, tuple(names), parallel)
     name = raw.get("name") if kind in ("function", "custom") else kind
     if not isinstance(name, str) or not name:
@@ -233,6 +233,7 @@ def _tools(raw: Any) -> list[dict[str, Any]]:
             continue  # custom, local_shell, web_search, namespace...: not offered to the local model
         if not isinstance(tool.get("name"), str):
             raise ApiError(400, f"tools.{i}: a function tool needs a string `name`")
-        description = tool.get("description") if isinstance(tool.get("description"), str) else ""
-        tools.append(tool_schema(tool["name"], description, tool.get("parameters")))
+        description = tool.get("description")
+        tools.append(tool_schema(tool["name"], description if isinstance(description, str) else "",
+                                 tool.get("parameters")))
     return tools

@@ -219,7 +219,7 @@ def percentile(values: list[float], q: float) -> float:
 def run_metrics(runs: list[AgentRun]) -> dict[str, float]:
     """swe/* over the graded runs (one grade per run, whatever its branches), agent/* over every attempt."""
     graded = [run for run in runs if run.grade is not None]
-    grades = [run.grade for run in graded]
+    grades = [g for g in (run.grade for run in graded) if g is not None]
     diffs = [str(run.samples[0].metadata.get("diff", "")) for run in graded]
     attempts = sum(len(run.seconds) for run in runs)
     out: dict[str, float] = {
@@ -248,6 +248,7 @@ def run_metrics(runs: list[AgentRun]) -> dict[str, float]:
                 calls[name] = calls.get(name, 0) + int(count)
     for name, count in sorted(calls.items()):  # calls per valid run
         out[f"agent/tool_calls/{name}"] = count / len(valid)
+    out.update(time_split([run.samples for run in runs]))
     reasons: dict[str, int] = {}
     for run in runs:
         for reason in run.aborts:
@@ -258,3 +259,22 @@ def run_metrics(runs: list[AgentRun]) -> dict[str, float]:
     out["agent/run_s_p50"] = percentile(seconds, 50)
     out["agent/run_s_p95"] = percentile(seconds, 95)
     return out
+
+
+def time_split(runs: list[list[Sample]]) -> dict[str, float]:
+    """Where a run's time went, mean seconds per run: making its sandbox, the engine (every turn's /generate),
+    the CLI and its tools (the CLI's wall time less the engine's), grading."""
+    parts: dict[str, list[float]] = {"sandbox": [], "engine": [], "cli": [], "grade": []}
+    for samples in runs:
+        if not samples:
+            continue
+        meta = samples[0].metadata
+        engine = sum(float(s.metadata.get("engine_s", 0.0)) for s in samples)
+        if "sandbox_s" in meta:
+            parts["sandbox"].append(float(meta["sandbox_s"]))
+        if "elapsed_s" in meta:
+            parts["engine"].append(engine)
+            parts["cli"].append(max(0.0, float(meta["elapsed_s"]) - engine))
+        if "grade_s" in meta:
+            parts["grade"].append(float(meta["grade_s"]))
+    return {f"agent/time/{name}_s": _mean(values) for name, values in parts.items() if values}

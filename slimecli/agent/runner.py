@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -54,15 +55,17 @@ async def run_task(service: AgentService, job: AgentJob, *, budget_s: float | No
 
     try:
         ro_paths, path_dirs = harness.sandbox_paths()  # the CLI reaches its adapter's port and nothing else
+        started = time.perf_counter()
         async with service.boots:  # a cap on workspaces and sandboxes being made at once (container starts)
             ws = await asyncio.to_thread(job.workspace)
             sandbox = await asyncio.to_thread(factory, ws, [service.port], ro_paths, path_dirs)
             info.update(sandbox=sandbox.kind, workdir=str(sandbox.workdir))
             await job.setup(sandbox)
+        info["sandbox_s"] = round(time.perf_counter() - started, 4)  # boot wait included
         if job.choices is not None:  # agent.constrain=choices: the task's listed alternatives
             service.adapter.set_choices(sid, [_as_call(c, harness) for c in job.choices])
         result = await harness.run(sandbox, job.prompt(sandbox), service.base_url, sid, budget)
-        info.update(_describe(result))
+        info.update(_describe(result), engine=service.engine.assigned(sid))
         if result.timed_out:
             if agent.on_timeout == "zero":  # the model ran out of time: its turns train with reward 0
                 samples = await service.manager.finish_session(sid, base, 0.0)
@@ -71,7 +74,11 @@ async def run_task(service: AgentService, job: AgentJob, *, budget_s: float | No
                 if samples:
                     return samples
             return aborted("wall_clock_timeout")
-        score = await job.score(sandbox)
+        started = time.perf_counter()
+        try:
+            score = await job.score(sandbox)
+        finally:
+            info["grade_s"] = round(time.perf_counter() - started, 4)
         samples = await service.manager.finish_session(sid, base, score)
         if not samples:
             return aborted("adapter_session_empty")

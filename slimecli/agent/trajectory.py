@@ -39,6 +39,7 @@ class Turn:
     weight_version: str | None = None
     tool_calls: tuple[str, ...] = ()  # names of the tools the turn called
     context_limited: bool = False  # the context window, not the client, bounded the turn
+    engine_s: float = 0.0  # the turn's time in the engine
 
 
 @dataclass
@@ -56,6 +57,7 @@ class _Branch:
     weight_versions: list[str] = field(default_factory=list)
     tool_calls: dict[str, int] = field(default_factory=dict)
     context_limited: bool = False
+    engine_s: float = 0.0
 
     def extend_context(self, ids: list[int]) -> None:
         self.tokens.extend(ids)
@@ -74,6 +76,7 @@ class _Branch:
         for name in turn.tool_calls:
             self.tool_calls[name] = self.tool_calls.get(name, 0) + 1
         self.context_limited = self.context_limited or turn.context_limited
+        self.engine_s += turn.engine_s
         if turn.weight_version is not None:
             self.weight_versions.append(turn.weight_version)
 
@@ -191,7 +194,7 @@ class TrajectoryManager:
         status = Status.from_finish_reason(b.finish_reason)
         metadata = {**base.metadata, "turns": b.turns, "ill_formed_turns": b.ill_formed, "realigned": b.realigned,
                     "branch": i, "num_branches": n, "tool_calls": dict(b.tool_calls),
-                    "context_truncated": b.context_limited}
+                    "context_truncated": b.context_limited, "engine_s": round(b.engine_s, 4)}
         return dataclasses.replace(
             base, session_id=sid, rollout_id=rollout_id, tokens=list(b.tokens), response=self.decode(response_ids),
             response_length=len(response_ids), loss_mask=list(b.loss_mask), rollout_log_probs=list(b.log_probs),

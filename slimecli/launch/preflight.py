@@ -120,11 +120,12 @@ def context_errors(cfg: SlimeConfig) -> list[ConfigError]:
 
 def model_errors(cfg: SlimeConfig) -> list[ConfigError]:
     """Checks that read the model files (the teacher must share the student's tokenizer)."""
-    if cfg.teacher.name == "server" and cfg.teacher.model_path and not cfg.teacher.url:
+    teacher = cfg.teacher.model_path
+    if cfg.teacher.name == "server" and teacher and not cfg.teacher.url:
         from slimecli.teacher.client import check_tokenizers_compatible
 
         cfg = materialize(cfg)
-        problem = check_tokenizers_compatible(cfg.model.tokenizer_path or cfg.model.path, cfg.teacher.model_path)
+        problem = check_tokenizers_compatible(cfg.model.resolved_tokenizer_path, teacher)
         if problem:
-            return [ConfigError("teacher.model_path", cfg.teacher.model_path, problem)]
+            return [ConfigError("teacher.model_path", teacher, problem)]
     return []

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import torch
 
@@ -208,6 +209,11 @@ def estimate(samples: Sequence[Sample], rewards: Sequence[float], cfg: TrainerCo
     return Advantages(unpad_rows(adv, lengths), unpad_rows(returns, lengths))
 
 
+@overload
+def apply_opd(advantages: torch.Tensor, student_logp: torch.Tensor, teacher_logp: torch.Tensor,
+              coef: float) -> torch.Tensor: ...
+@overload
+def apply_opd(advantages: Tensors, student_logp: Tensors, teacher_logp: Tensors, coef: float) -> Tensors: ...
 def apply_opd(advantages: Tensors | torch.Tensor, student_logp: Tensors | torch.Tensor,
               teacher_logp: Tensors | torch.Tensor, coef: float) -> Tensors | torch.Tensor:
     """Step 2 (on-policy distillation): advantages - coef * (student_logp - teacher_logp), per token.
@@ -217,7 +223,8 @@ def apply_opd(advantages: Tensors | torch.Tensor, student_logp: Tensors | torch.
     if isinstance(advantages, torch.Tensor):
         if coef == 0.0:
             return advantages
-        return advantages - coef * (student_logp.detach().float() - teacher_logp.detach().float())
+        student, teacher = torch.as_tensor(student_logp), torch.as_tensor(teacher_logp)
+        return advantages - coef * (student.detach().float() - teacher.detach().float())
     if coef == 0.0:
         return list(advantages)
     if not (len(advantages) == len(student_logp) == len(teacher_logp)):

@@ -49,7 +49,7 @@ class Trainer:
         self.run_dir = run_dir
         self.info = dist.init(cfg.trainer.dist_backend)
         torch.manual_seed(cfg.run.seed + self.info.rank)
-        self.tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path)
+        self.tokenizer = load_tokenizer(cfg.model.resolved_tokenizer_path)
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.ctx = RankContext(pad_id, cfg.trainer.micro_batch_size, cfg.rollout.temperature, self.info.device,
                                self.info.rank, self.info.world_size)
@@ -159,7 +159,7 @@ class Trainer:
 
         state = full_state_dict(self.model, self.info.is_main)
         if state is not None:
-            path = export_hf(state, self.cfg.model.path, self.run_dir / "final")
+            path = export_hf(state, self.cfg.model.resolved_path, self.run_dir / "final")
             log.info("final model written to %s", path)
 
     def _resume(self) -> bool:

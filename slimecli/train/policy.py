@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -13,16 +14,19 @@ from slimecli.config.schema import SlimeConfig
 from slimecli.train.batch import PackedBatch
 from slimecli.train.dist import DistInfo
 
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import FSDPModule
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def load_policy(cfg: SlimeConfig, info: DistInfo, trainable: bool = True) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(cfg.model.path, dtype=DTYPES[cfg.model.dtype],
+    model = AutoModelForCausalLM.from_pretrained(cfg.model.resolved_path, dtype=DTYPES[cfg.model.dtype],
                                                  trust_remote_code=cfg.model.trust_remote_code,
                                                  attn_implementation="sdpa")
-    model.to(info.device)
+    model.to(info.device)  # type: ignore[arg-type]  # transformers' stubs type .to() for its own use
     if not trainable:
         model.eval().requires_grad_(False)
         return model
@@ -63,7 +67,7 @@ def full_state_dict(model: torch.nn.Module, is_main: bool) -> dict[str, torch.Te
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        return state if is_main else None
+        return cast(dict[str, torch.Tensor], state) if is_main else None
     if not is_main:
         return None
     return {k: v.detach().cpu() for k, v in unwrap(model).state_dict().items()}
@@ -74,7 +78,7 @@ def load_full_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor])
     if is_sharded(model):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-        set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
+        set_model_state_dict(model, dict(state), options=StateDictOptions(full_state_dict=True))
     else:
         unwrap(model).load_state_dict(state)
 
@@ -127,11 +131,12 @@ def _keeps_logits(model: torch.nn.Module) -> bool:
 def no_sync_unless(model: torch.nn.Module, last: bool) -> Iterator[None]:
     """Skip the gradient all-reduce (DDP) or reduce-scatter (FSDP) on all but the last micro-batch."""
     if is_sharded(model):
-        model.set_requires_gradient_sync(last)
+        sharded = cast("FSDPModule", model)
+        sharded.set_requires_gradient_sync(last)
         try:
             yield
         finally:
-            model.set_requires_gradient_sync(True)
+            sharded.set_requires_gradient_sync(True)
         return
     ctx = model.no_sync() if isinstance(model, DistributedDataParallel) and not last else nullcontext()
     with ctx:

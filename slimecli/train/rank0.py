@@ -80,6 +80,7 @@ class RolloutSide:
         return result
 
     async def _teacher_scores(self, result: RolloutResult) -> dict[str, float]:
+        assert self.teacher is not None  # collect() asks only when there is one
         scores = await self.teacher.score(result.samples)
         gaps, teacher_means = [], []
         for sample, teacher_lp in zip(result.samples, scores, strict=True):
@@ -96,7 +97,7 @@ class RolloutSide:
         """Write the weights as an HF dir, then pause -> flush -> update -> continue on every engine."""
         from slimecli.train.hf_export import export_version
 
-        path = export_version(state, self.cfg.model.path, self.run_dir, version, keep=2)
+        path = export_version(state, self.cfg.model.resolved_path, self.run_dir, version, keep=2)
         async def update_all() -> None:
             await asyncio.gather(*(self._update(e, str(path), str(version)) for e in self.engines))
 

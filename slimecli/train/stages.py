@@ -257,8 +257,8 @@ def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: 
                 (loss * (0.0 if filler else ctx.world_size)).backward()  # DDP averages gradients over ranks
             if filler:
                 continue
-            for k, v in metrics.items():
-                sums[k] = sums.get(k, 0.0) + float(v)
+            for name, value in metrics.items():
+                sums[name] = sums.get(name, 0.0) + float(value)
         grad_norms.append(optimizer_step(model, optimizer, cfg))
     out = {f"train/{k}": v / max(updates, 1) for k, v in dist.all_reduce_sum(sums).items()}
     out["train/grad_norm"] = sum(grad_norms) / max(len(grad_norms), 1)
@@ -277,7 +277,8 @@ def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg
     if clip > 0:
         norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
     else:
-        norm = float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params]))) if params else 0.0
+        grads = [p.grad for p in params if p.grad is not None]
+        norm = float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))) if grads else 0.0
     if cfg.optimizer.reset_state_each_step:
         reset_optimizer_state(optimizer)
     optimizer.step()

@@ -21,3 +21,15 @@ class ModelConfig:
     intermediate_size: int = 128
     max_position_embeddings: int = 65536  # tiny model: agent CLI prompts (~80k chars) need > 32k tokens
     trust_remote_code: bool = False
+
+    @property
+    def resolved_path(self) -> str:
+        """`path` of a config the controller materialized (workers only ever see those)."""
+        if self.path is None:
+            raise ValueError("model.path is unset: the controller resolves it (model=tiny is created) before "
+                             "any worker starts")
+        return self.path
+
+    @property
+    def resolved_tokenizer_path(self) -> str:
+        return self.tokenizer_path or self.resolved_path
