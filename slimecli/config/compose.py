@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from slimecli.config import recipes as recipe_lib
 from slimecli.config.errors import ConfigError, ConfigErrors, allowed_hint, did_you_mean
@@ -99,7 +100,7 @@ def _hydra_compose(groups: dict[str, str], recipe: recipe_lib.Recipe | None) -> 
     data.pop("hydra", None)
     if recipe is not None:
         data["recipe"] = recipe.name
-    return data
+    return cast(dict[str, Any], data)
 
 
 def _set_path(data: dict[str, Any], path: str, value: Any, errors: list[ConfigError]) -> None:
@@ -158,7 +159,7 @@ def compose_dict(overrides: list[str], recipe_dirs: tuple[str, ...] = (), uses_a
     return data, errors
 
 
-def load(overrides: list[str] = (), recipe_dirs: tuple[str, ...] = (), uses_agent: bool = False) -> SlimeConfig:
+def load(overrides: Sequence[str] = (), recipe_dirs: tuple[str, ...] = (), uses_agent: bool = False) -> SlimeConfig:
     """Compose, check the schema and every rule; raise ConfigErrors with all of them at once."""
     from slimecli.config.rules import check_all
     from slimecli.config.typed import build

@@ -39,7 +39,7 @@ def _type_name(tp: Any) -> str:
 def _convert(value: Any, tp: Any, path: str, errors: list[ConfigError]) -> Any:
     """Check `value` against `tp`; return the converted value or _MISSING after recording an error."""
     origin = typing.get_origin(tp)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             errors.append(ConfigError(path, value, f"expected a mapping of {tp.__name__} fields"))
             return _MISSING
@@ -156,7 +156,7 @@ def schema_paths(cls: type, prefix: str = "") -> list[str]:
     out: list[str] = []
     for name, tp in field_types(cls).items():
         path = f"{prefix}.{name}" if prefix else name
-        if dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             out.extend(schema_paths(tp, path))
         else:
             out.append(path)

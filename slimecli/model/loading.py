@@ -33,7 +33,7 @@ def load_model(path: str | Path, dtype: str = "float32", device: str = "cpu") ->
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype(dtype), attn_implementation="sdpa")
+    model: Any = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype(dtype), attn_implementation="sdpa")
     return model.to(device).eval()
 
 

@@ -22,11 +22,14 @@ import threading
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slimecli.config.groups.reward import RewardConfig
 from slimecli.reward.python_fn import load_reward_fn
 from slimecli.reward.registry import get_reward
+
+if TYPE_CHECKING:
+    from slimecli.reward.remote import RemoteReward
 
 ERROR_KEY = "reward_error"
 DETAIL_KEY = "reward_error_detail"
@@ -92,7 +95,7 @@ class _Resolver:
 
     def __init__(self, cfg: RewardConfig):
         self.cfg = cfg
-        self.remote = None
+        self.remote: RemoteReward | None = None
 
     def source(self, sample: Any) -> _Source:
         metadata = sample.metadata if isinstance(sample.metadata, Mapping) else {}
@@ -105,13 +108,14 @@ class _Resolver:
 
     def named(self, name: str) -> _Source:
         if name == "remote":
-            if not self.cfg.url:
+            url = self.cfg.url
+            if not url:
                 raise ValueError("reward=remote needs reward.url")
             if self.remote is None:
                 from slimecli.reward.remote import RemoteReward
 
                 c = self.cfg
-                self.remote = RemoteReward(c.url, c.timeout_s, c.max_retries, c.concurrency, backoff_s=c.backoff_s)
+                self.remote = RemoteReward(url, c.timeout_s, c.max_retries, c.concurrency, backoff_s=c.backoff_s)
             return _Source("remote", f"remote {self.cfg.url}", self.remote, bounded=True)
         if name == "python":
             raise ValueError("reward=python needs reward.path (package.module:function or /path/file.py:function)")
@@ -125,7 +129,7 @@ class _Resolver:
 
 def _log_once(log: logging.Logger, name: str, exc: BaseException, timeout_s: float) -> None:
     if isinstance(exc, TimeoutError) and not str(exc):
-        key = (name, "TimeoutError")
+        key: tuple[str, ...] = (name, "TimeoutError")
         if key not in _LOGGED:
             _LOGGED.add(key)
             log.error("reward %s exceeded reward.timeout_s=%ss; affected samples get metadata.%s='TimeoutError' "

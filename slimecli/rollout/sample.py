@@ -67,7 +67,7 @@ class Sample:
         self.tokens.extend(token_ids)
         self.response_length += len(token_ids)
         self.loss_mask.extend([1 if trainable else 0] * len(token_ids))
-        self.rollout_log_probs.extend(log_probs if trainable else [0.0] * len(token_ids))
+        self.rollout_log_probs.extend(log_probs if trainable and log_probs is not None else [0.0] * len(token_ids))
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}

@@ -215,7 +215,7 @@ class Sandbox(ABC):
         self.kill(name)
         launch = self._prepare(argv, env, None)
         files = (self.meta / f"{name}.stdout", self.meta / f"{name}.stderr")
-        handles = [f.open("wb") for f in files]
+        handles: list[IO[bytes]] = [f.open("wb") for f in files]
         # Started from the calling thread: bwrap's --die-with-parent follows the thread that forked it.
         proc = subprocess.Popen(launch.argv, cwd=launch.cwd, env=launch.env, stdin=subprocess.DEVNULL,
                                 stdout=handles[0], stderr=handles[1], start_new_session=True,

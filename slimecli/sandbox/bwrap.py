@@ -15,12 +15,14 @@
 from __future__ import annotations
 
 import functools
+import io
 import os
 import select
 import shutil
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 from slimecli.config.groups.sandbox import SandboxConfig
 from slimecli.sandbox.base import INNER, Launch, Sandbox, base_python, launcher_spec
@@ -42,10 +44,12 @@ def _make_userns(uid: int, timeout_s: float) -> int:
     """An fd of a new user namespace mapping 0 and `uid` to themselves (written by us, as root)."""
     helper = subprocess.Popen(["unshare", "--user", "--", "/bin/sh", "-c", "echo ready; exec cat"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert helper.stdin is not None and helper.stdout is not None and helper.stderr is not None  # all PIPEs
     try:
         ready, _, _ = select.select([helper.stdout], [], [], timeout_s)
         if not ready or not helper.stdout.readline():
-            raise RuntimeError(f"cannot create a user namespace: {helper.stderr.read1(2000).decode(errors='replace')}")
+            err = cast(io.BufferedReader, helper.stderr).read1(2000)  # a PIPE, so a buffered reader
+            raise RuntimeError(f"cannot create a user namespace: {err.decode(errors='replace')}")
         for name in ("uid_map", "gid_map"):
             Path(f"/proc/{helper.pid}/{name}").write_text(f"0 0 1\n{uid} {uid} 1\n")
         return os.open(f"/proc/{helper.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
@@ -146,8 +150,8 @@ class BwrapSandbox(Sandbox):
         package = os.path.realpath(Path(slimecli.__file__).parent)  # task data: gold patches, hidden tests
         if _under(package, [*SYSTEM_RO, *ro]):
             args += ["--tmpfs", package]
-        for p in (self.workdir, self.home):
-            bind("--bind", str(p), str(p))
+        for path in (self.workdir, self.home):
+            bind("--bind", str(path), str(path))
         if self.relay is not None:
             bind("--ro-bind", str(self.relay.directory), str(self.relay.directory))
         bind("--ro-bind", str(INNER), f"{INNER_DIR}/inner.py")

@@ -63,8 +63,8 @@ class ContainerSandbox(Sandbox):
         for path in (self.workdir, self.home):
             args += ["-v", f"{path}:{path}:rw"]
         prefixes = {os.path.realpath(p) for p in (sys.base_prefix, *self.ro_paths) if os.path.exists(p)}
-        for path in sorted(prefixes):
-            args += ["-v", f"{path}:{path}:ro"]
+        for prefix in sorted(prefixes):
+            args += ["-v", f"{prefix}:{prefix}:ro"]
         args += ["-v", f"{INNER}:{INNER_PATH}:ro"]
         if self.relay is not None:
             args += ["-v", f"{self.relay.directory}:{self.relay.directory}:ro"]

@@ -58,7 +58,8 @@ def _world(group: dist.ProcessGroup | None) -> int:
     return dist.get_world_size(group)
 
 
-def _all_reduce(t: torch.Tensor, op: dist.ReduceOp, group: dist.ProcessGroup | None) -> torch.Tensor:
+def _all_reduce(t: torch.Tensor, op: dist.ReduceOp | dist.ReduceOp.RedOpType,
+                group: dist.ProcessGroup | None) -> torch.Tensor:
     if _world(group) > 1:
         dist.all_reduce(t, op=op, group=group)
     return t
@@ -169,6 +170,7 @@ def _draw_owners(stats: Stats, n: int, shard: VocabShard, group: dist.ProcessGro
     owners = torch.empty((rows, n), dtype=torch.long, device=stats.max.device)
     if shard.rank == 0 and rows:
         owners = torch.multinomial(torch.stack(parts, dim=1).clamp_(min=0), n, replacement=True, generator=generator)
+    assert group is not None  # tp > 1, and _check matched it against the group's size
     dist.broadcast(owners, src=dist.get_global_rank(group, 0), group=group)
     return owners
 

@@ -41,6 +41,7 @@ async def serve(server: EngineServer, stop: asyncio.Event | None = None) -> None
                                    ) from exc
         await server.warm_up()
         server.ready = True
+        assert server.scheduler is not None  # load() started it
         print(READY_LINE.format(host=server.host, port=server.port, model=server.model_path,
                                 version=server.scheduler.weight_version), flush=True)
         await stop.wait()

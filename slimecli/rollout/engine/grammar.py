@@ -16,14 +16,17 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from slimecli.rollout.engine.protocol import BadRequest, Constraint
 
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions
+
 CACHE_SIZE = 256
-JSON_DEFAULTS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+JSON_DEFAULTS: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 MAX_MESSAGE = 600
 
 

@@ -37,6 +37,7 @@ class SlotLayer(DynamicLayer):
         kbuf = like.new_zeros((b, h, new_cap, d))
         vbuf = like_v.new_zeros((b, like_v.shape[1], new_cap, like_v.shape[3]))
         if self.kbuf is not None and self.length:
+            assert self.vbuf is not None  # allocated together with kbuf
             kbuf[:, :, :self.length] = self.kbuf[:, :, :self.length]
             vbuf[:, :, :self.length] = self.vbuf[:, :, :self.length]
         self.kbuf, self.vbuf = kbuf, vbuf
@@ -47,6 +48,7 @@ class SlotLayer(DynamicLayer):
             self.lazy_initialization(key_states, value_states)
         end = self.length + key_states.shape[-2]
         self._reserve(end, key_states, value_states)
+        assert self.kbuf is not None and self.vbuf is not None
         self.kbuf[:, :, self.length:end] = key_states
         self.vbuf[:, :, self.length:end] = value_states
         self.length = end
@@ -91,7 +93,7 @@ class BatchCache(DynamicCache):
 
     @property
     def length(self) -> int:
-        return self.layers[0].length if self.layers else 0
+        return self.slot_layers[0].length if self.layers else 0
 
     @property
     def slot_layers(self) -> list[SlotLayer]:

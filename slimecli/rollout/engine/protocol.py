@@ -255,6 +255,7 @@ def parse_generate(body: Any, vocab_size: int) -> GenerateRequest:
         else:
             prompts = [(token_ids("input_ids", ids, vocab_size), None)]
     else:
+        assert text is not None  # checked above: one of text / input_ids is given
         batched = isinstance(text, list)
         texts = text if batched else [text]
         if batched and not texts:

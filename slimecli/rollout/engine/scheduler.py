@@ -14,11 +14,11 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 
-from slimecli.rollout.engine.grammar import allowed_tokens
+from slimecli.rollout.engine.grammar import Matcher, allowed_tokens
 from slimecli.rollout.engine.prefix_cache import PrefixCache
 from slimecli.rollout.engine.runner import Runner
 from slimecli.rollout.engine.sampling import sample
@@ -211,7 +211,8 @@ class Scheduler:
         if not which:
             return None
         t0 = time.perf_counter()
-        masks = allowed_tokens([rows[i].grammar for i in which], vocab, self.runner.device)
+        matchers = cast(list[Matcher], [rows[i].grammar for i in which])  # `which` has only rows with one
+        masks = allowed_tokens(matchers, vocab, self.runner.device)
         self.stats["grammar_s"] += time.perf_counter() - t0
         return which, masks
 

@@ -96,6 +96,13 @@ class EngineServer:
         self.active: dict[str, int] = {}  # client rid -> unfinished sequences (event-loop side only)
         self.loop: asyncio.AbstractEventLoop | None = None
 
+    @property
+    def _sched(self) -> Scheduler:
+        """The scheduler that load() started (routes reach it only after _not_ready() let them through)."""
+        if self.scheduler is None:
+            raise RuntimeError("the engine's scheduler is not started (load() has not run)")
+        return self.scheduler
+
     # ---- start-up ----------------------------------------------------------------------------
     def load(self) -> None:
         """Load model + tokenizer and start the scheduler (blocking; run off the event loop)."""
@@ -214,7 +221,7 @@ class EngineServer:
             await done.wait()
         except asyncio.CancelledError:
             uids = {s.uid for s in seqs}
-            self.scheduler.call(lambda: self.scheduler.abort(lambda s: s.uid in uids, "client disconnected"))
+            self._sched.call(lambda: self._sched.abort(lambda s: s.uid in uids, "client disconnected"))
             raise
 
     def _not_ready(self) -> web.Response | None:
@@ -238,7 +245,7 @@ class EngineServer:
         if req.stream:
             return await self._stream(request, req, seqs)
         await self._run(seqs)
-        wv = self.scheduler.weight_version
+        wv = self._sched.weight_version
         replies = [build_reply(s, self.tokenizer, wv) for s in seqs]
         return web.json_response(replies if req.batched else replies[0])
 
@@ -251,7 +258,7 @@ class EngineServer:
             pending = len(seqs)
             while pending:
                 s, n, fin = await queue.get()
-                chunk = build_reply(s, self.tokenizer, self.scheduler.weight_version, n, fin)
+                chunk = build_reply(s, self.tokenizer, self._sched.weight_version, n, fin)
                 if req.batched:
                     chunk["index"] = s.item.index
                 await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
@@ -270,7 +277,7 @@ class EngineServer:
     async def health_generate(self, request: web.Request) -> web.Response:
         if (resp := self._not_ready()) is not None:
             return resp
-        if self.scheduler.paused:
+        if self._sched.paused:
             return web.Response(text="")
         seq = self._seq(Item(index=0, rid=f"health-{time.monotonic_ns()}", prompt_ids=[next(iter(self.eos_ids), 0)],
                              text=None, params=SamplingParams(max_new_tokens=1, temperature=0.0)))
@@ -309,7 +316,7 @@ class EngineServer:
     async def flush_cache(self, request: web.Request) -> web.Response:
         if (resp := self._not_ready()) is not None:
             return resp
-        ok = await asyncio.wrap_future(self.scheduler.call(self.scheduler.flush))
+        ok = await asyncio.wrap_future(self._sched.call(self._sched.flush))
         if not ok:
             return error("Cache not flushed: requests are running or waiting.", 400)
         return web.json_response({"success": True, "message": "Cache flushed."})
@@ -325,7 +332,7 @@ class EngineServer:
             raise BadRequest("rid: must be a string")
         if rid is None and not abort_all:
             raise BadRequest("rid / abort_all: give a rid, or abort_all: true")
-        sch = self.scheduler
+        sch = self._sched
         match = (lambda s: True) if abort_all else (lambda s: s.item.group == rid or s.rid == rid)
         n = await asyncio.wrap_future(sch.call(lambda: sch.abort(match, "Aborted by /abort_request.")))
         return web.json_response({"success": True, "num_aborted": n})
@@ -337,13 +344,13 @@ class EngineServer:
         mode = body.get("mode", "abort")
         if mode not in PAUSE_MODES:
             raise BadRequest(f"mode: must be one of {', '.join(PAUSE_MODES)} (got {mode!r})")
-        n = await asyncio.wrap_future(self.scheduler.call(lambda: self.scheduler.pause(mode)))
+        n = await asyncio.wrap_future(self._sched.call(lambda: self._sched.pause(mode)))
         return web.json_response({"success": True, "message": f"Generation paused ({mode}).", "num_requests": n})
 
     async def resume(self, request: web.Request) -> web.Response:
         if (resp := self._not_ready()) is not None:
             return resp
-        await asyncio.wrap_future(self.scheduler.call(self.scheduler.resume))
+        await asyncio.wrap_future(self._sched.call(self._sched.resume))
         return web.json_response({"success": True, "message": "Generation continued."})
 
     async def update_weights(self, request: web.Request) -> web.Response:
@@ -359,7 +366,7 @@ class EngineServer:
         for key in ("abort_all_requests", "flush_cache"):
             if body.get(key) is not None and not isinstance(body.get(key), bool):
                 raise BadRequest(f"{key}: must be true or false")
-        sch = self.scheduler
+        sch = self._sched
         async with self._update_lock:
             try:
                 model = await asyncio.to_thread(self._load_compatible, path)

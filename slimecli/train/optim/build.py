@@ -42,8 +42,8 @@ def build_optimizer(named_params_or_params: Iterable[Any], cfg: OptimizerConfig)
     Master weights are the trainer's business (the optimizer sees whatever params it is given).
     """
     groups = param_groups(named_params_or_params, cfg.weight_decay)
-    common = dict(lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay,
-                  amsgrad=cfg.amsgrad, maximize=cfg.maximize)
+    common: dict[str, Any] = dict(lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay,
+                                  amsgrad=cfg.amsgrad, maximize=cfg.maximize)
     if cfg.name == "stateless_adam":
         return StatelessAdam(groups, **common, bias_correction=cfg.bias_correction, adam_w_mode=cfg.adam_w_mode,
                              master_weights=cfg.use_master_weights)

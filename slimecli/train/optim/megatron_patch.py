@@ -30,7 +30,9 @@ def _is_stateless(inner: Any) -> bool:
     if isinstance(inner, StatelessAdam):
         return True
     subs = getattr(inner, "sub_optimizers", None)  # HybridDeviceOptimizer (CPU offloading)
-    return bool(subs) and all(isinstance(s, StatelessAdam) for s in subs)
+    if not subs:
+        return False
+    return all(isinstance(s, StatelessAdam) for s in subs)
 
 
 def make_megatron_optimizer_stateless(opt: Any) -> None:

@@ -135,7 +135,8 @@ def _check_hparams(lr: float, betas: tuple[float, float], eps: float, weight_dec
         raise ValueError(f"Invalid weight_decay value: {weight_decay}")
 
 
-def _update_foreach(params: list[torch.Tensor], grads: list[torch.Tensor], group: dict[str, Any]) -> None:
+def _update_foreach(params: list[torch.Tensor], grads: list[torch.Tensor] | tuple[torch.Tensor, ...],
+                    group: dict[str, Any]) -> None:
     """p -= step·g/(c·|g|+eps) for one (device, dtype) bucket, three multi-tensor passes."""
     lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
     beta1, beta2 = group["betas"]
