@@ -125,12 +125,13 @@ def test_prefix_cache_reuses_a_shared_prefix(tiny: Path) -> None:
         return Seq(item=item, prompt_ids=prompt, eos_ids=frozenset())
 
     first = seq(list(range(10, 30)))
-    runner.prefill([first])
+    runner.prefill([first])  # its prompt is offered at once: a session starting now shares it
+    assert [e.tokens for e in prefix.entries.values()] == [list(range(10, 30))]
     first.output_ids.append(7)
     runner.decode()
     first.output_ids.append(8)
-    runner.remove([False])  # finished: its 21 cached tokens (prompt + first output) go to the prefix cache
-    assert len(prefix.entries) == 1 and prefix.entries[0].tokens == list(range(10, 30)) + [7]
+    runner.remove([False])  # finished: its 21 cached tokens (prompt + first output) supersede the prompt
+    assert [e.tokens for e in prefix.entries.values()] == [list(range(10, 30)) + [7]]
     # the next turn extends the conversation; another prompt shares only the first 12 tokens
     turn2, other = seq(list(range(10, 30)) + [7, 8, 99, 98]), seq(list(range(10, 22)) + [5, 5, 5])
     logits = runner.prefill([turn2, other])
@@ -145,6 +146,11 @@ def test_prefix_cache_reuses_a_shared_prefix(tiny: Path) -> None:
     with torch.no_grad():
         for s, lg in zip((turn2, other), step, strict=True):
             assert torch.allclose(lg, model(torch.tensor([s.context()])).logits[0, -1], atol=1e-4)
+    late = seq(list(range(10, 22)) + [5, 5, 6, 6])  # starts while `other` still runs: shares 14 tokens
+    lg = runner.prefill([late])[0]
+    assert late.cached_tokens == 14
+    with torch.no_grad():
+        assert torch.allclose(lg, model(torch.tensor([late.prompt_ids])).logits[0, -1], atol=1e-4)
     runner.set_model(model)  # new weights: nothing cached may survive
     assert not prefix.entries
 

@@ -118,12 +118,15 @@ class ClaudeCodeHarness(Harness):
 
     def configure(self, sandbox: Sandbox, base_url: str, session_id: str) -> dict[str, str]:
         config_dir = sandbox.home / ".claude"
-        settings = {"permissions": {"defaultMode": "bypassPermissions"}, "includeCoAuthoredBy": False}
+        # Auto-memory off: a fresh sandbox has nothing to remember, and its section names the sandbox's own
+        # home ~4k characters into the system prompt, which would end the prefix every run shares there.
+        settings = {"permissions": {"defaultMode": "bypassPermissions"}, "includeCoAuthoredBy": False,
+                    "autoMemoryEnabled": False}
         sandbox.write_file(config_dir / "settings.json", json.dumps(settings, indent=2))
         return {"ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": session_id,
                 "CLAUDE_CONFIG_DIR": str(config_dir), "DISABLE_TELEMETRY": "1",
                 "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
-                "DISABLE_ERROR_REPORTING": "1", "IS_SANDBOX": "1"}
+                "DISABLE_ERROR_REPORTING": "1", "IS_SANDBOX": "1", "CLAUDE_CODE_DISABLE_AUTO_MEMORY": "1"}
 
     def command(self, binary: str, prompt: str, sandbox: Sandbox) -> list[str]:
         # The sandbox is the permission boundary; IS_SANDBOX=1 lets this flag run as root there.

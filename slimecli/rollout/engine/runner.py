@@ -87,6 +87,9 @@ class Runner:
         if misses:
             for s, row in zip(misses, self._prefill_batch(misses), strict=True):
                 out[s.uid] = row
+        # Offered to the cache now, not when they finish: sessions that start together (every agent run of a
+        # step) then share the CLI's system prompt from the second prefill on.
+        self.save([i for i in range(len(self.rows) - len(group), len(self.rows))])
         return torch.stack([out[s.uid] for s in group])
 
     def _prefill_cached(self, seq: Seq, hit: int, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
