@@ -235,7 +235,10 @@ def test_tool_call_turn_round_trips_into_the_next_prompt(engine: Engine) -> None
             assert (s.metadata["turns"], s.metadata["num_branches"]) == (2, 1) and s.metadata["realigned"] <= 1
             check_recorded([s])
             tok = st.renderer.tokenizer
-            first = s.tokens[s.prompt_length:s.prompt_length + s.loss_mask.index(0)]
+            response = s.tokens[s.prompt_length:]
+            first = response[:next(i for i, t in enumerate(response) if t in st.renderer.stop_ids) + 1]
+            # the grammar forced the markers (tool_choice names the tool): not the policy's choice, not trained
+            assert s.loss_mask[0] == 0 and 1 in s.loss_mask[:len(first)]
             assert first[0] == tok.convert_tokens_to_ids("<tool_call>")  # the marker as its single added token
             assert first[-2] == tok.convert_tokens_to_ids("</tool_call>") and first[-1] in st.renderer.stop_ids
             assert st.renderer.decode(first) == HermesToolParser.call_format.format_call("Bash", use["input"])
@@ -468,6 +471,9 @@ def test_real_claude_code_runs_the_one_listed_bash_call_then_stops(tmp_path) -> 
     assert "Done." in s["metadata"]["cli_stdout"]
     assert 0 < s["response_length"] < len(s["tokens"])
     assert len(s["loss_mask"]) == len(s["rollout_log_probs"]) == s["response_length"]
-    assert s["loss_mask"][0] == 1 and 0 in s["loss_mask"]  # sampled call, tool result as context, sampled end
+    # one choice, then the fixed final text: the grammar left only ways to split the same text into tokens, so
+    # few tokens are the model's choice (they are trained) and the forced rest, with log-prob 0, is not
+    trained = [m for m, lp in zip(s["loss_mask"], s["rollout_log_probs"], strict=True) if lp != 0.0]
+    assert all(trained) and 0 < s["loss_mask"].count(1) == len(trained) < 0.3 * s["loss_mask"].count(0)
     assert command in s["response"] and "<tool_response>" in s["response"]  # the call, then its result as context
     assert s["metadata"]["ill_formed_turns"] == 0 and s["metadata"]["num_branches"] == 1

@@ -92,6 +92,18 @@ def test_tool_calls_and_context_limits_are_counted_per_branch():
     assert s.metadata["tool_calls"] == {"Bash": 2, "Read": 1} and s.metadata["context_truncated"] is True
 
 
+def test_tokens_a_grammar_forced_are_not_trained():
+    m = manager()
+    m.begin_turn("s")  # a constrained turn: the grammar left one token at 10, 12 and STOP (log-prob exactly 0)
+    m.end_turn("s", Turn([1, 2], [10, 11, 12, STOP], [0.0, -1.1, 0.0, 0.0], "stop", constrained=True))
+    m.begin_turn("s")  # a free turn with a certain token is still the policy's own
+    m.end_turn("s", Turn([1, 2, 10, 11, 12, STOP, 4], [13, STOP], [0.0, -0.2], "stop"))
+    [s] = finish(m)
+    check_consistent(s)
+    assert s.loss_mask == [0, 1, 0, 0, 0, 1, 1]
+    assert s.rollout_log_probs == [0.0, -1.1, 0.0, 0.0, 0.0, 0.0, -0.2]
+
+
 def test_small_drift_in_last_response_is_realigned_onto_sampled_tokens():
     m = manager(realign_min_ratio=0.5)
     m.begin_turn("s")

@@ -63,6 +63,7 @@ class TurnResult:
     capped: bool = False  # cut by the adapter's own per-turn cap (agent.max_new_tokens), not by the client
     context_limited: bool = False  # the context window left less room than the turn asked for
     engine_s: float = 0.0  # time in the engine's /generate
+    constrained: bool = False  # sampled under a grammar (agent.constrain)
 
     @property
     def truncated(self) -> bool:
@@ -72,7 +73,8 @@ class TurnResult:
     def to_turn(self) -> Turn:
         return Turn(self.prompt_ids, self.gen.output_ids, self.gen.log_probs, self.gen.finish_reason,
                     self.parsed.ill_formed, self.gen.weight_version,
-                    tuple(call.name for call in self.parsed.tool_calls), self.context_limited, self.engine_s)
+                    tuple(call.name for call in self.parsed.tool_calls), self.context_limited, self.engine_s,
+                    self.constrained)
 
 
 @dataclass
@@ -281,7 +283,8 @@ class Adapter:
         stop_sequence = gen.matched if isinstance(gen.matched, str) and gen.matched in req.stop else None
         if stop_sequence and text.endswith(stop_sequence):
             text = text[: -len(stop_sequence)]
-        return TurnResult(prompt_ids, gen, self.parser.parse(text), stop_sequence, capped, context_limited, engine_s)
+        return TurnResult(prompt_ids, gen, self.parser.parse(text), stop_sequence, capped, context_limited, engine_s,
+                          bool(constraint))
 
     async def serve_turn(self, request: web.Request, sid: str, req: TurnRequest, reply: Any) -> web.StreamResponse:
         """Admit, run, send the reply with `reply(request, result)`, then record; always release the slot."""

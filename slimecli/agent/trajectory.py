@@ -40,6 +40,14 @@ class Turn:
     tool_calls: tuple[str, ...] = ()  # names of the tools the turn called
     context_limited: bool = False  # the context window, not the client, bounded the turn
     engine_s: float = 0.0  # the turn's time in the engine
+    constrained: bool = False  # sampled under a grammar: its log-probs are of the masked distribution
+
+    def trained(self) -> list[int]:
+        """Loss mask of the output: under a grammar, a token it forced (masked log-prob exactly 0, the only
+        allowed token) was no choice of the policy, so it is context, not a decision to reinforce."""
+        if not self.constrained:
+            return [1] * len(self.output_ids)
+        return [0 if lp == 0.0 else 1 for lp in self.output_log_probs]
 
 
 @dataclass
@@ -68,7 +76,7 @@ class _Branch:
         self.last_context_len = len(self.tokens)
         self.last_output = list(turn.output_ids)
         self.tokens.extend(turn.output_ids)
-        self.loss_mask.extend([1] * len(turn.output_ids))
+        self.loss_mask.extend(turn.trained())
         self.log_probs.extend(float(x) for x in turn.output_log_probs)
         self.finish_reason = turn.finish_reason
         self.turns += 1
