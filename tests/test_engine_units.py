@@ -153,6 +153,9 @@ def test_prefix_cache_reuses_a_shared_prefix(tiny: Path) -> None:
         assert torch.allclose(lg, model(torch.tensor([late.prompt_ids])).logits[0, -1], atol=1e-4)
     runner.set_model(model)  # new weights: nothing cached may survive
     assert not prefix.entries
+    late.output_ids.append(2)  # a row kept through the update (paused in place) holds the old keys/values:
+    runner.remove([True, True, False])  # when it leaves, they must not serve the new weights either
+    assert not prefix.entries
 
 
 def test_draws_follow_the_distribution() -> None:

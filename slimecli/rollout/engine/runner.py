@@ -30,6 +30,7 @@ class Runner:
         self.rows: list[Seq] = []
         self.pads: list[int] = []
         self.cache: BatchCache | None = None
+        self.weights = 0  # bumped by every set_model: keys/values of an older generation are stale
         self.set_model(model)
 
     def set_model(self, model: Any) -> None:
@@ -37,6 +38,7 @@ class Runner:
         self.num_layers = model.config.get_text_config().num_hidden_layers
         self.device = next(model.parameters()).device
         self.cache_kw = _cache_kwarg(model)
+        self.weights += 1
         if self.prefix is not None:
             self.prefix.clear()  # keys/values of the old weights must not serve the new ones
 
@@ -133,6 +135,8 @@ class Runner:
         return last
 
     def _join(self, cache: BatchCache, seqs: list[Seq], own_pads: list[int]) -> None:
+        for s in seqs:
+            s.kv_weights = self.weights
         if self.cache is None or not self.rows:
             self.cache, self.rows, self.pads = cache, list(seqs), own_pads
         else:
@@ -177,8 +181,8 @@ class Runner:
         layers = [layer.valid() for layer in self.cache.slot_layers]
         for i in rows:
             n = length - self.pads[i]
-            if n < self.prefix.min_tokens:
-                continue
+            if n < self.prefix.min_tokens or self.rows[i].kv_weights != self.weights:
+                continue  # too short to be worth it, or kept through a weight update (paused in place)
             kv = [(k[i:i + 1, :, self.pads[i]:length].clone(), v[i:i + 1, :, self.pads[i]:length].clone())
                   for k, v in layers]
             self.prefix.put(self.rows[i].context()[:n], kv)

@@ -35,6 +35,7 @@ class Seq:
     started: float = field(default_factory=time.monotonic)
     weight_version: str = ""
     cached_tokens: int = 0  # prompt tokens whose keys/values came from the prefix cache
+    kv_weights: int = -1  # the runner's weights generation its keys/values were computed with
     generator: torch.Generator | None = None
     grammar: Matcher | None = None  # regex / json_schema / ebnf: advanced with every sampled token
     _row: RowState | None = None
