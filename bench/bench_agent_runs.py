@@ -56,6 +56,7 @@ async def main_async(args: argparse.Namespace) -> int:
     service = AgentService(cfg, port=0)
     await service.start()
     rows = []
+    kinds: set[str] = set()  # the sandbox kind `auto` resolved to
     try:
         await batch(service, tasks[:1], 1)  # warm-up: node's module cache, the engine's first compile
         for c in args.concurrency:
@@ -64,9 +65,10 @@ async def main_async(args: argparse.Namespace) -> int:
             resolved = statistics.mean(float(run[0].reward.get("resolved", 0)) if isinstance(run[0].reward, dict)
                                        else 0.0 for run in runs)
             rows.append((c, wall, len(runs) / wall * 60, time_split(runs), aborted, resolved))
+            kinds.update(str(s.metadata.get("sandbox")) for run in runs for s in run)
     finally:
         await service.stop()
-    print(f"{args.runs} agent runs of +recipe=swe_agent_smoke ({args.agent}, sandbox={cfg.sandbox.name}), tiny model")
+    print(f"{args.runs} agent runs of +recipe=swe_agent_smoke ({args.agent}, sandbox={'/'.join(sorted(kinds))}), tiny model")
     print(f"{'concurrency':>11} {'wall s':>8} {'runs/min':>9} {'speed-up':>9}   mean s per run: "
           f"{'sandbox':>8} {'engine':>8} {'cli':>8} {'grade':>8}   aborted resolved")
     base = rows[0][2]

@@ -66,9 +66,9 @@ class AnthropicAdapter(Adapter):
     async def _stream(self, request: web.Request, model: str, result: TurnResult) -> web.StreamResponse:
         resp = await open_sse(request)
         u = usage(result)
-        start: dict[str, Any] = {"id": new_id("msg_"), "type": "message", "role": "assistant", "model": model, "content": [],
-                 "stop_reason": None, "stop_sequence": None,
-                 "usage": {"input_tokens": u["input_tokens"], "output_tokens": 0}}
+        start: dict[str, Any] = {"id": new_id("msg_"), "type": "message", "role": "assistant", "model": model,
+                                 "content": [], "stop_reason": None, "stop_sequence": None,
+                                 "usage": {"input_tokens": u["input_tokens"], "output_tokens": 0}}
         chunks = [sse_event("message_start", {"type": "message_start", "message": start}),
                   sse_event("ping", {"type": "ping"})]
         for index, block in enumerate(content_blocks(result)):

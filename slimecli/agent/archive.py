@@ -17,8 +17,9 @@ from typing import Any
 
 from slimecli.rollout.sample import Sample
 
-RUN_FIELDS = ("agent", "engine", "sandbox", "exit_code", "timed_out", "elapsed_s", "turns", "ill_formed_turns", "tool_calls",
-              "context_truncated", "num_branches", "sandbox_s", "engine_s", "grade_s", "cli_stdout", "cli_stderr", "error", "abort_reason")
+RUN_FIELDS = ("agent", "engine", "sandbox", "exit_code", "timed_out", "elapsed_s", "turns", "ill_formed_turns",
+              "tool_calls", "context_truncated", "num_branches", "sandbox_s", "engine_s", "grade_s", "cli_stdout",
+              "cli_stderr", "error", "abort_reason")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 

@@ -74,6 +74,7 @@ class EngineLink:
         """The session is over (one engine: nothing to forget)."""
 
     def assigned(self, session: str) -> int | None:
+        """Every session is on the one engine."""
         return 0
 
     async def abort(self, rid: str) -> None:

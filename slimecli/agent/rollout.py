@@ -219,7 +219,7 @@ def percentile(values: list[float], q: float) -> float:
 def run_metrics(runs: list[AgentRun]) -> dict[str, float]:
     """swe/* over the graded runs (one grade per run, whatever its branches), agent/* over every attempt."""
     graded = [run for run in runs if run.grade is not None]
-    grades = [g for g in (run.grade for run in graded) if g is not None]
+    grades = [run.grade for run in runs if run.grade is not None]
     diffs = [str(run.samples[0].metadata.get("diff", "")) for run in graded]
     attempts = sum(len(run.seconds) for run in runs)
     out: dict[str, float] = {

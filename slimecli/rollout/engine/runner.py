@@ -91,7 +91,7 @@ class Runner:
                 out[s.uid] = row
         # Offered to the cache now, not when they finish: sessions that start together (every agent run of a
         # step) then share the CLI's system prompt from the second prefill on.
-        self.save([i for i in range(len(self.rows) - len(group), len(self.rows))])
+        self.save(list(range(len(self.rows) - len(group), len(self.rows))))  # the group's rows were joined last
         return torch.stack([out[s.uid] for s in group])
 
     def _prefill_cached(self, seq: Seq, hit: int, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
