@@ -128,7 +128,7 @@ def bench_http(seq_len: int = 512, n_requests: int = 8, rounds: int = 3) -> None
 
     from slimecli.config.compose import load
     from slimecli.config.io import save_frozen
-    from tests.conftest import free_port
+    from tests.helpers import free_port
 
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="bench-teacher-"))

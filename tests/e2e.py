@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from tests.conftest import ROOT, free_port, wait_dead
+from slimecli.observe.metrics import read_metrics
+from tests.helpers import ROOT, free_port, wait_dead
 
 
 def train_argv(run_dir: Path, *overrides: str) -> list[str]:
@@ -29,18 +28,8 @@ def run_train(run_dir: Path, *overrides: str, timeout: float = 600) -> subproces
 
 
 def metrics(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def wait_for(predicate, timeout: float, proc: subprocess.Popen | None = None, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"process exited ({proc.returncode}) before {what}:\n{proc.stdout.read()}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
+    """The complete rows of the run's metrics.jsonl (a row still being written is skipped)."""
+    return read_metrics(run_dir)
 
 
 def descendants(pid: int) -> list[int]:

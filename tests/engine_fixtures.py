@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -14,9 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
-from conftest import ROOT, free_port
 
 from slimecli.model.tiny import create_tiny_model
+from slimecli.process import kill_group
+from tests.helpers import ROOT, free_port
 
 
 @dataclass
@@ -58,12 +58,8 @@ def start_engine(argv: list[str], port: int, model_path: Path, log: Path, timeou
 
 def stop_engine(eng: Engine) -> None:
     if eng.proc.poll() is None:
-        os.killpg(eng.proc.pid, signal.SIGTERM)
-        try:
-            eng.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(eng.proc.pid, signal.SIGKILL)
-            eng.proc.wait(timeout=10)
+        kill_group(eng.proc.pid, grace_s=20, leader=eng.proc)
+        eng.proc.wait(timeout=10)
 
 
 def engine_fixture(tmp: Path, *extra: str) -> Iterator[Engine]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -11,7 +10,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import ROOT, free_port, wait_dead
+from slimecli.process import kill_group
+from tests.helpers import ROOT, free_port, wait_dead
 
 VOCAB = 1001  # odd: does not divide by tp=2, so the last shard is padded
 
@@ -72,14 +72,7 @@ class Server:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+            kill_group(self.proc.pid, grace_s=20, leader=self.proc)  # torchrun and its ranks
+            self.proc.wait(10)
         self.log.close()
         wait_dead([self.proc.pid], 5)

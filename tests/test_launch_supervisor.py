@@ -7,12 +7,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
+from slimecli.launch import pdeathsig
 from slimecli.launch.spec import Probe, ProcessSpec
 from slimecli.launch.supervisor import Supervisor
-from tests.conftest import ROOT, free_port, pid_alive, wait_dead
+from tests.helpers import ROOT, free_port, pid_alive, wait_dead, wait_until
 
 PY = sys.executable
 
@@ -40,8 +40,14 @@ def worker_spec(name: str, code: str) -> ProcessSpec:
     return ProcessSpec(name=name, argv=[PY, "-c", code], kind="worker")
 
 
-def pids_of(tmp: Path, name: str) -> list[int]:
-    return [int(p) for p in (tmp / f"{name}.pids").read_text().split()]
+def pids_of(tmp: Path, name: str, count: int = 1) -> list[int]:
+    """The pids a child wrote (servers: itself and its own child), once all `count` are there."""
+    def written() -> list[int]:
+        path = tmp / f"{name}.pids"
+        pids = [int(p) for p in path.read_text().split()] if path.exists() else []
+        return pids if len(pids) >= count else []
+
+    return wait_until(written, 60, f"{name} to write its pid file")
 
 
 def test_success_tears_down_servers_and_writes_logs(tmp_path):
@@ -69,12 +75,12 @@ def test_dying_server_fails_the_run(tmp_path, capsys):
     specs = [server_spec(tmp_path, "srv", port), worker_spec("work", "import time; time.sleep(60)")]
     sup = Supervisor(specs, tmp_path / "logs", grace_s=3)
 
-    def kill_server_soon():
-        time.sleep(2)
-        os.kill(pids_of(tmp_path, "srv")[0], signal.SIGKILL)
+    def kill_server_once_the_worker_runs():
+        wait_until(lambda: any(c.spec.name == "work" for c in sup.children), 60, "the worker to start")
+        os.kill(pids_of(tmp_path, "srv", 2)[0], signal.SIGKILL)
 
     import threading
-    threading.Thread(target=kill_server_soon, daemon=True).start()
+    threading.Thread(target=kill_server_once_the_worker_runs, daemon=True).start()
     assert sup.run() == 1
     assert "srv was killed by SIGKILL (exit code -9)" in capsys.readouterr().out
     assert all(c.proc.poll() is not None for c in sup.children)
@@ -117,16 +123,17 @@ CONTROLLER = textwrap.dedent("""
 def start_controller(tmp: Path) -> subprocess.Popen:
     proc = subprocess.Popen([PY, "-c", CONTROLLER, str(tmp), str(free_port())], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while not (tmp / "work.pids").exists():
-        assert time.monotonic() < deadline and proc.poll() is None, "controller did not start its children"
-        time.sleep(0.2)
+    wait_until(lambda: (tmp / "work.pids").exists(), 60, "the controller to start its children", proc=proc)
     return proc
+
+
+def controller_children(tmp: Path) -> list[int]:
+    return pids_of(tmp, "srv", 2) + pids_of(tmp, "work")
 
 
 def test_ctrl_c_leaves_no_processes(tmp_path):
     proc = start_controller(tmp_path)
-    pids = pids_of(tmp_path, "srv") + pids_of(tmp_path, "work")
+    pids = controller_children(tmp_path)
     assert all(pid_alive(p) for p in pids)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=30) == 128 + signal.SIGINT
@@ -135,7 +142,7 @@ def test_ctrl_c_leaves_no_processes(tmp_path):
 
 def test_sigterm_leaves_no_processes(tmp_path):
     proc = start_controller(tmp_path)
-    pids = pids_of(tmp_path, "srv") + pids_of(tmp_path, "work")
+    pids = controller_children(tmp_path)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 128 + signal.SIGTERM
     assert wait_dead(pids) == []
@@ -143,7 +150,47 @@ def test_sigterm_leaves_no_processes(tmp_path):
 
 def test_sigkilled_controller_takes_children_down(tmp_path):
     proc = start_controller(tmp_path)
-    pids = pids_of(tmp_path, "srv") + pids_of(tmp_path, "work")  # includes the server's own grandchild
+    pids = controller_children(tmp_path)  # includes the server's own grandchild
     proc.kill()
     proc.wait()
     assert wait_dead(pids, timeout=10) == []
+
+
+# The parent-death signal, set without preexec_fn (unsafe with the supervisor's threads).
+READ_PDEATHSIG = ("import ctypes; sig = ctypes.c_int(); ctypes.CDLL(None).prctl(2, ctypes.byref(sig)); "  # PR_GET_PDEATHSIG
+                  "print('pdeathsig', sig.value, flush=True)")
+
+
+def test_children_get_the_parent_death_signal_and_keep_their_pid(tmp_path):
+    argv = [PY, "-c", "import os; print('pid', os.getpid(), flush=True); " + READ_PDEATHSIG]
+    sup = Supervisor([ProcessSpec(name="work", argv=argv, kind="worker")], tmp_path / "logs", grace_s=2)
+    assert sup.run() == 0
+    log = (tmp_path / "logs" / "work.log").read_text()
+    assert f"pdeathsig {int(signal.SIGTERM)}" in log
+    assert f"pid {sup.children[0].proc.pid}" in log  # the wrapper exec()s: the supervisor's pid is the child's
+
+
+def test_children_start_with_default_signal_dispositions(tmp_path):
+    """The wrapper is Python, which ignores SIGPIPE; the real command must not inherit that."""
+    argv = ["/bin/sh", "-c", "grep SigIgn /proc/$$/status"]
+    sup = Supervisor([ProcessSpec(name="work", argv=argv, kind="worker")], tmp_path / "logs", grace_s=2)
+    assert sup.run() == 0
+    assert "SigIgn:\t0000000000000000" in (tmp_path / "logs" / "work.log").read_text()
+
+
+def test_a_missing_command_is_a_failed_child_not_a_traceback(tmp_path, capsys):
+    sup = Supervisor([ProcessSpec(name="work", argv=["slimecli-no-such-program"], kind="worker")], tmp_path / "logs",
+                     grace_s=2)
+    assert sup.run() == 1
+    out = capsys.readouterr().out
+    assert "work exited (exit code 127)" in out and "cannot run slimecli-no-such-program" in out
+
+
+def test_a_child_whose_parent_died_before_the_signal_was_set_does_not_run(tmp_path):
+    """The race prctl leaves open: the wrapper checks that its parent is still the one it was started by."""
+    marker = tmp_path / "ran"
+    not_our_parent = os.getppid()  # alive, but not the parent of the process started below
+    proc = subprocess.run(pdeathsig.command([PY, "-c", f"open({str(marker)!r}, 'w')"], parent=not_our_parent))
+    assert proc.returncode == 128 + signal.SIGTERM and not marker.exists()
+    assert subprocess.run(pdeathsig.command([PY, "-c", f"open({str(marker)!r}, 'w')"])).returncode == 0
+    assert marker.exists()

@@ -9,13 +9,13 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from slimecli.config.groups.sandbox import SandboxConfig
 from slimecli.sandbox.factory import make_sandbox
+from tests.helpers import wait_until
 
 BIN = str(Path(sys.executable).parent)
 
@@ -43,16 +43,6 @@ def sh(sandbox, script: str, timeout: float = 60, **kw):
     return asyncio.run(sandbox.exec(["/bin/sh", "-c", script], timeout_s=timeout, **kw))
 
 
-def wait_for(predicate, timeout: float = 30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError("condition not met before the deadline")
-
-
 def test_exec_runs_in_the_workspace_with_a_scrubbed_environment(box, monkeypatch):
     monkeypatch.setenv("SLIMECLI_TEST_SECRET", "caller-secret")
     res = sh(box, "pwd; env", env={"X": "1"})
@@ -70,10 +60,10 @@ def test_exec_kills_the_whole_tree_at_the_time_limit(box):
 
 def test_start_poll_output_kill(box):
     box.start("ok", ["/bin/sh", "-c", "echo out; echo err >&2; exit 3"])
-    assert wait_for(lambda: box.poll("ok") is not None) and box.poll("ok") == 3
+    assert wait_until(lambda: box.poll("ok") is not None, 30, "the command to exit") and box.poll("ok") == 3
     assert box.output("ok") == ("out\n", "err\n")
     box.start("hang", ["/bin/sh", "-c", "trap '' TERM; echo started; sleep 300"])
-    wait_for(lambda: box.output("hang")[0] == "started\n")
+    wait_until(lambda: box.output("hang")[0] == "started\n", 30, "the command's first line")
     assert box.poll("hang") is None
     box.kill("hang")
     assert box.poll("hang") is not None and box.output("hang")[0] == "started\n"
@@ -165,7 +155,7 @@ def test_a_missing_runtime_is_reported_not_crashed():
 
 
 def test_rules_reject_unknown_kinds_with_did_you_mean_and_non_positive_limits():
-    from conftest import run_cli
+    from tests.helpers import run_cli
 
     proc = run_cli("config", "validate", "sandbox=bwarp")
     assert proc.returncode == 2 and "did you mean 'bwrap'?" in proc.stderr

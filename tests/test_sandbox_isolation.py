@@ -9,15 +9,14 @@ import secrets
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, host_processes_with, pid_alive
 
 from slimecli.config.groups.sandbox import SandboxConfig
 from slimecli.sandbox.bwrap import BwrapSandbox, available
 from slimecli.sandbox.quota import usage
+from tests.helpers import ROOT, host_processes_with, pid_alive, wait_until
 
 pytestmark = pytest.mark.skipif(available() is not None, reason=f"bwrap cannot start here: {available()}")
 BIN = str(Path(sys.executable).parent)
@@ -120,10 +119,7 @@ def test_no_process_survives_close(make):
     box = make()
     sleeper = f"python3 -c 'import time; time.sleep(1000)' {marker}"
     box.start("agent", ["/bin/sh", "-c", f"( setsid nohup {sleeper} >/dev/null 2>&1 & ) ; nohup {sleeper} & sleep 1000"])
-    deadline = time.monotonic() + 30
-    while len(host_processes_with(marker)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(host_processes_with(marker)) >= 2
+    wait_until(lambda: len(host_processes_with(marker)) >= 2, 30, "both sleepers to start")
     box.close()
     assert host_processes_with(marker) == []
 

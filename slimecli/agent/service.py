@@ -61,7 +61,7 @@ class EngineProcess:
         return None
 
     def stop(self) -> None:
-        from slimecli.sandbox.process import kill_group
+        from slimecli.process import kill_group
 
         if self.proc is not None and self.proc.poll() is None:
             kill_group(self.proc.pid, grace_s=5.0, leader=self.proc)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
@@ -17,7 +17,8 @@ RecipeDirOption = typer.Option(
     [], "--recipe-dir", "-r", help="Extra directory of recipe YAML files (repeatable); also $SLIMECLI_RECIPE_PATH.")
 
 
-def fail(message: str, code: int = 2) -> None:
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print `message` in red on stderr and exit with `code` (2: a usage or config error)."""
     typer.secho(message, fg=typer.colors.RED, err=True)
     raise typer.Exit(code)
 
@@ -32,7 +33,6 @@ def load_config_or_exit(overrides: list[str], recipe_dirs: list[str] | tuple[str
         return load(list(overrides), tuple(recipe_dirs), uses_agent)
     except ConfigErrors as exc:
         fail(exc.render())
-    raise AssertionError("unreachable")
 
 
 def preflight_or_exit(cfg: SlimeConfig) -> None:
@@ -47,16 +47,10 @@ def preflight_or_exit(cfg: SlimeConfig) -> None:
 
 
 def load_frozen_or_exit(path: str) -> SlimeConfig:
-    from slimecli.config.errors import ConfigErrors
-    from slimecli.config.io import load_frozen
+    """A run's frozen config (slimecli.config.io.load_frozen_or_exit: exit 2 with the error, no traceback)."""
+    from slimecli.config.io import load_frozen_or_exit
 
-    try:
-        return load_frozen(path)
-    except FileNotFoundError:
-        fail(f"--config: no such file: {path}")
-    except ConfigErrors as exc:
-        fail(f"{path}: " + exc.render())
-    raise AssertionError("unreachable")
+    return load_frozen_or_exit(path)
 
 
 def split_overrides(args: list[str]) -> list[str]:

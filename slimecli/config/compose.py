@@ -168,6 +168,6 @@ def load(overrides: Sequence[str] = (), recipe_dirs: tuple[str, ...] = (), uses_
     cfg = build(SlimeConfig, data, "", errors)
     if cfg is not None:
         errors.extend(check_all(cfg))
-    if errors:
+    if errors or cfg is None:
         raise ConfigErrors(errors)
     return cfg

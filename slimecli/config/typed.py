@@ -10,11 +10,15 @@ import math
 import types
 import typing
 from functools import cache
-from typing import Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union
 
 from slimecli.config.errors import ConfigError, allowed_hint, did_you_mean
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 _MISSING = object()
+T = TypeVar("T", bound="DataclassInstance")
 
 
 @cache
@@ -120,8 +124,8 @@ def _convert(value: Any, tp: Any, path: str, errors: list[ConfigError]) -> Any:
     raise TypeError(f"unsupported schema type {tp!r} at {path}")
 
 
-def build(cls: type, data: dict[str, Any], prefix: str, errors: list[ConfigError]) -> Any:
-    """Build `cls` from `data`; unknown keys and bad values go to `errors`."""
+def build(cls: type[T], data: dict[str, Any], prefix: str, errors: list[ConfigError]) -> T | None:
+    """Build `cls` from `data`; unknown keys and bad values go to `errors` (None: it could not be built)."""
     hints = field_types(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     kwargs: dict[str, Any] = {}

@@ -21,8 +21,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from slimecli.launch import pdeathsig
 from slimecli.launch.spec import ProcessSpec
-from slimecli.launch.watchdog import PARENT_ENV, set_parent_death_signal
+from slimecli.launch.watchdog import PARENT_ENV
+from slimecli.process import terminate_groups
 
 COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "bright_cyan", "bright_magenta", "bright_green"]
 
@@ -34,10 +36,10 @@ class LaunchError(RuntimeError):
 @dataclass
 class Child:
     spec: ProcessSpec
-    proc: subprocess.Popen
+    proc: subprocess.Popen[bytes]
     log_path: Path
     colour: str
-    tail: deque = field(default_factory=lambda: deque(maxlen=400))
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=400))
     pump: threading.Thread | None = None
 
     def tail_text(self, n: int = 20) -> str:
@@ -97,19 +99,13 @@ class Supervisor:
                 signal.signal(s, handler)
 
     def shutdown(self) -> None:
-        """TERM every live child's process group, then KILL whatever outlives the grace period."""
-        live = [c for c in self.children if c.proc.poll() is None]
+        """TERM every child's process group, then KILL whatever outlives the grace period."""
         self._tearing_down = True  # shutdown noise (e.g. torchrun's SIGTERM traceback) stays in the logs
-        for child in live:
-            _signal_group(child.proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + self.grace_s
-        for child in live:
-            try:
-                child.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                self._say(f"[yellow]{child.spec.name} ignored SIGTERM for {self.grace_s:.0f}s; killing[/]")
+        by_group = {c.proc.pid: c for c in self.children}  # each child leads its own session's group
+        stubborn = terminate_groups({pgid: c.proc for pgid, c in by_group.items()}, self.grace_s)
+        for pgid in stubborn:
+            self._say(f"[yellow]{by_group[pgid].spec.name} ignored SIGTERM for {self.grace_s:.0f}s; killed[/]")
         for child in self.children:
-            _signal_group(child.proc.pid, signal.SIGKILL)  # stragglers left in the group, if any
             child.proc.wait()
             if child.pump is not None:
                 child.pump.join(timeout=2)
@@ -122,8 +118,10 @@ class Supervisor:
     def _start(self, spec: ProcessSpec) -> Child:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **spec.env, PARENT_ENV: str(os.getpid())}
-        proc = subprocess.Popen(spec.argv, env=env, cwd=spec.cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=set_parent_death_signal)
+        # No preexec_fn (unsafe with the log pumps' threads): a new session in C, and the
+        # parent-death signal set by a small exec wrapper (slimecli.launch.pdeathsig).
+        proc = subprocess.Popen(pdeathsig.command(spec.argv), env=env, cwd=spec.cwd, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         child = Child(spec, proc, self.log_dir / f"{spec.name}.log", COLOURS[len(self.children) % len(COLOURS)])
         child.pump = threading.Thread(target=self._pump, args=(child,), daemon=True, name=f"log-{spec.name}")
         child.pump.start()
@@ -189,17 +187,11 @@ class _Interrupted(BaseException):
         self.signum = signum
 
 
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def _probe_ok(url: str, status: int) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2) as resp:
-            return resp.status == status
+            code: int = resp.status  # urlopen's result is untyped in the stubs
+            return code == status
     except urllib.error.HTTPError as exc:
         return exc.code == status
     except (OSError, ValueError):

@@ -1,27 +1,20 @@
 """Children of a controller that was SIGKILLed must not live on.
 
-Direct children get a parent-death signal from the kernel; grandchildren (torchrun
-workers) run this watchdog, which ends their process group when the controller is gone.
+Direct children get a parent-death signal from the kernel (slimecli.launch.pdeathsig);
+grandchildren (torchrun workers) run this watchdog, which ends their process group when the
+controller is gone.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import threading
 import time
 
+from slimecli.process import signal_group
+
 PARENT_ENV = "SLIMECLI_CONTROLLER_PID"
-
-
-def set_parent_death_signal(sig: int = signal.SIGTERM) -> None:
-    """Linux prctl(PR_SET_PDEATHSIG); used as a Popen preexec_fn. A no-op elsewhere."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, sig)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def _alive(pid: int) -> bool:
@@ -36,7 +29,7 @@ def _alive(pid: int) -> bool:
 
 def _terminate_group(signum: int, _frame: object) -> None:
     signal.signal(signum, signal.SIG_DFL)
-    os.killpg(os.getpgid(0), signum)  # ourselves included, now with the default action
+    signal_group(os.getpgid(0), signum)  # ourselves included, now with the default action
 
 
 def start_parent_watchdog(interval_s: float = 1.0) -> threading.Thread | None:
@@ -55,7 +48,7 @@ def start_parent_watchdog(interval_s: float = 1.0) -> threading.Thread | None:
         while _alive(pid):
             time.sleep(interval_s)
         try:
-            os.killpg(os.getpgid(0), signal.SIGTERM)
+            signal_group(os.getpgid(0), signal.SIGTERM)
         finally:
             time.sleep(3)
             os._exit(1)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, ClassVar
 
 from slimecli.config.groups.sandbox import SandboxConfig
-from slimecli.sandbox.process import exit_status, kill_group, wait_gone
+from slimecli.process import exit_status, kill_group, wait_gone
 from slimecli.sandbox.quota import DiskQuota
 
 KEEP_ENV = ("LANG", "LC_ALL", "TZ")

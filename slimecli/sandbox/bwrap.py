@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import cast
 
 from slimecli.config.groups.sandbox import SandboxConfig
+from slimecli.process import children
 from slimecli.sandbox.base import INNER, Launch, Sandbox, base_python, launcher_spec
-from slimecli.sandbox.process import children
 from slimecli.sandbox.relay import HostRelay
 
 SYSTEM_RO = ("/usr", "/etc")

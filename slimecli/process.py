@@ -1,0 +1,101 @@
+"""Process groups and process trees: one helper for every child slimecli starts (the supervisor's
+servers and workers, sandboxes, the embedded engine of `agent serve`).
+
+Every child runs in its own session, so its process group holds it and whatever it started;
+stopping a child means stopping that group: SIGTERM, a grace period, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeAlias
+
+Leader: TypeAlias = "subprocess.Popen[Any] | None"  # a group's leader, reaped while we wait
+
+POLL_S = 0.05
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Send `sig` to process group `pgid`; False when the group is gone (or is not ours)."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def terminate_groups(groups: Mapping[int, Leader], grace_s: float, kill_wait_s: float = 2.0) -> list[int]:
+    """SIGTERM every group at once, wait up to `grace_s` for all of them to empty, SIGKILL the rest.
+
+    `groups` maps a process group id to its leader's Popen (polled so that its zombie, which
+    would keep the group alive, is reaped) or None. Synchronous and bounded: returns after at
+    most `grace_s + kill_wait_s`, with the groups that outlived SIGTERM (they got SIGKILL).
+    """
+    live = _wait_empty({g: leader for g, leader in groups.items() if signal_group(g, signal.SIGTERM)}, grace_s)
+    _wait_empty({g: groups[g] for g in live if signal_group(g, signal.SIGKILL)}, kill_wait_s)
+    return live
+
+
+def kill_group(pgid: int, grace_s: float = 2.0, leader: Leader = None) -> None:
+    """SIGTERM the whole process group, then SIGKILL whatever is left (synchronous, bounded)."""
+    terminate_groups({pgid: leader}, grace_s)
+
+
+def _wait_empty(groups: Mapping[int, Leader], timeout_s: float) -> list[int]:
+    """Groups that still have a process after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for leader in groups.values():
+            if leader is not None:
+                leader.poll()  # reap the leader, or its zombie keeps the group alive
+        live = [g for g in groups if signal_group(g, 0)]
+        if not live or time.monotonic() >= deadline:
+            return live
+        time.sleep(POLL_S)
+
+
+def gone(pid: int) -> bool:
+    """Exited (a zombie counts: it runs nothing)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("Z", "X")
+
+
+def wait_gone(pids: list[int], timeout_s: float) -> list[int]:
+    """Pids still running after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = [p for p in pids if not gone(p)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.02)
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of `pid` (the namespace init under a bwrap process)."""
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+        return [int(p) for p in text.split()]
+    except FileNotFoundError:
+        return []
+    except OSError:  # kernels without CONFIG_PROC_CHILDREN: scan every process's parent
+        found = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(stat.parent.name))
+            except (OSError, IndexError, ValueError):
+                continue
+        return found
+
+
+def exit_status(returncode: int) -> int:
+    """Popen's -N for 'killed by signal N' as a shell would report it (128 + N), like bwrap does."""
+    return 128 - returncode if returncode < 0 else returncode

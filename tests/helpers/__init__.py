@@ -1,0 +1,110 @@
+"""Helpers shared by the tests: run the CLI as a user would, find free ports, wait for a condition or
+for processes to end. Import them from here (`from tests.helpers import ...`); conftest.py keeps only
+fixtures.
+
+Waiting is always on a condition with a deadline, never a fixed sleep before reading a file or a
+state: `wait_until` polls until the condition holds and fails with what it waited for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+ROOT = Path(__file__).resolve().parents[2]
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, cwd: str | Path | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess:
+    """`python -m slimecli ARGS` in a fresh interpreter, exactly as a user runs it."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "slimecli", *args], capture_output=True, text=True,
+                          env=full_env, cwd=cwd or ROOT, timeout=timeout)
+
+
+def poll(predicate: Callable[[], T], timeout: float, interval: float = 0.05) -> T:
+    """Call `predicate` until it returns something truthy or `timeout` passes; its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
+def wait_until(predicate: Callable[[], T], timeout: float, what: str = "the condition", *,
+               interval: float = 0.05, proc: subprocess.Popen[Any] | None = None) -> T:
+    """Poll `predicate` until it returns something truthy and return that value.
+
+    Fails at the deadline naming `what`, or as soon as `proc` (whose output the condition waits
+    for) has exited, with its output.
+    """
+    def check() -> T:
+        value = predicate()
+        if not value and proc is not None and proc.poll() is not None:
+            out = proc.stdout.read() if proc.stdout is not None else ""
+            raise AssertionError(f"process exited ({proc.returncode}) before {what}:\n{out}")
+        return value
+
+    value = poll(check, timeout, interval)
+    if not value:
+        raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+    return value
+
+
+async def wait_until_async(predicate: Callable[[], Awaitable[T]], timeout: float, what: str = "the condition", *,
+                           interval: float = 0.05) -> T:
+    """`wait_until` for an async condition (e.g. a server's state read over HTTP) inside an event loop."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what} (last: {value!r})")
+        await asyncio.sleep(interval)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purposes
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+        return state != "Z"
+    except OSError:
+        return False
+
+
+def host_processes_with(marker: str) -> list[int]:
+    """Live processes (other than this one) whose command line contains `marker`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if marker.encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return [p for p in found if p != os.getpid() and pid_alive(p)]
+
+
+def wait_dead(pids: list[int], timeout: float = 20.0) -> list[int]:
+    """Pids still alive after `timeout` (returns as soon as none is)."""
+    poll(lambda: not any(pid_alive(p) for p in pids), timeout, interval=0.2)
+    return [p for p in pids if pid_alive(p)]
