@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-from conftest import run_cli
-
 from slimecli.swe.builtin import task_file
+from tests.helpers import run_cli
 
 
 def builtin_row(instance: str) -> dict:

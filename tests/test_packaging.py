@@ -7,7 +7,7 @@ import subprocess
 import sys
 import zipfile
 
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 
 def test_wheel_ships_conf_and_recipes_and_runs_elsewhere(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 from slimecli.reward import registry
 from slimecli.reward.functions import exact_match, exact_match_score, f1, f1_score
 from slimecli.reward.math_answer import extract_answer, math_reward, math_score, normalize_answer
-from slimecli.reward.registry import UnknownRewardError, get_reward, register_reward, reward_names
+from slimecli.reward.registry import UnknownRewardError, get_reward, register_reward, reward_names, scoped_rewards
 from slimecli.rollout.sample import Sample
 
 
@@ -83,10 +83,12 @@ def test_registry_builtins_and_registration(monkeypatch):
     def my_group(samples):
         return [1.0] * len(samples)
 
-    register_reward("test_registry_group", my_group, group=True)
-    spec = get_reward("test_registry_group")
-    assert spec.fn is my_group and spec.group
-    assert "test_registry_group" in reward_names()
+    with scoped_rewards():
+        register_reward("test_registry_group", my_group, group=True)
+        spec = get_reward("test_registry_group")
+        assert spec.fn is my_group and spec.group
+        assert "test_registry_group" in reward_names()
+    assert "test_registry_group" not in reward_names()  # the scope undid the registration
     with pytest.raises(UnknownRewardError, match="did you mean 'math'"):
         get_reward("mathh")
     monkeypatch.setattr(registry, "KNOWN", (*registry.KNOWN, "registered_later"))

@@ -12,7 +12,16 @@ import pytest
 
 from slimecli.config.groups.reward import RewardConfig
 from slimecli.reward import apply_invalid_policy, assign_rewards, register_reward, reward_metrics
+from slimecli.reward.registry import scoped_rewards
 from slimecli.rollout.sample import Sample
+
+
+@pytest.fixture(autouse=True)
+def _registrations_stay_in_their_test():
+    """The rewards a test registers are gone after it."""
+    with scoped_rewards():
+        yield
+
 
 USER_REWARDS = textwrap.dedent('''
     import asyncio

@@ -13,7 +13,7 @@ from slimecli.config.groups.reward import RewardConfig
 from slimecli.reward import assign_rewards, reward_metrics
 from slimecli.reward.remote import RemoteReward, RemoteRewardError
 from slimecli.rollout.sample import Sample
-from tests.conftest import ROOT, free_port
+from tests.helpers import ROOT, free_port
 
 
 class RewardServer:

@@ -15,7 +15,7 @@ from slimecli.swe.grade import capture_diff, grade, local_sandbox
 from slimecli.swe.smoke_build import LABELS
 from slimecli.swe.task import load
 from slimecli.swe.workspace import prepare
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 FAST = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 TASKS = load(str(task_file("swe_tiny_smoke"))).tasks

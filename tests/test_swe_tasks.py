@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_cli
 
 from slimecli.config.compose import load
 from slimecli.config.errors import ConfigErrors
 from slimecli.swe.task import TaskFileError, parse_row
 from slimecli.swe.task import load as load_tasks
+from tests.helpers import run_cli
 
 ROW = {"instance_id": "x-1", "repo": "me/x", "base_commit": "abc", "problem_statement": "add() is wrong",
        "patch": "diff --git a/x.py b/x.py\n", "test_patch": "diff --git a/t.py b/t.py\n",

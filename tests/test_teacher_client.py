@@ -10,7 +10,7 @@ from aiohttp import web
 from slimecli.config.groups.teacher import TeacherConfig
 from slimecli.rollout.sample import Sample
 from slimecli.teacher.client import TeacherClient, TeacherError, check_tokenizers_compatible
-from tests.conftest import free_port
+from tests.helpers import free_port
 
 
 def fake_logp(position: int, token: int) -> float:

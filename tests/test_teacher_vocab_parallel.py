@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from slimecli.teacher import vocab_parallel as vp
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from slimecli.train.registry import (
     register_advantage_estimator,
     resolve_deprecated,
 )
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 
 def cfg(**kw) -> TrainerConfig:
@@ -156,6 +156,17 @@ def test_config_accepts_registered_names_aliases_and_import_paths():
     spec = "slimecli.train.advantages:reinforce_plus_plus"
     assert load([f"trainer.advantage_estimator={spec}"]).trainer.advantage_estimator == spec
     assert load(["trainer.policy_loss=slimecli.train.losses:ppo_clip"]).trainer.policy_loss.endswith(":ppo_clip")
+
+
+def test_a_name_registered_at_run_time_validates_until_its_override_ends():
+    with ADVANTAGE_ESTIMATORS.override():
+        @register_advantage_estimator("ranked")
+        def ranked(batch: A.AdvantageBatch, c: TrainerConfig) -> torch.Tensor:
+            return torch.zeros_like(batch.mask, dtype=torch.float32)
+
+        assert load(["trainer.advantage_estimator=ranked"]).trainer.advantage_estimator == "ranked"
+    (msg,) = errors_of(["trainer.advantage_estimator=ranked"])
+    assert msg.startswith("trainer.advantage_estimator: not an allowed value (got 'ranked')")
 
 
 def test_config_rejects_unknown_names_with_a_did_you_mean():

@@ -31,6 +31,7 @@ from slimecli.agent.engine import EngineError, EngineLink, EngineRejected, Gener
 from slimecli.agent.parsers import ParsedOutput, ToolParser
 from slimecli.agent.render import Renderer
 from slimecli.agent.trajectory import SessionClosed, TooManyTurns, TrajectoryManager, Turn
+from slimecli.net import server as net
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ class AdapterSettings:
     top_p: float = 1.0
     top_k: int = -1
     max_new_tokens: int = 1024  # cap per turn, whatever the client asks
-    max_body_bytes: int = 32 << 20
+    max_body_bytes: int = net.ADAPTER_MAX_BODY
     constrain: str = "none"  # none | tool_calls | choices (slimecli.agent.constrain)
     choices_then: str = "final"  # choices mode, once a tool ran: final | none | tool_calls
     choices_final: str = "Done."  # the text a `final` turn is constrained to
@@ -179,24 +180,23 @@ class Adapter:
 
     # --- server -------------------------------------------------------------------------------------
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.settings.max_body_bytes, middlewares=[self._errors])
+        errors = net.json_errors(self._format_error, logger=log, translate=self._refusal)
+        app = web.Application(client_max_size=self.settings.max_body_bytes, middlewares=[errors])
         app.add_routes([web.get("/healthz", self._healthz), *self.routes()])
         return app
 
-    @web.middleware
-    async def _errors(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        try:
-            return await handler(request)
-        except ApiError as exc:
-            return web.json_response(self.error_body(exc.status, exc.message, exc.kind), status=exc.status,
-                                     headers=exc.headers)
-        except web.HTTPException as exc:  # 404 / 405 / 413 from aiohttp itself, in the client's format
-            if exc.status < 400:
-                raise
-            return web.json_response(self.error_body(exc.status, exc.reason, None), status=exc.status)
-        except EngineError as exc:
+    def _format_error(self, err: net.HttpError) -> dict[str, Any]:
+        return self.error_body(err.status, err.message, err.kind)
+
+    @staticmethod
+    def _refusal(request: web.Request, exc: Exception) -> net.HttpError | None:
+        """ApiError as it says; an engine that fails is 503 (the CLI retries); None: a bug of ours (500)."""
+        if isinstance(exc, ApiError):
+            return net.HttpError(exc.status, exc.message, kind=exc.kind, headers=exc.headers)
+        if isinstance(exc, EngineError):
             log.warning("engine error: %s", exc)
-            return web.json_response(self.error_body(503, f"rollout engine unavailable: {exc}", None), status=503)
+            return net.HttpError(503, f"rollout engine unavailable: {exc}")
+        return None
 
     async def _healthz(self, request: web.Request) -> web.Response:
         if not self._engine_ready:
@@ -208,14 +208,8 @@ class Adapter:
     # --- helpers for subclasses ---------------------------------------------------------------------
     @staticmethod
     async def read_json(request: web.Request) -> dict[str, Any]:
-        raw = await request.read()  # over client_max_size: aiohttp raises 413
-        try:
-            body = json.loads(raw)
-        except (ValueError, RecursionError) as exc:
-            raise ApiError(400, f"request body is not valid JSON: {str(exc)[:200]}") from exc
-        if not isinstance(body, dict):
-            raise ApiError(400, "request body must be a JSON object")
-        return body
+        """The body as a JSON object; 400 / 413 / 415 in the client's error format otherwise."""
+        return await net.read_json(request, json_only=True)
 
     @staticmethod
     def session_id(request: web.Request) -> str:

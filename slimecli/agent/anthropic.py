@@ -24,7 +24,7 @@ from slimecli.agent.render import tool_schema
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",
-               429: "rate_limit_error", 503: "overloaded_error"}
+               415: "invalid_request_error", 429: "rate_limit_error", 503: "overloaded_error"}
 SIGNATURE = "slimecli-local"  # thinking blocks need a signature field; the local model has nothing to sign
 
 

@@ -24,7 +24,8 @@ from slimecli.agent.constrain import ToolChoice
 from slimecli.agent.render import tool_schema
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "not_found",
-               413: "invalid_request_error", 429: "rate_limit_exceeded", 503: "server_is_overloaded"}
+               413: "invalid_request_error", 415: "invalid_request_error",
+               429: "rate_limit_exceeded", 503: "server_is_overloaded"}
 
 
 class ResponsesAdapter(Adapter):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import yaml
@@ -12,7 +13,9 @@ from slimecli.config.typed import build, to_plain
 
 
 def dump_yaml(cfg: SlimeConfig) -> str:
-    return yaml.safe_dump(to_plain(cfg), sort_keys=False, default_flow_style=None)
+    # PyYAML has no stubs installed here (Any); without a stream, safe_dump returns the text
+    text: str = yaml.safe_dump(to_plain(cfg), sort_keys=False, default_flow_style=None)
+    return text
 
 
 def save_frozen(cfg: SlimeConfig, path: str | Path) -> Path:
@@ -32,8 +35,20 @@ def load_frozen(path: str | Path) -> SlimeConfig:
         raise ConfigErrors([ConfigError(str(path), None, f"cannot read the run config: {exc}")]) from None
     if not isinstance(data, dict):
         raise ConfigErrors([ConfigError(str(path), data, "the run config must be a mapping")])
-    errors: list = []
+    errors: list[ConfigError] = []
     cfg = build(SlimeConfig, data, "", errors)
     if errors or cfg is None:
         raise ConfigErrors(errors)
     return cfg
+
+
+def load_frozen_or_exit(path: str | Path) -> SlimeConfig:
+    """load_frozen for a process's entry point: on any error print it on stderr and exit 2 (no traceback)."""
+    if not Path(path).is_file():
+        print(f"--config: no such file: {path}", file=sys.stderr)
+        raise SystemExit(2)
+    try:
+        return load_frozen(path)
+    except ConfigErrors as exc:
+        print(f"{path}: " + exc.render(), file=sys.stderr)
+        raise SystemExit(2) from None

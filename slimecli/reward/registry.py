@@ -2,17 +2,20 @@
 
 A registered reward is `fn(sample)` (or `fn(samples)` for a group reward), sync or async, and
 returns a raw reward (float, int, bool, dict, ...; see normalize.py). Built-ins are imported
-lazily so that config validation only needs the names. `remote` and `python` depend on the
-config (url, path) and are built by the reward hub rather than registered here.
+lazily; config validation knows their names from slimecli.config.names (a test keeps the two lists
+equal). `remote` and `python` depend on the config (url, path) and are built by the reward hub rather
+than registered here.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from slimecli.config import names
 from slimecli.config.errors import allowed_hint
 
 
@@ -58,6 +61,19 @@ def register_reward(name: str, fn: Callable[..., Any], group: bool = False, *, i
     if not callable(fn):
         raise TypeError(f"reward {name!r}: {fn!r} is not callable")
     _REGISTRY[name] = RewardFn(name, fn, group=group, inline=inline)
+    names.declare(names.REWARD, name)  # a config naming it validates in this process
+
+
+@contextmanager
+def scoped_rewards() -> Iterator[None]:
+    """Rewards registered inside the with-block are gone after it (and replaced ones come back): tests use it."""
+    saved = dict(_REGISTRY)
+    try:
+        with names.scoped():  # and the names registering declared to config validation
+            yield
+    finally:
+        _REGISTRY.clear()
+        _REGISTRY.update(saved)
 
 
 def reward_names() -> list[str]:

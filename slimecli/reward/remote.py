@@ -2,21 +2,20 @@
 reward.url; the JSON reply is the raw reward (a number, or a dict read through reward.key).
 
 Transient failures (connection errors, timeouts, 5xx, 408/429, a reply that is not JSON) are
-retried reward.max_retries times with exponential backoff and jitter; other 4xx are not. At
-most reward.concurrency requests are in flight. After the last attempt RemoteRewardError
-names the url and the last failure.
+retried reward.max_retries times with exponential backoff and jitter (slimecli.net.retry); other
+4xx are not. At most reward.concurrency requests are in flight. After the last attempt
+RemoteRewardError names the url and the last failure.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import random
 from typing import Any
 
 import aiohttp
 
-RETRY_STATUS = frozenset({408, 429})
+from slimecli.net.retry import HttpStatusError, RetryPolicy, TransientError, describe, is_retryable, with_retries
 
 
 class RemoteRewardError(RuntimeError):
@@ -39,6 +38,7 @@ class RemoteReward:
         self.max_retries = max(0, int(max_retries))
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
+        self.retry = RetryPolicy(max_retries=self.max_retries, backoff_s=backoff_s, backoff_max_s=backoff_max_s)
         self.concurrency = max(1, int(concurrency))
         self._semaphore = asyncio.Semaphore(self.concurrency)
         self._session: aiohttp.ClientSession | None = None
@@ -56,10 +56,10 @@ class RemoteReward:
 
     def _delay(self, attempt: int) -> float:
         """Exponential backoff with jitter: uniform in [0.5, 1.5) x base x 2^attempt, capped."""
-        return min(self.backoff_max_s, self.backoff_s * 2 ** attempt) * (0.5 + random.random())
+        return self.retry.delay(attempt)
 
-    async def _attempt(self, body: bytes) -> tuple[bool, Any, str]:
-        """(ok, reward, failure) for one request; raises RemoteRewardError for a non-retryable reply."""
+    async def _attempt(self, body: bytes) -> Any:
+        """The reward of one request; raises what with_retries classifies (RemoteRewardError: refused)."""
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=self.concurrency)  # the semaphore is the limit, not aiohttp's 100
             self._session = aiohttp.ClientSession(timeout=self.timeout, connector=connector)
@@ -70,28 +70,22 @@ class RemoteReward:
                     text = await resp.text(errors="replace")
                     status = resp.status
             except TimeoutError:
-                return False, None, f"no reply within reward.timeout_s={self.timeout_s}s"
-            except aiohttp.ClientError as exc:
-                return False, None, f"{type(exc).__name__}: {exc}"
+                raise TransientError(f"no reply within reward.timeout_s={self.timeout_s}s") from None
         if status >= 400:
-            failure = f"HTTP {status}: {text[:200]!r}"
-            if status < 500 and status not in RETRY_STATUS:
+            failure = HttpStatusError(status, f"{text[:200]!r}")
+            if not is_retryable(failure):
                 raise RemoteRewardError(f"reward server {self.url} rejected the request ({failure}); not retried")
-            return False, None, failure
+            raise failure
         try:
-            return True, json.loads(text), ""
+            return json.loads(text)
         except ValueError:
-            return False, None, f"reply is not JSON: {text[:80]!r}"
+            raise TransientError(f"reply is not JSON: {text[:80]!r}") from None
 
     async def __call__(self, sample: Any) -> Any:
         body = json.dumps(payload(sample), default=str).encode()
         attempts = self.max_retries + 1
-        failure = ""
-        for attempt in range(attempts):
-            ok, reward, failure = await self._attempt(body)
-            if ok:
-                return reward
-            if attempt + 1 < attempts:
-                await asyncio.sleep(self._delay(attempt))
-        raise RemoteRewardError(f"reward server {self.url} failed after {attempts} attempt"
-                                f"{'s' if attempts != 1 else ''}: {failure}")
+        try:
+            return await with_retries(lambda: self._attempt(body), self.retry)
+        except (HttpStatusError, TransientError, aiohttp.ClientError) as exc:
+            raise RemoteRewardError(f"reward server {self.url} failed after {attempts} attempt"
+                                    f"{'s' if attempts != 1 else ''}: {describe(exc)}") from exc

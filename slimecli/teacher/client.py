@@ -2,24 +2,23 @@
 
 teacher=server speaks slimecli's teacher API (PROTOCOLS.md §2); teacher=sglang asks an SGLang server for
 input-token log-probs with max_new_tokens 0. Requests are concurrency-limited and retried with
-exponential backoff on connection errors, timeouts, 429 and 5xx; any other 4xx fails at once.
+exponential backoff on connection errors, timeouts, 408, 429 and 5xx; any other 4xx fails at once
+(slimecli.net.retry).
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from slimecli.config.groups.teacher import TeacherConfig
+from slimecli.model.loading import PROBE_TEXT as PROBE_TEXT  # the tokenizer check lives in the model layer
+from slimecli.model.loading import check_tokenizers_compatible as check_tokenizers_compatible
+from slimecli.net.retry import HttpStatusError, RetryPolicy, describe, is_retryable, with_retries
 from slimecli.rollout.sample import Sample
-
-PROBE_TEXT = "Teacher and student must agree: 12 + 30 = 42, naïve café, <tool_call>{\"x\": 1}</tool_call>\n"
-RETRY_STATUS = {429, 500, 502, 503, 504}
 
 
 class TeacherError(RuntimeError):
@@ -41,13 +40,15 @@ class TeacherClient:
     """
 
     def __init__(self, cfg: TeacherConfig, *, url: str | None = None, temperature: float | None = None,
-                 backoff_s: float = 0.5) -> None:
+                 backoff_s: float = 0.5, backoff_max_s: float = 30.0) -> None:
         if cfg.name not in ("server", "sglang"):
             raise ValueError(f"teacher={cfg.name} has no client (use teacher=server or teacher=sglang)")
         self.cfg, self.kind = cfg, cfg.name
         self.url = (url or teacher_url(cfg)).rstrip("/")
         self.temperature = cfg.temperature if temperature is None else temperature
         self.backoff_s = backoff_s
+        self.retry = RetryPolicy(max_retries=max(0, cfg.max_retries), backoff_s=backoff_s,
+                                 backoff_max_s=backoff_max_s)
         self._sem = asyncio.Semaphore(cfg.concurrency)
         self._session: aiohttp.ClientSession | None = None
 
@@ -68,21 +69,22 @@ class TeacherClient:
     async def _post(self, path: str, body: dict[str, Any]) -> Any:
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.cfg.request_timeout_s))
-        last = "no attempt"
-        for attempt in range(self.cfg.max_retries + 1):
-            if attempt:
-                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1) * (0.5 + random.random()))
-            try:
-                async with self._sem, self._session.post(self.url + path, json=body, headers=self._headers()) as r:
-                    text = await r.text()
-                    if r.status == 200:
-                        return await r.json(content_type=None)
-                    last = f"HTTP {r.status}: {text[:500]}"
-                    if r.status not in RETRY_STATUS:
-                        raise TeacherError(f"teacher {self.url}{path} refused the request: {last}")
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                last = f"{type(exc).__name__}: {exc}"
-        raise TeacherError(f"teacher {self.url}{path} failed after {self.cfg.max_retries + 1} attempt(s): {last}")
+        session = self._session
+
+        async def attempt() -> Any:
+            async with self._sem, session.post(self.url + path, json=body, headers=self._headers()) as r:
+                text = await r.text()
+                if r.status != 200:
+                    raise HttpStatusError(r.status, text[:500])
+                return await r.json(content_type=None)
+
+        try:
+            return await with_retries(attempt, self.retry)
+        except (HttpStatusError, aiohttp.ClientError, TimeoutError) as exc:
+            if isinstance(exc, HttpStatusError) and not is_retryable(exc):
+                raise TeacherError(f"teacher {self.url}{path} refused the request: {exc}") from None
+            raise TeacherError(f"teacher {self.url}{path} failed after {self.retry.attempts} attempt(s): "
+                               f"{describe(exc)}") from exc
 
     async def score_tokens(self, tokens: Sequence[int], response_length: int) -> list[float]:
         """Teacher log-probs of tokens[-response_length:], each given all tokens before it."""
@@ -144,21 +146,3 @@ class TeacherClient:
 def _short(obj: Any) -> str:
     text = repr(obj)
     return text if len(text) < 300 else text[:300] + "..."
-
-
-def check_tokenizers_compatible(student_path: str | Path, teacher_path: str | Path) -> str | None:
-    """None if both tokenizers have the same vocabulary size and encode a probe text to the same ids."""
-    from slimecli.model.loading import load_tokenizer
-
-    try:
-        student, teacher = load_tokenizer(student_path), load_tokenizer(teacher_path)
-    except Exception as exc:
-        return f"cannot compare the tokenizers of student {student_path} and teacher {teacher_path}: {exc}"
-    if len(student) != len(teacher):
-        return (f"teacher and student tokenizers differ: student {student_path} has {len(student)} tokens, "
-                f"teacher {teacher_path} has {len(teacher)}")
-    a, b = student.encode(PROBE_TEXT, add_special_tokens=False), teacher.encode(PROBE_TEXT, add_special_tokens=False)
-    if a != b:
-        return (f"teacher and student tokenizers differ: the probe text encodes to different ids with student "
-                f"{student_path} and teacher {teacher_path}")
-    return None

@@ -23,12 +23,13 @@ from aiohttp import web
 
 from slimecli.config.schema import SlimeConfig
 from slimecli.config.typed import to_plain
+from slimecli.net import server as net
 from slimecli.teacher.protocol import GenerateRequest, RequestError, parse_generate, parse_update
 from slimecli.teacher.ranks import Exchange
 
 log = logging.getLogger("slimecli.teacher")
 SERVER_TYPE = "slimecli_teacher"
-MAX_BODY = 512 * 1024 * 1024
+MAX_BODY = net.TEACHER_MAX_BODY
 
 
 @dataclass
@@ -211,7 +212,8 @@ class Front:
                                   "dp": len(self.exchanges), "per_dp_group_requests": self.group_done})
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._errors, self._auth], client_max_size=MAX_BODY)
+        app = web.Application(middlewares=[net.json_errors(_error_body, logger=log, translate=_refusal), self._auth],
+                              client_max_size=MAX_BODY)
         app.router.add_post("/generate", self.generate)
         app.router.add_post("/update_weights_from_disk", self.update_weights)
         app.router.add_get("/healthz", self.healthz)
@@ -219,22 +221,6 @@ class Front:
         app.router.add_get("/info", self.info)
         app.router.add_get("/get_loads", self.get_loads)
         return app
-
-    @web.middleware
-    async def _errors(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        try:
-            return await handler(request)
-        except RequestError as exc:
-            if request.path == "/generate":
-                log.info("generate rejected %d: %s", exc.status, exc.body["error"])
-            return web.json_response(exc.body, status=exc.status)
-        except web.HTTPException:
-            raise
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.exception("internal error on %s", request.path)
-            return web.json_response({"error": f"internal error: {type(exc).__name__}: {exc}"}, status=500)
 
     @web.middleware
     async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -247,11 +233,22 @@ class Front:
         return await handler(request)
 
 
+def _error_body(err: net.HttpError) -> dict[str, Any]:
+    return {"error": err.message, **err.extra}
+
+
+def _refusal(request: web.Request, exc: Exception) -> net.HttpError | None:
+    """The teacher's own refusals (RequestError: status and body); None for anything else (a bug)."""
+    if not isinstance(exc, RequestError):
+        return None
+    if request.path == "/generate":
+        log.info("generate rejected %d: %s", exc.status, exc.body["error"])
+    extra = {k: v for k, v in exc.body.items() if k != "error"}
+    return net.HttpError(exc.status, str(exc.body["error"]), extra=extra)
+
+
 async def _json(request: web.Request) -> Any:
-    try:
-        return await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RequestError(400, f"the body is not valid JSON: {exc}") from None
+    return await net.read_json(request, json_only=True)
 
 
 def _dumps(obj: Any) -> str:

@@ -18,15 +18,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from slimecli.config import names as config_names
 from slimecli.config.errors import allowed_hint
 from slimecli.config.groups.trainer import TrainerConfig
+from slimecli.config.import_path import PATH_HINT, is_import_path
 
-BUILTIN_ADVANTAGE_ESTIMATORS = ("grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline")
-BUILTIN_POLICY_LOSSES = ("ppo_clip",)
+# The config layer owns the built-in names (validation must know them without importing torch).
+BUILTIN_ADVANTAGE_ESTIMATORS = config_names.BUILTIN[config_names.ADVANTAGE_ESTIMATOR]
+BUILTIN_POLICY_LOSSES = config_names.BUILTIN[config_names.POLICY_LOSS]
 # Deprecated estimator names: gspo is grpo's advantages with a sequence-level importance ratio
 # (trainer.importance_level=sequence); resolve_deprecated maps it.
-DEPRECATED_ADVANTAGE_ESTIMATORS = {"gspo": "grpo"}
-PATH_HINT = "or an import path package.module:function or /path/to/file.py:function"
+DEPRECATED_ADVANTAGE_ESTIMATORS = config_names.DEPRECATED_ADVANTAGE_ESTIMATORS
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -37,11 +39,6 @@ def resolve_deprecated(cfg: TrainerConfig) -> TrainerConfig:
     if replacement is None:
         return cfg
     return dataclasses.replace(cfg, advantage_estimator=replacement, importance_level="sequence")
-
-
-def is_import_path(name: str) -> bool:
-    """A value with a ':' names a function to import; registered names never contain one."""
-    return ":" in str(name)
 
 
 class UnknownNameError(KeyError):
@@ -75,6 +72,7 @@ class Registry:
             if not callable(fn):
                 raise TypeError(f"{self.kind} {name!r}: {fn!r} is not callable")
             self._entries[name] = Entry(name, fn, dict(options))
+            config_names.declare(self.config_key, name)  # a config naming it validates in this process
             return fn
 
         return decorate
@@ -100,13 +98,14 @@ class Registry:
         """Register ``name=fn`` entries for the duration of a with-block, then restore the registry exactly."""
         importlib.import_module(self.builtin_module)  # built-ins first, so they are part of what is restored
         saved = dict(self._entries)
-        try:
-            for name, fn in fns.items():
-                self.register(name)(fn)
-            yield self
-        finally:
-            self._entries.clear()
-            self._entries.update(saved)
+        with config_names.scoped():
+            try:
+                for name, fn in fns.items():
+                    self.register(name)(fn)
+                yield self
+            finally:
+                self._entries.clear()
+                self._entries.update(saved)
 
 
 def _load_path(spec: str, config_key: str) -> Callable[..., Any]:

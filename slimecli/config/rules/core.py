@@ -34,6 +34,21 @@ def sampling(cfg: SlimeConfig) -> list[ConfigError]:
     return errors
 
 
+def engine(cfg: SlimeConfig) -> list[ConfigError]:
+    """The embedded engine's device and prefix cache (SGLang engines take theirs from rollout.sglang_args)."""
+    r = cfg.rollout
+    errors = []
+    kind, _, index = r.device.partition(":")
+    if not (r.device in ("auto", "cpu", "cuda") or (kind == "cuda" and index.isdigit())):
+        errors.append(ConfigError("rollout.device", r.device, "not an allowed value", "auto, cpu, cuda or cuda:N"))
+    elif r.name == "sglang" and r.device != "auto":
+        errors.append(ConfigError("rollout.device", r.device, "applies to the embedded engine (rollout=local)",
+                                  "SGLang picks its GPUs itself: leave rollout.device=auto, or use rollout.sglang_args"))
+    if r.prefix_cache_mb < 0:
+        errors.append(ConfigError("rollout.prefix_cache_mb", r.prefix_cache_mb, "must be >= 0 (0 turns it off)"))
+    return errors
+
+
 GENERATE_KINDS = ("single_turn", "agent")
 
 
@@ -41,11 +56,11 @@ def generate(cfg: SlimeConfig) -> list[ConfigError]:
     """rollout.generate: a built-in kind or an import path; agent rollouts need SWE tasks, an agent and the
     per-rollout loss (a run forked into several samples must weigh as much as one that did not)."""
     from slimecli.config.errors import allowed_hint
-    from slimecli.reward.python_fn import check_reward_path
+    from slimecli.config.import_path import check_import_path
 
     g = cfg.rollout.generate
     if ":" in str(g):
-        problem = check_reward_path(g)
+        problem = check_import_path(g)
         return [ConfigError("rollout.generate", g, f"cannot find the rollout function: {problem}")] if problem else []
     if g not in GENERATE_KINDS:
         return [ConfigError("rollout.generate", g, "not an allowed value",
@@ -90,29 +105,25 @@ def batches(cfg: SlimeConfig) -> list[ConfigError]:
 
 
 def losses(cfg: SlimeConfig) -> list[ConfigError]:
+    from slimecli.config import names
     from slimecli.config.errors import allowed_hint
-    from slimecli.reward.python_fn import check_reward_path
-    from slimecli.train.registry import (
-        ADVANTAGE_ESTIMATORS,
-        DEPRECATED_ADVANTAGE_ESTIMATORS,
-        PATH_HINT,
-        POLICY_LOSSES,
-        is_import_path,
-    )
+    from slimecli.config.import_path import PATH_HINT, check_import_path, is_import_path
 
     t = cfg.trainer
     errors = []
     # trainer.advantage_estimator=gspo still works (deprecated): the trainer reads it as grpo advantages with
     # trainer.importance_level=sequence. It is accepted here but no longer listed.
-    for registry, value, aliases in [(ADVANTAGE_ESTIMATORS, t.advantage_estimator, DEPRECATED_ADVANTAGE_ESTIMATORS),
-                                     (POLICY_LOSSES, t.policy_loss, {})]:
+    checked: list[tuple[str, str, dict[str, str]]] = [
+        (names.ADVANTAGE_ESTIMATOR, t.advantage_estimator, names.DEPRECATED_ADVANTAGE_ESTIMATORS),
+        (names.POLICY_LOSS, t.policy_loss, {})]
+    for key, value, aliases in checked:
         if is_import_path(value):
-            problem = check_reward_path(value)
+            problem = check_import_path(value)
             if problem:
-                errors.append(ConfigError(registry.config_key, value, f"cannot find the {registry.kind}: {problem}"))
-        elif value not in registry.names() and value not in aliases:
-            errors.append(ConfigError(registry.config_key, value, "not an allowed value",
-                                      f"{allowed_hint(value, registry.names())}, {PATH_HINT}"))
+                errors.append(ConfigError(key, value, f"cannot find the {names.KINDS[key]}: {problem}"))
+        elif value not in names.names(key) and value not in aliases:
+            errors.append(ConfigError(key, value, "not an allowed value",
+                                      f"{allowed_hint(value, names.names(key))}, {PATH_HINT}"))
     if t.eps_clip < 0:
         errors.append(ConfigError("trainer.eps_clip", t.eps_clip, "must be >= 0"))
     if t.eps_clip_high is not None and t.eps_clip_high < t.eps_clip:
@@ -149,10 +160,13 @@ def parallel(cfg: SlimeConfig) -> list[ConfigError]:
         return errors
     world = t.nproc * c.nnodes
     model_parallel = t.tensor_parallel_size * t.pipeline_parallel_size
-    if t.name == "torch" and model_parallel != 1:
-        errors.append(ConfigError("trainer.tensor_parallel_size", t.tensor_parallel_size,
-                                  "the torch trainer is data-parallel only; tensor/pipeline parallel sizes must be 1",
-                                  "use trainer=megatron for model parallelism"))
+    if t.name == "torch":  # the sizes belong to trainer=megatron; set on the torch trainer they would do nothing
+        for key, size in (("tensor_parallel_size", t.tensor_parallel_size),
+                          ("pipeline_parallel_size", t.pipeline_parallel_size)):
+            if size != 1:
+                errors.append(ConfigError(f"trainer.{key}", size, "the torch trainer is data-parallel only; "
+                                          "tensor/pipeline parallel sizes must be 1",
+                                          "use trainer=megatron for model parallelism"))
     elif world % model_parallel:
         errors.append(ConfigError("trainer.nproc", t.nproc,
                                   f"world size {world} is not divisible by tensor x pipeline parallel = {model_parallel}"))
@@ -183,4 +197,4 @@ def model(cfg: SlimeConfig) -> list[ConfigError]:
     return errors
 
 
-RULES = [sampling, generate, batches, losses, parallel, model]
+RULES = [sampling, engine, generate, batches, losses, parallel, model]

@@ -4,22 +4,20 @@ from __future__ import annotations
 
 from urllib.parse import urlparse
 
+from slimecli.config import names as registry_names
 from slimecli.config.errors import ConfigError, allowed_hint
+from slimecli.config.import_path import FORMAT_HINT, check_import_path
 from slimecli.config.schema import SlimeConfig
 
 
 def known(cfg: SlimeConfig) -> list[ConfigError]:
-    from slimecli.reward.registry import reward_names
-
-    names = reward_names()
+    names = sorted(registry_names.names(registry_names.REWARD))
     if cfg.reward.name not in names:
         return [ConfigError("reward.name", cfg.reward.name, "unknown reward", allowed_hint(cfg.reward.name, names))]
     return []
 
 
 def function(cfg: SlimeConfig) -> list[ConfigError]:
-    from slimecli.reward.python_fn import FORMAT_HINT, check_reward_path
-
     r = cfg.reward
     if r.path is None:
         if r.name == "python":
@@ -28,7 +26,7 @@ def function(cfg: SlimeConfig) -> list[ConfigError]:
             return [ConfigError("reward.group", True, "reward.group=true applies to a python function",
                                 "set reward.path=... (reward=python) or drop reward.group")]
         return []
-    problem = check_reward_path(r.path)
+    problem = check_import_path(r.path)
     if problem:
         return [ConfigError("reward.path", r.path, f"cannot find the reward function: {problem}", FORMAT_HINT)]
     return []

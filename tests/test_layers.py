@@ -1,0 +1,159 @@
+"""Lower layers never import upper ones: every import statement of the package, lazy ones included.
+
+The layers, lowest first. A package may import the packages of lower layers, never one of its own layer
+(peers stay independent) nor one above. `slimecli/foo.py` counts as a package `foo`; `slimecli/__init__.py`
+(the version) is `slimecli`, below everything, and `slimecli/__main__.py` is `__main__`, the top.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "slimecli"
+SKIP = (PACKAGE / "swe" / "data",)  # the built-in task repositories: their own code, not slimecli's
+
+LAYERS: list[tuple[str, ...]] = [
+    ("slimecli",),  # __version__
+    ("config", "net", "process"),  # the schema and its rules; HTTP plumbing; process groups
+    ("model", "observe", "reward", "sandbox"),
+    ("swe",),  # SWE tasks, workspaces and grading (in sandboxes)
+    ("rollout",),  # samples, the engine and its client, the rollout driver (SWE task data)
+    ("teacher", "agent"),  # the teacher server and client; agent CLIs, adapters, trajectories
+    ("launch",),  # the process plan, preflight checks (agent, teacher, sandbox) and the supervisor
+    ("train",),  # the trainer worker: uses everything below, launch's watchdog included
+    ("cli",),
+    ("__main__",),
+]
+LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
+
+# (importing module, imported module) -> why it is allowed for now.
+EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("slimecli.config.rules.task", "slimecli.swe.task"):
+        "validate early: loading a config reads its SWE task file and checks every row; the parser lives in "
+        "swe (it builds the built-in sets with git). Lazy, inside the rule.",
+    ("slimecli.config.rules.task", "slimecli.swe.builtin"):
+        "the names of the built-in SWE task sets, for the hint of the same rule. Lazy, inside the rule.",
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "slimecli"
+
+
+def is_module(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module) of every slimecli import in the file, wherever it is (functions, TYPE_CHECKING)."""
+    module = module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            for alias in node.names:  # `from pkg import sub` imports the module pkg.sub where there is one
+                sub = f"{target}.{alias.name}"
+                found.append((node.lineno, sub if is_module(sub) else target))
+    return [(line, name) for line, name in found if name == "slimecli" or name.startswith("slimecli.")]
+
+
+def sources() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if not any(p.is_relative_to(s) for s in SKIP))
+
+
+def graph() -> list[tuple[str, int, str, str]]:
+    """(file, line, importing module, imported module) for every import between two different packages."""
+    edges = []
+    for path in sources():
+        module = module_name(path)
+        for line, target in imports(path):
+            if layer_of(target) != layer_of(module):
+                edges.append((str(path.relative_to(ROOT)), line, module, target))
+    return edges
+
+
+def test_every_package_has_a_layer():
+    packages = {layer_of(module_name(p)) for p in sources()}
+    missing = sorted(packages - set(LAYER))
+    assert not missing, f"add {missing} to LAYERS in {Path(__file__).name} (which layer may it import?)"
+    assert not set(LAYER) - packages, "LAYERS names a package that no longer exists"
+
+
+def test_lower_layers_never_import_upper_ones():
+    bad = []
+    for where, line, module, target in graph():
+        low, high = layer_of(module), layer_of(target)
+        if LAYER[high] >= LAYER[low] and (module, target) not in EXCEPTIONS:
+            kind = "its peer" if LAYER[high] == LAYER[low] else "the upper layer"
+            bad.append(f"{where}:{line}: {module} ({low}) imports {target}, {kind} {high}")
+    assert not bad, "layer violations (see LAYERS):\n" + "\n".join(bad)
+
+
+def test_every_exception_is_still_needed():
+    used = {(module, target) for _, _, module, target in graph()}
+    stale = sorted(set(EXCEPTIONS) - used)
+    assert not stale, f"these imports are gone; remove them from EXCEPTIONS: {stale}"
+
+
+def test_the_checker_sees_lazy_and_relative_imports(tmp_path, monkeypatch):
+    pkg = tmp_path / "slimecli" / "config"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "x.py").write_text("def f():\n    from ..train import loop\n    import slimecli.cli.app\n"
+                              "    from . import y\n")
+    (pkg / "y.py").write_text("")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert sorted(name for _, name in imports(pkg / "x.py")) == ["slimecli.cli.app", "slimecli.config.y",
+                                                                 "slimecli.train"]
+
+
+# ---- what the config layer mirrors of the registries above it ---------------------------------------
+def test_config_knows_the_registries_built_in_names():
+    from slimecli.config import names
+    from slimecli.reward import registry as rewards
+    from slimecli.train import registry as trainer
+
+    assert set(names.BUILTIN[names.REWARD]) == {*rewards._LAZY, *rewards.CONFIG_BUILT, *rewards.KNOWN}
+    import slimecli.train.advantages  # noqa: F401 - registers the built-in estimators
+    import slimecli.train.losses  # noqa: F401 - and losses
+
+    assert set(names.BUILTIN[names.ADVANTAGE_ESTIMATOR]) == set(trainer.ADVANTAGE_ESTIMATORS._entries)
+    assert set(names.BUILTIN[names.POLICY_LOSS]) == set(trainer.POLICY_LOSSES._entries)
+    for registry in (trainer.ADVANTAGE_ESTIMATORS, trainer.POLICY_LOSSES):
+        assert names.KINDS[registry.config_key] == registry.kind
+
+
+def test_a_reward_registered_at_run_time_validates_in_the_same_process():
+    from slimecli.config.compose import load
+    from slimecli.config.errors import ConfigErrors
+    from slimecli.reward.registry import register_reward, scoped_rewards
+
+    with scoped_rewards():
+        with pytest.raises(ConfigErrors, match="unknown reward"):
+            load(["reward.name=test_layers_late"])
+        register_reward("test_layers_late", lambda sample: 1.0)
+        assert load(["reward.name=test_layers_late"]).reward.name == "test_layers_late"
+    with pytest.raises(ConfigErrors, match="unknown reward"):  # and forgotten after the scope
+        load(["reward.name=test_layers_late"])
