@@ -16,10 +16,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, free_port, host_processes_with, run_cli, wait_dead
 
 from slimecli.agent.harness import codex_flags
 from slimecli.agent.install import locate
+from tests.helpers import ROOT, free_port, host_processes_with, run_cli, wait_dead
 
 pytestmark = [pytest.mark.slow, pytest.mark.agent_cli]
 CLIS = {"claude_code": locate("claude_code"), "codex": locate("codex")}
@@ -246,16 +246,39 @@ def test_codex_tool_commands_run_inside_the_bwrap_sandbox(tmp_path, tiny, script
     assert s["metadata"]["turns"] == 2 and s["status"] == "completed"
 
 
-def test_missing_cli_yields_an_aborted_sample_and_swe_agent_picks_the_agent(tmp_path, tiny, scripted):
+def test_missing_cli_is_refused_before_the_run_and_swe_agent_picks_the_agent(tmp_path, tiny, scripted,
+                                                                              monkeypatch):
     url = scripted([])
     ws, out = tmp_path / "ws", tmp_path / "samples.jsonl"
     ws.mkdir()
-    proc = run_cli("agent", "run", f"model.path={tiny}", "task.prompt=x", f"task.workdir={ws}", f"agent.output={out}",
-                   f"agent.engine_url={url}", f"agent.binary={tmp_path / 'no-such-codex'}", env={"SWE_AGENT": "codex"})
-    [s] = [json.loads(line) for line in out.read_text().splitlines()]
-    assert proc.returncode == 1 and s["metadata"]["abort_reason"] == "cli_missing"
-    assert s["metadata"]["agent"] == "codex" and "no-such-codex" in s["metadata"]["error"]
-    assert s["remove_sample"] is True and s["loss_mask"] == [0] and s["status"] == "aborted"
+    args = [f"model.path={tiny}", "task.prompt=x", f"task.workdir={ws}", f"agent.output={out}",
+            f"agent.engine_url={url}", f"agent.binary={tmp_path / 'no-such-codex'}"]
+    proc = run_cli("agent", "run", *args, env={"SWE_AGENT": "codex"})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and not out.exists()
+    assert f"agent: agent.binary={tmp_path / 'no-such-codex'} is not an executable (got 'codex')" in proc.stderr
+
+    # a CLI gone by the time the run starts (pre-flight passed) is an aborted sample, never a crash
+    import asyncio
+
+    from slimecli.agent.jobs import AgentJob
+    from slimecli.agent.runner import run_task
+    from slimecli.agent.service import AgentService
+    from slimecli.config.compose import load
+
+    monkeypatch.setenv("SWE_AGENT", "codex")
+    service = AgentService(load(args, uses_agent=True), port=0)
+
+    async def main():
+        await service.start()
+        try:
+            return await run_task(service, AgentJob("x", str(ws)))
+        finally:
+            await service.stop()
+
+    [s] = asyncio.run(main())
+    assert s.metadata["abort_reason"] == "cli_missing"
+    assert s.metadata["agent"] == "codex" and "no-such-codex" in s.metadata["error"]
+    assert s.remove_sample is True and s.loss_mask == [0] and s.status.value == "aborted"
 
 
 @needs_cli("claude_code")

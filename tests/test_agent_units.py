@@ -221,9 +221,8 @@ def test_harness_waits_for_the_cli_and_reports_its_exit_status_and_output(tmp_pa
 
 
 def test_sandbox_scrubs_env_and_kills_the_group_at_the_time_limit(tmp_path, monkeypatch):
-    from conftest import wait_dead
-
     from slimecli.sandbox.local import LocalSandbox
+    from tests.helpers import wait_dead
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "secret-of-the-caller")
     sandbox = LocalSandbox()
@@ -242,7 +241,7 @@ def test_sandbox_scrubs_env_and_kills_the_group_at_the_time_limit(tmp_path, monk
 
 
 def test_agent_cli_needs_an_agent_and_a_prompt(monkeypatch):
-    from conftest import run_cli
+    from tests.helpers import run_cli
 
     monkeypatch.delenv("SWE_AGENT", raising=False)
     proc = run_cli("agent", "run", "task.prompt=x")

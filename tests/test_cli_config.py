@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import ROOT, run_cli
+from tests.helpers import ROOT, run_cli
 
 
 def test_help_lists_every_command_with_examples():
@@ -87,8 +87,9 @@ def test_plan_json_lists_processes_in_start_order(tmp_path, tiny):
     assert plan[0]["probe"]["url"].endswith("/health_generate") and plan[0]["ports"] == [30000]
     # a teacher whose tokenizer is not the student's: refused by plan as by train
     (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"")
     bad = run_cli("plan", "+recipe=opd", f"model.path={tiny}", f"teacher.model_path={tmp_path}", "--json")
-    assert bad.returncode == 2 and "teacher.model_path" in bad.stderr
+    assert bad.returncode == 2 and "teacher.model_path: cannot compare the tokenizers" in bad.stderr, bad.stderr
     assert plan[1]["probe"]["url"] == "http://127.0.0.1:7999/healthz"
     human = run_cli("plan", "+recipe=swe_agent")  # pre-flight passes: the CLI is installed, the sandbox starts
     assert human.returncode == 0 and "command:" in human.stdout and "ready:" in human.stdout

@@ -12,7 +12,7 @@ from slimecli.config.io import dump_yaml, load_frozen, save_frozen
 from slimecli.config.paths import group_members
 from slimecli.config.recipes import available
 from slimecli.config.schema import GROUPS
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 # What a shipped recipe needs from the user before it can run (documented in the recipe's first line).
 RECIPE_NEEDS = {"opd": ["teacher.url=http://127.0.0.1:7999"]}

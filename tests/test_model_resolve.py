@@ -8,10 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT, run_cli
-
 from slimecli.config.compose import load
 from slimecli.model.loading import load_model, load_tokenizer, resolve_model_path
+from tests.helpers import ROOT, run_cli
 
 
 def test_path_is_returned_as_is(tmp_path: Path) -> None:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 
 def test_serve_needs_a_checkpoint_directory(tmp_path):
     (tmp_path / "empty").mkdir()
     r = run_cli("teacher", "serve", f"teacher.model_path={tmp_path / 'empty'}", f"run.dir={tmp_path / 'run'}")
     assert r.returncode == 2
-    assert "not a Hugging Face checkpoint directory" in r.stderr and str(tmp_path / "empty") in r.stderr
+    assert f"teacher.model_path: not a Hugging Face checkpoint (no config.json) (got '{tmp_path / 'empty'}')" \
+        in r.stderr
     assert not (tmp_path / "run").exists()
     r = run_cli("teacher", "serve", f"model.path={tmp_path / 'nope'}", f"run.dir={tmp_path / 'run'}")
     assert r.returncode == 2 and str(tmp_path / "nope") in r.stderr

@@ -26,9 +26,9 @@ class Renderer:
 
     @classmethod
     def from_path(cls, path: str | Path, context_len: int | None = None) -> Renderer:
-        from transformers import AutoTokenizer
+        from slimecli.model.loading import load_tokenizer  # honours model.trust_remote_code (set_trust_remote_code)
 
-        tok = AutoTokenizer.from_pretrained(str(path))
+        tok = load_tokenizer(path)
         if context_len is None:
             context_len = _model_context(Path(path)) or min(int(tok.model_max_length), 1 << 20)
         return cls(tok, context_len)

@@ -5,11 +5,17 @@ from __future__ import annotations
 import json
 import shlex
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from slimecli.cli.common import OVERRIDES, RecipeDirOption, echo_err, fail, load_config_or_exit, split_overrides
+
+if TYPE_CHECKING:
+    from slimecli.config.errors import ConfigError
+    from slimecli.config.schema import SlimeConfig
 
 EPILOG = """[bold]Examples[/]
 
@@ -27,12 +33,17 @@ EPILOG = """[bold]Examples[/]
 """
 
 
-def _config(ctx: typer.Context, recipe_dir: list[str]):
-    cfg = load_config_or_exit(split_overrides(ctx.args), recipe_dir, uses_agent=True)
-    from slimecli.agent.registry import names
+def _config(ctx: typer.Context, recipe_dir: list[str],
+            preflight: Callable[[SlimeConfig], list[ConfigError]]) -> SlimeConfig:
+    """The composed config (its rules) and the command's pre-flight (slimecli.launch.preflight): exit 2 on any."""
+    from slimecli.config.errors import ConfigErrors
+    from slimecli.model.loading import set_trust_remote_code
 
-    if cfg.agent.name == "none" and not (cfg.agent.harness and cfg.agent.adapter):
-        fail(f"no agent chosen: pass agent=NAME (valid: {', '.join(names())}) or set SWE_AGENT")
+    cfg = load_config_or_exit(split_overrides(ctx.args), recipe_dir, uses_agent=True)
+    errors = preflight(cfg)
+    if errors:
+        fail(ConfigErrors(errors).render())
+    set_trust_remote_code(cfg.model.trust_remote_code)  # the adapter's tokenizer loads in this process
     return cfg
 
 
@@ -43,7 +54,6 @@ def _service(cfg, port: int | None = None):
         return AgentService(cfg, port=port)
     except ValueError as exc:
         fail(str(exc))
-    raise AssertionError("unreachable")
 
 
 def _job(cfg):
@@ -100,7 +110,9 @@ def register(app: typer.Typer) -> None:
     @agent_app.command("serve", context_settings=OVERRIDES, epilog=EPILOG)
     def serve(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> None:
         """Start the engine (or use agent.engine_url) and the agent's adapter; print how to point the CLI at it."""
-        cfg = _config(ctx, recipe_dir)
+        from slimecli.launch.preflight import agent_serve_errors
+
+        cfg = _config(ctx, recipe_dir, agent_serve_errors)
         service = _service(cfg)
 
         async def main() -> None:
@@ -126,12 +138,9 @@ def register(app: typer.Typer) -> None:
     def run(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> None:
         """Run one task in a sandbox against the adapter: task.prompt (optionally in task.workdir), or a SWE task
         (task=swe task.instance=ID) whose diff is graded by its tests; write the captured samples as JSONL."""
-        cfg = _config(ctx, recipe_dir)
-        if cfg.task.name == "swe":
-            if cfg.task.instance is None:
-                fail("agent run task=swe needs task.instance=ID (`slimecli tasks list task.path=...` lists them)")
-        elif not cfg.task.prompt:
-            fail("agent run needs task.prompt=\"...\" (and optionally task.workdir=DIR), or task=swe task.instance=ID")
+        from slimecli.launch.preflight import agent_run_errors
+
+        cfg = _config(ctx, recipe_dir, agent_run_errors)
         out = Path(cfg.agent.output or Path(cfg.run.root) / f"agent-{time.strftime('%Y%m%d-%H%M%S')}"
                    / "samples.jsonl").expanduser()
         service = _service(cfg, port=0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from slimecli.cli.common import OVERRIDES, RecipeDirOption, load_config_or_exit, split_overrides
+from slimecli.cli.common import OVERRIDES, RecipeDirOption, fail, load_config_or_exit, split_overrides
 
 
 def register(app: typer.Typer) -> None:
@@ -21,7 +21,8 @@ def register(app: typer.Typer) -> None:
         import sys
         from dataclasses import replace
 
-        from slimecli.launch.preflight import materialize
+        from slimecli.config.errors import ConfigErrors
+        from slimecli.launch.preflight import materialize, rollout_serve_errors
         from slimecli.launch.rundir import prepare
         from slimecli.rollout.engine.__main__ import start
 
@@ -29,6 +30,9 @@ def register(app: typer.Typer) -> None:
         cfg = load_config_or_exit(overrides, recipe_dir)
         if not any(o.startswith("run.name=") for o in overrides):
             cfg = replace(cfg, run=replace(cfg.run, name="rollout"))
+        errors = rollout_serve_errors(cfg, index)
+        if errors:
+            fail(ConfigErrors(errors).render())
         cfg = materialize(cfg)
         run = prepare(cfg, sys.argv, overrides)  # the resolved config this engine serves, for the record
         typer.echo(f"rollout: run dir {run.path}", err=True)

@@ -6,10 +6,14 @@ import os
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from slimecli.cli.common import OVERRIDES, RecipeDirOption, fail, load_config_or_exit, split_overrides
+
+if TYPE_CHECKING:
+    from slimecli.config.schema import SlimeConfig
 
 EPILOG = """[bold]Examples[/]
 
@@ -21,24 +25,21 @@ EPILOG = """[bold]Examples[/]
 """
 
 
-def _with_teacher_model(cfg, overrides: list[str]):
-    """teacher.model_path wins; else model.path; else the tiny model (made on first use)."""
-    t = cfg.teacher
-    path = t.model_path
-    if not path:
-        from slimecli.model.loading import resolve_model_path
+def _with_teacher_model(cfg: SlimeConfig, overrides: list[str]) -> SlimeConfig:
+    """teacher=server serving teacher.model_path, else model.path, else the tiny model (made on first use);
+    refused with the pre-flight's messages (those `config validate` prints) when it cannot be served here."""
+    from slimecli.config.errors import ConfigErrors
+    from slimecli.launch.preflight import teacher_serve_errors, teacher_source
 
-        try:
-            path = str(resolve_model_path(cfg.model))
-        except ValueError as exc:
-            fail(f"teacher serve needs a checkpoint: set model.path=DIR or teacher.model_path=DIR ({exc})")
-    path = str(Path(path).expanduser().absolute())
-    if not (Path(path) / "config.json").is_file():
-        fail(f"teacher serve: {path} is not a Hugging Face checkpoint directory (no config.json)")
+    key, path = teacher_source(cfg)
+    served = replace(cfg, teacher=replace(cfg.teacher, name="server", url=None, model_path=path))
+    errors = teacher_serve_errors(served, key)
+    if errors:
+        fail(ConfigErrors(errors).render())
     run = cfg.run
     if not any(o.startswith(("run.name=", "run.dir=")) for o in overrides):
         run = replace(run, name="teacher")
-    return replace(cfg, run=run, teacher=replace(t, name="server", url=None, model_path=path))
+    return replace(served, run=run, teacher=replace(served.teacher, model_path=str(Path(path).expanduser().absolute())))
 
 
 def register(app: typer.Typer) -> None:

@@ -24,6 +24,7 @@ def engine_specs(cfg: SlimeConfig, config_path: str) -> list[ProcessSpec]:
         else:
             argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(cfg.model.path or "<model=tiny>"),
                     "--host", r.host, "--port", str(port), "--dtype", cfg.model.dtype,
+                    *(["--trust-remote-code"] if cfg.model.trust_remote_code else []),
                     "--skip-server-warmup", *shlex.split(r.sglang_args)]
         specs.append(ProcessSpec(name=f"engine-{i}", argv=argv, kind="server", ports=[port],
                                  probe=Probe(f"http://{r.host}:{port}/health_generate"),

@@ -1,16 +1,28 @@
-"""Pre-flight: the checks of a run that need this machine or the model files, shared by every command that
-would start one (`train`, `plan`, `config validate`), so that a configuration `train` refuses is refused by
-the others with the same message. The checks that need only the config are the rules in slimecli.config.rules.
+"""Pre-flight: the checks that need this machine or the model files (packages, CLIs, sandboxes, GPUs, ports,
+checkpoints), shared by every command that starts something, so that what one refuses the others refuse with
+the same message. The checks that need only the config are the rules in slimecli.config.rules; every command
+runs those first (while composing), then its pre-flight here:
+
+  train, plan, config validate   train_errors (check raises them)
+  teacher serve                  teacher_serve_errors
+  rollout serve                  rollout_serve_errors
+  agent serve / agent run        agent_serve_errors / agent_run_errors
+
+Each is assembled from per-component checks (engine, teacher, agent CLI, sandbox, task, ports, devices).
 """
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
+import socket
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
 from slimecli.config.errors import ConfigError, ConfigErrors
+from slimecli.config.groups.teacher import TeacherConfig
 from slimecli.config.schema import SlimeConfig
 
 # No tokenizer packs more than this many characters into one token on average (English prose and code run
@@ -28,12 +40,18 @@ def materialize(cfg: SlimeConfig) -> SlimeConfig:
 
 
 def check(cfg: SlimeConfig) -> None:
-    """Raise ConfigErrors with every problem found."""
-    errors = machine_errors(cfg)
-    if not errors:
-        errors = model_errors(cfg)
+    """`train`, `plan`, `config validate`: raise ConfigErrors with every problem found."""
+    errors = train_errors(cfg)
     if errors:
         raise ConfigErrors(errors)
+
+
+def train_errors(cfg: SlimeConfig) -> list[ConfigError]:
+    """Back-ends, agent, and the servers this node starts; then (only if those pass) the model files."""
+    errors = machine_errors(cfg) + server_errors(cfg)
+    if not errors:
+        errors = model_errors(cfg)
+    return errors
 
 
 def machine_errors(cfg: SlimeConfig) -> list[ConfigError]:
@@ -49,7 +67,27 @@ def machine_errors(cfg: SlimeConfig) -> list[ConfigError]:
     if cfg.rollout.name == "sglang" and importlib.util.find_spec("sglang") is None:
         errors.append(ConfigError("rollout", "sglang", "sglang is not installed",
                                   "pip install 'slimecli[sglang]' on a GPU machine, or use rollout=local"))
-    return errors + agent_errors(cfg)
+    return errors + agent_errors(cfg) + weight_sync_errors(cfg)
+
+
+def weight_sync_errors(cfg: SlimeConfig) -> list[ConfigError]:
+    """trainer.weight_sync=shared_memory holds a copy of the weights in the host's tmpfs: it must fit there
+    (a container's /dev/shm is often 64 MiB)."""
+    if cfg.trainer.weight_sync != "shared_memory" or cfg.model.path is None:
+        return []  # the embedded tiny model is a few MiB
+    import shutil
+
+    from slimecli.rollout.shm import segment_dir
+
+    model = Path(cfg.model.path).expanduser()
+    need = sum(f.stat().st_size for g in WEIGHT_GLOBS for f in model.glob(g) if f.is_file())
+    where = segment_dir()
+    free = shutil.disk_usage(where).free
+    if need <= free:
+        return []
+    return [ConfigError("trainer.weight_sync", "shared_memory",
+                        f"the weights take {need / 2**20:.0f} MiB but {where} has {free / 2**20:.0f} MiB free",
+                        "use trainer.weight_sync=disk, or give the host more shared memory (docker: --shm-size)")]
 
 
 def agent_errors(cfg: SlimeConfig) -> list[ConfigError]:
@@ -60,18 +98,25 @@ def agent_errors(cfg: SlimeConfig) -> list[ConfigError]:
     if cfg.rollout.generate != "agent":
         return [ConfigError("rollout.generate", cfg.rollout.generate, "training on SWE tasks or with an agent runs "
                             "the agent rollout", "add rollout.generate=agent (or start from +recipe=swe_agent)")]
-    errors = []
+    return agent_cli_errors(cfg) + sandbox_errors(cfg) + context_errors(cfg)
+
+
+def agent_cli_errors(cfg: SlimeConfig) -> list[ConfigError]:
+    """The agent's CLI is installed here (or agent.binary is an executable); custom harnesses bring their own."""
     from slimecli.agent.install import PACKAGES, locate
 
     a = cfg.agent
-    if not a.harness and a.name in PACKAGES and locate(a.name, a.binary, a.tools_dir) is None:
-        where = f"agent.binary={a.binary} is not an executable" if a.binary else f"the {a.name} CLI is not installed"
-        errors.append(ConfigError("agent", a.name, where, f"run `slimecli agent install {a.name}` (or set agent.binary)"))
+    if a.harness or a.name not in PACKAGES or locate(a.name, a.binary, a.tools_dir) is not None:
+        return []
+    where = f"agent.binary={a.binary} is not an executable" if a.binary else f"the {a.name} CLI is not installed"
+    return [ConfigError("agent", a.name, where, f"run `slimecli agent install {a.name}` (or set agent.binary)")]
+
+
+def sandbox_errors(cfg: SlimeConfig) -> list[ConfigError]:
     problem = sandbox_problem(cfg)
     if problem:
-        errors.append(ConfigError("sandbox", cfg.sandbox.name, problem, "install or start it, or use sandbox=auto"))
-    errors += context_errors(cfg)
-    return errors
+        return [ConfigError("sandbox", cfg.sandbox.name, problem, "install or start it, or use sandbox=auto")]
+    return []
 
 
 def sandbox_problem(cfg: SlimeConfig) -> str | None:
@@ -122,10 +167,195 @@ def model_errors(cfg: SlimeConfig) -> list[ConfigError]:
     """Checks that read the model files (the teacher must share the student's tokenizer)."""
     teacher = cfg.teacher.model_path
     if cfg.teacher.name == "server" and teacher and not cfg.teacher.url:
-        from slimecli.teacher.client import check_tokenizers_compatible
+        from slimecli.model.loading import check_tokenizers_compatible
 
         cfg = materialize(cfg)
         problem = check_tokenizers_compatible(cfg.model.resolved_tokenizer_path, teacher)
         if problem:
             return [ConfigError("teacher.model_path", teacher, problem)]
     return []
+
+
+# ---- the machine: ports, GPUs, model files -------------------------------------------------------------------
+WEIGHT_GLOBS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.pt", "*.pth")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """None when a server can listen on host:port here (as aiohttp does: SO_REUSEADDR), else why not."""
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                                          flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as exc:
+        return f"cannot resolve host {host!r} ({exc.strerror})"
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return f"{host}:{port} is in use"
+            return f"cannot listen on {host}:{port} ({exc.strerror})"
+    return None
+
+
+def port_errors(key: str, host: str, ports: Iterable[int]) -> list[ConfigError]:
+    """Each port a server started here will listen on must be free (0 = any free port)."""
+    errors = []
+    for port in ports:
+        problem = port_problem(host, port) if port else None
+        if problem:
+            errors.append(ConfigError(key, port, problem, f"stop what listens there, or choose another {key}"))
+    return errors
+
+
+def cuda_devices() -> int:
+    """GPUs a process started here sees (0: it runs on the CPU). Imports torch: call it only when it matters."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def device_errors(cfg: SlimeConfig) -> list[ConfigError]:
+    """rollout.device names a GPU this machine has (auto and cpu always do)."""
+    device = cfg.rollout.device
+    if not device.startswith("cuda"):
+        return []
+    index = int(device.partition(":")[2] or 0)
+    gpus = cuda_devices()
+    if index < gpus:
+        return []
+    have = "no CUDA device is visible here" if not gpus else f"this machine has {gpus} GPU(s): cuda:0..cuda:{gpus - 1}"
+    return [ConfigError("rollout.device", device, have, "use rollout.device=auto (a GPU when there is one) or cpu")]
+
+
+def weights_errors(key: str, path: str | None) -> list[ConfigError]:
+    """A checkpoint directory (the rules checked it has a config.json) must hold weights too."""
+    if path is None:
+        return []
+    p = Path(path).expanduser()
+    if not (p / "config.json").is_file() or any(next(p.glob(g), None) is not None for g in WEIGHT_GLOBS):
+        return []
+    return [ConfigError(key, path, "no weights in the checkpoint directory (no *.safetensors or *.bin)",
+                        "point it at a complete Hugging Face checkpoint")]
+
+
+def tokenizer_errors(cfg: SlimeConfig) -> list[ConfigError]:
+    """The tokenizer of the policy (model.tokenizer_path, else model.path) is there."""
+    key, path = ("model.tokenizer_path", cfg.model.tokenizer_path) if cfg.model.tokenizer_path else \
+        ("model.path", cfg.model.path)
+    if path is None or not Path(path).expanduser().is_dir():
+        return []  # model=tiny (made with its tokenizer), or the rules report the directory
+    if any((Path(path).expanduser() / f).is_file() for f in TOKENIZER_FILES):
+        return []
+    return [ConfigError(key, path, f"no tokenizer in the directory (none of {', '.join(TOKENIZER_FILES)})",
+                        "set model.tokenizer_path to the directory of the tokenizer")]
+
+
+# ---- components: what each kind of process needs here ------------------------------------------------------
+def engine_errors(cfg: SlimeConfig, ports: Iterable[int]) -> list[ConfigError]:
+    """Rollout engines started here: their model files and ports, and for the embedded one its device."""
+    errors = device_errors(cfg) if cfg.rollout.name == "local" else []
+    errors += weights_errors("model.path", cfg.model.path) + tokenizer_errors(cfg)
+    return errors + port_errors("rollout.port", cfg.rollout.host, ports)
+
+
+def teacher_errors(t: TeacherConfig, path_key: str = "teacher.model_path") -> list[ConfigError]:
+    """A teacher server started here: its weights, its port, one GPU per rank where ranks run on GPUs."""
+    errors = weights_errors(path_key, t.model_path) + port_errors("teacher.port", t.host, [t.port])
+    ranks = t.tp * t.dp
+    if ranks > 1:
+        gpus = cuda_devices()
+        if gpus and ranks > gpus:
+            errors.append(ConfigError("teacher.tp", t.tp, f"teacher.tp x teacher.dp = {ranks} ranks take one GPU "
+                                      f"each, and this machine has {gpus}",
+                                      f"lower teacher.tp or teacher.dp so that tp x dp <= {gpus}"))
+    return errors
+
+
+def server_errors(cfg: SlimeConfig) -> list[ConfigError]:
+    """The servers `train` starts on this node (node 0 only): engines, and the teacher unless teacher.url."""
+    if cfg.cluster.node_rank != 0:
+        return []
+    r = cfg.rollout
+    errors = engine_errors(cfg, [r.port + i for i in range(r.num_engines)])
+    if cfg.teacher.name == "server" and not cfg.teacher.url:
+        errors += teacher_errors(cfg.teacher)
+    return errors
+
+
+def agent_chosen_errors(cfg: SlimeConfig) -> list[ConfigError]:
+    """`agent serve|run` work with one agent: agent=NAME, SWE_AGENT, or a custom harness + adapter."""
+    if cfg.agent.name != "none" or (cfg.agent.harness and cfg.agent.adapter):
+        return []
+    from slimecli.agent.registry import names
+
+    return [ConfigError("agent", "none", "no agent chosen",
+                        f"pass agent=NAME (valid: {', '.join(names())}) or set SWE_AGENT")]
+
+
+def agent_task_errors(cfg: SlimeConfig) -> list[ConfigError]:
+    """`agent run` works one task: a SWE instance (the task rules checked the file), or a prompt in a workdir."""
+    t = cfg.task
+    if t.name == "swe":
+        if t.instance is None:
+            return [ConfigError("task.instance", None, "agent run with task=swe works one task",
+                                "set task.instance=ID (`slimecli tasks list task.path=...` lists them)")]
+        return []
+    if not t.prompt:
+        return [ConfigError("task.prompt", t.prompt, "agent run needs a task",
+                            'set task.prompt="..." (and optionally task.workdir=DIR), or task=swe task.instance=ID')]
+    if t.workdir is not None and not Path(t.workdir).expanduser().is_dir():
+        return [ConfigError("task.workdir", t.workdir, "directory does not exist")]
+    return []
+
+
+def embedded_engine_errors(cfg: SlimeConfig) -> list[ConfigError]:
+    """The engine an agent command starts itself (on a free port) unless agent.engine_url names one."""
+    return [] if cfg.agent.engine_url else engine_errors(cfg, [])
+
+
+# ---- commands ------------------------------------------------------------------------------------------------
+def teacher_source(cfg: SlimeConfig) -> tuple[str, str]:
+    """The key and the directory `teacher serve` serves: teacher.model_path, else model.path, else model=tiny
+    (made on first use)."""
+    if cfg.teacher.model_path:
+        return "teacher.model_path", cfg.teacher.model_path
+    return "model.path", materialize(cfg).model.resolved_path
+
+
+def teacher_serve_errors(cfg: SlimeConfig, path_key: str = "teacher.model_path") -> list[ConfigError]:
+    """`teacher serve` of `cfg` (teacher=server with teacher.model_path set): the teacher group's rules, the
+    server's weights, port and ranks; and, when a student (model.path) is named too, a tokenizer it shares."""
+    from slimecli.config.rules import teacher as teacher_rules
+
+    errors = [e for rule in teacher_rules.RULES for e in rule(cfg)]
+    if errors:
+        return errors
+    errors = teacher_errors(cfg.teacher, path_key)
+    student = cfg.model.path
+    if not errors and student and Path(student).resolve() != Path(cfg.teacher.model_path or "").resolve():
+        errors = model_errors(cfg)
+    return errors
+
+
+def rollout_serve_errors(cfg: SlimeConfig, index: int = 0) -> list[ConfigError]:
+    """`rollout serve --index i`: the embedded engine on rollout.port + i."""
+    return engine_errors(replace(cfg, rollout=replace(cfg.rollout, name="local")), [cfg.rollout.port + index])
+
+
+def agent_serve_errors(cfg: SlimeConfig) -> list[ConfigError]:
+    """`agent serve`: an agent, the adapter's port, and the engine unless agent.engine_url (its URL is a rule)."""
+    errors = agent_chosen_errors(cfg)
+    if errors:
+        return errors
+    return port_errors("agent.port", cfg.agent.host, [cfg.agent.port]) + embedded_engine_errors(cfg)
+
+
+def agent_run_errors(cfg: SlimeConfig) -> list[ConfigError]:
+    """`agent run`: an agent and a task, the CLI, the sandbox, a context that fits the CLI's prompt, the engine."""
+    errors = agent_chosen_errors(cfg)
+    if errors:
+        return errors
+    errors = agent_task_errors(cfg)
+    return errors + agent_cli_errors(cfg) + sandbox_errors(cfg) + context_errors(cfg) + embedded_engine_errors(cfg)

@@ -27,20 +27,37 @@ def torch_dtype(name: str) -> Any:
         raise ValueError(f"unknown dtype {name!r} (float32, bfloat16, float16)") from None
 
 
-def load_model(path: str | Path, dtype: str = "float32", device: str = "cpu") -> Any:
-    """AutoModelForCausalLM with SDPA attention (long prompts never materialise the full score matrix)."""
+# model.trust_remote_code of the run this process serves. A server's entry point (engine, teacher) sets it once,
+# so that every load below honours it, the weight updates of the running server included.
+_trust_remote_code = False
+
+
+def set_trust_remote_code(value: bool) -> None:
+    """Let checkpoints whose config names custom code (auto_map) run it: model.trust_remote_code."""
+    global _trust_remote_code
+    _trust_remote_code = value
+
+
+def load_model(path: str | Path, dtype: str = "float32", device: str = "cpu",
+               trust_remote_code: bool | None = None) -> Any:
+    """AutoModelForCausalLM with SDPA attention (long prompts never materialise the full score matrix).
+
+    `trust_remote_code`: None -> this process's setting (set_trust_remote_code)."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    model: Any = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype(dtype), attn_implementation="sdpa")
+    trust = _trust_remote_code if trust_remote_code is None else trust_remote_code
+    model: Any = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype(dtype), attn_implementation="sdpa",
+                                                      trust_remote_code=trust)
     return model.to(device).eval()
 
 
-def load_tokenizer(path: str | Path) -> Any:
+def load_tokenizer(path: str | Path, trust_remote_code: bool | None = None) -> Any:
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(path))
+    trust = _trust_remote_code if trust_remote_code is None else trust_remote_code
+    return AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust)
 
 
 def tiny_params(model_cfg: ModelConfig) -> dict[str, int]:
@@ -96,3 +113,23 @@ def resolve_model_path(model_cfg: ModelConfig) -> Path:
 
 def resolve_tokenizer_path(model_cfg: ModelConfig) -> Path:
     return Path(model_cfg.tokenizer_path) if model_cfg.tokenizer_path else resolve_model_path(model_cfg)
+
+
+# The text both tokenizers must encode alike (ASCII, digits, accents, tool-call markup).
+PROBE_TEXT = "Teacher and student must agree: 12 + 30 = 42, naïve café, <tool_call>{\"x\": 1}</tool_call>\n"
+
+
+def check_tokenizers_compatible(student_path: str | Path, teacher_path: str | Path) -> str | None:
+    """None if both tokenizers have the same vocabulary size and encode a probe text to the same ids."""
+    try:
+        student, teacher = load_tokenizer(student_path), load_tokenizer(teacher_path)
+    except Exception as exc:
+        return f"cannot compare the tokenizers of student {student_path} and teacher {teacher_path}: {exc}"
+    if len(student) != len(teacher):
+        return (f"teacher and student tokenizers differ: student {student_path} has {len(student)} tokens, "
+                f"teacher {teacher_path} has {len(teacher)}")
+    a, b = student.encode(PROBE_TEXT, add_special_tokens=False), teacher.encode(PROBE_TEXT, add_special_tokens=False)
+    if a != b:
+        return (f"teacher and student tokenizers differ: the probe text encodes to different ids with student "
+                f"{student_path} and teacher {teacher_path}")
+    return None

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import random
 from pathlib import Path
 from typing import Any
 
 from slimecli.config.groups.task import TaskConfig
+
+log = logging.getLogger("slimecli.rollout")
 
 
 class PromptSource:
@@ -22,7 +25,7 @@ class PromptSource:
         if task.name == "jsonl":
             self._rows = _read_jsonl(Path(task.path or ""), task.prompt_key, task.label_key)
         elif task.name == "swe":
-            self._rows = _read_swe(task.path or "")
+            self._rows = _read_swe(task.path or "", task.on_invalid)
 
     def next(self, n: int) -> list[dict[str, Any]]:
         out = [self._record(self.position + i) for i in range(n)]
@@ -72,11 +75,22 @@ def _read_jsonl(path: Path, prompt_key: str, label_key: str) -> list[dict[str, A
     return rows
 
 
-def _read_swe(path: str) -> list[dict[str, Any]]:
-    """SWE task rows as records: the problem statement is the prompt, the task itself rides along."""
+def _read_swe(path: str, on_invalid: str = "error") -> list[dict[str, Any]]:
+    """SWE task rows as records: the problem statement is the prompt, the task itself rides along.
+
+    Bad rows (task.on_invalid): `error` refuses the file (the task rules did so before launch; this catches a
+    file changed since), `skip` leaves them out and says how many.
+    """
     from slimecli.swe.task import load
 
-    tasks = load(path).tasks  # bad rows: the task rules stopped the run, or task.on_invalid=skip counted them
+    loaded = load(path)
+    tasks = loaded.tasks
+    bad_rows = len({e.source for e in loaded.errors})  # a row may have several bad fields
+    if bad_rows and on_invalid == "error":
+        raise ValueError(f"{path}: {bad_rows} bad task row(s), first {loaded.errors[0].render()} "
+                         "(task.on_invalid=error; task.on_invalid=skip skips and counts them)")
+    if bad_rows:
+        log.warning("%s: %d bad task row(s) skipped (task.on_invalid=skip)", path, bad_rows)
     if not tasks:
         raise ValueError(f"{path}: no valid SWE task")
     return [{"prompt": t.problem_statement, "label": None, "task": t, "metadata": {"instance_id": t.instance_id}}

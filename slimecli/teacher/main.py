@@ -91,8 +91,11 @@ def main(argv: list[str] | None = None) -> None:
     except (FileNotFoundError, ConfigErrors) as exc:
         raise SystemExit(f"teacher: cannot read {args.config}: {exc}") from None
     t = cfg.teacher
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+    logging.basicConfig(level=cfg.run.log_level.upper(), stream=sys.stderr,
                         format=f"%(asctime)s teacher[{os.environ.get('RANK', '0')}] %(levelname)s %(message)s")
+    from slimecli.model.loading import set_trust_remote_code
+
+    set_trust_remote_code(cfg.model.trust_remote_code)  # the teacher's loads, weight updates included
     timeout = timedelta(seconds=max(1800.0, t.update_timeout_s + 600, t.warmup_timeout_s + 600))
     if torch.cuda.is_available():  # CUDA tensors (logits) over nccl, control messages over gloo
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))

@@ -26,6 +26,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=cfg.run.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     import aiohttp
 
+    from slimecli.model.loading import set_trust_remote_code
+
+    set_trust_remote_code(cfg.model.trust_remote_code)  # the tokenizer, rank 0's agent renderer
+
     from slimecli.rollout.client import EngineError
     from slimecli.train import dist
     from slimecli.train.loop import Trainer

@@ -24,4 +24,3 @@ class OptimizerConfig:
     min_lr: float = 0.0
     reset_state_each_step: bool = False
     save_state: bool = True  # store optimizer moments in checkpoints
-    use_master_weights: bool = False

@@ -22,6 +22,8 @@ class RolloutConfig:
     start_timeout_s: float = 300.0
     request_timeout_s: float = 600.0
     max_running_requests: int = 64  # embedded engine batch limit
+    device: str = "auto"  # embedded engine: auto (the first GPU when there is one, else the CPU) | cpu | cuda | cuda:N
+    prefix_cache_mb: int = 1024  # embedded engine: memory for cached prompt prefixes (KV), in MiB; 0 turns it off
     dynamic_filter: Literal["none", "zero_std"] = "none"
     over_sampling_batch_size: int | None = None  # prompts pulled per round when filtering
     sglang_args: str = ""  # extra flags for sglang.launch_server

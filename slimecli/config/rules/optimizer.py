@@ -17,10 +17,6 @@ def stateless(cfg: SlimeConfig) -> list[ConfigError]:
     if o.save_state:
         errors.append(ConfigError("optimizer.save_state", o.save_state, "stateless_adam has no optimizer state to save",
                                   "set optimizer.save_state=false"))
-    if o.use_master_weights:
-        errors.append(ConfigError("optimizer.use_master_weights", o.use_master_weights,
-                                  "stateless_adam does not support master weights",
-                                  "set optimizer.use_master_weights=false or use optimizer=adam"))
     return errors
 
 

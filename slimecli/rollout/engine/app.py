@@ -10,7 +10,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from slimecli.rollout.engine.server import EngineServer
+from slimecli.rollout.engine import server as server_mod
+from slimecli.rollout.engine.server import EngineServer, default_device
 
 
 class EngineStartError(RuntimeError):
@@ -52,10 +53,18 @@ async def serve(server: EngineServer, stop: asyncio.Event | None = None) -> None
 
 
 def run(model_path: str | Path, *, host: str, port: int, tokenizer_path: str | Path | None = None,
-        dtype: str = "float32", max_running: int = 64, seed: int | None = None) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+        dtype: str = "float32", max_running: int = 64, seed: int | None = None, device: str = "auto",
+        prefix_cache_mb: int | None = None, trust_remote_code: bool = False, log_level: str = "info") -> None:
+    """Serve until signalled; the keyword settings are the run config's (rollout.device, rollout.prefix_cache_mb,
+    model.trust_remote_code, run.log_level) and hold for this whole process, weight updates included."""
+    from slimecli.model.loading import set_trust_remote_code
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s",
+                        stream=sys.stderr)
+    server_mod.PREFIX_CACHE_MB = prefix_cache_mb
+    set_trust_remote_code(trust_remote_code)
     server = EngineServer(model_path, tokenizer_path=tokenizer_path, dtype=dtype, max_running=max_running,
-                          host=host, port=port, seed=seed)
+                          host=host, port=port, seed=seed, device=default_device(device))
     try:
         asyncio.run(serve(server))
     except EngineStartError as exc:

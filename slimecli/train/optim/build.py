@@ -45,8 +45,7 @@ def build_optimizer(named_params_or_params: Iterable[Any], cfg: OptimizerConfig)
     common: dict[str, Any] = dict(lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay,
                                   amsgrad=cfg.amsgrad, maximize=cfg.maximize)
     if cfg.name == "stateless_adam":
-        return StatelessAdam(groups, **common, bias_correction=cfg.bias_correction, adam_w_mode=cfg.adam_w_mode,
-                             master_weights=cfg.use_master_weights)
+        return StatelessAdam(groups, **common, bias_correction=cfg.bias_correction, adam_w_mode=cfg.adam_w_mode)
     if cfg.name == "adam":
         if not cfg.bias_correction:
             raise ValueError("optimizer.bias_correction=false is only supported by optimizer=stateless_adam")
