@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from conftest import ROOT, free_port
 from engine_fixtures import Engine, engine_fixture, hf_logprobs, start_engine, stop_engine
 from transformers import AutoModelForCausalLM
 
@@ -19,6 +17,7 @@ from slimecli.config.compose import load
 from slimecli.config.io import save_frozen
 from slimecli.model.tiny import create_tiny_model
 from slimecli.rollout.client import EngineClient, EngineError
+from tests.helpers import ROOT, free_port, wait_until, wait_until_async
 
 LONG = {"temperature": 1.0, "max_new_tokens": 5000, "ignore_eos": True}
 GREEDY = {"temperature": 0, "max_new_tokens": 8, "ignore_eos": True}
@@ -33,14 +32,15 @@ def run(coro):  # noqa: ANN001, ANN201
     return asyncio.run(coro)
 
 
+async def _states(c: EngineClient) -> dict:
+    return (await c.get_server_info())["internal_states"][0]
+
+
 async def _running(c: EngineClient, n: int = 1, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        states = (await c.get_server_info())["internal_states"][0]
-        if states["running"] >= n:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("requests never started running")
+    async def started() -> bool:
+        return (await _states(c))["running"] >= n
+
+    await wait_until_async(started, timeout, f"{n} request(s) to start running")
 
 
 def test_abort_by_rid_and_all(engine: Engine) -> None:
@@ -69,13 +69,12 @@ def test_client_disconnect_aborts_its_request(engine: Engine) -> None:
     endless = {**LONG, "max_new_tokens": 60000}  # far more than the deadline below allows
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(engine.url + "/generate", json={"input_ids": [1, 2], "sampling_params": endless}, timeout=1.0)
-    deadline = time.monotonic() + 60
-    while True:
+
+    def aborted_and_idle() -> bool:
         states = engine.get("/get_server_info").json()["internal_states"][0]
-        if states["running"] == 0 and states["waiting"] == 0 and states["aborted_requests"] == aborted + 1:
-            break
-        assert time.monotonic() < deadline, f"the abandoned request kept running: {states}"
-        time.sleep(0.1)
+        return states["running"] == 0 and states["waiting"] == 0 and states["aborted_requests"] == aborted + 1
+
+    wait_until(aborted_and_idle, 60, "the abandoned request to be aborted", interval=0.1)
 
 
 def test_pause_in_place_and_continue(engine: Engine) -> None:
@@ -83,7 +82,12 @@ def test_pause_in_place_and_continue(engine: Engine) -> None:
         async with EngineClient(engine.url) as c:
             await c.pause(mode="in_place")
             task = asyncio.create_task(c.generate([9, 9], sampling_params=GREEDY))
-            await asyncio.sleep(0.5)
+
+            async def queued() -> bool:
+                states = await _states(c)
+                return states["waiting"] == 1 and states["running"] == 0
+
+            await wait_until_async(queued, 60, "the request to wait in the paused engine's queue")
             assert not task.done()  # paused: queued, not served
             assert (await c.get_server_info())["paused"] is True
             await c.resume()
@@ -195,12 +199,17 @@ def test_start_failures_exit_non_zero_with_a_reason(engine: Engine, tmp_path: Pa
     port = int(engine.url.rsplit(":", 1)[1])
     argv = [sys.executable, "-m", "slimecli", "rollout", "serve", f"model.path={engine.model_path}",
             f"rollout.port={port}"]
-    busy = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert busy.returncode == 1 and f"cannot serve on 127.0.0.1:{port}" in busy.stderr
+    busy = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ROOT)  # refused by pre-flight
+    assert busy.returncode == 2 and f"rollout.port: 127.0.0.1:{port} is in use" in busy.stderr, busy.stderr
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "config.json").write_text('{"model_type": "qwen3"}')
     argv[5] = f"model.path={broken}"
     argv[6] = f"rollout.port={free_port()}"
+    bad = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert bad.returncode == 2 and "model.path: no weights in the checkpoint directory" in bad.stderr, bad.stderr
+    (broken / "model.safetensors").write_bytes(b"not safetensors")  # passes pre-flight, fails to load
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (broken / name).write_bytes((engine.model_path / name).read_bytes())
     bad = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert bad.returncode == 1 and "cannot load the model" in bad.stderr, bad.stderr

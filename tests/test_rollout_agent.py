@@ -245,7 +245,7 @@ def test_rank0_puts_the_agent_service_in_front_of_the_first_engine(monkeypatch, 
     from types import SimpleNamespace
 
     from slimecli.agent import service as service_mod
-    from slimecli.train.rank0 import RolloutSide
+    from slimecli.train.rank0 import RolloutCoordinator
 
     events = []
 
@@ -264,7 +264,7 @@ def test_rank0_puts_the_agent_service_in_front_of_the_first_engine(monkeypatch, 
             events.append(("stop",))
 
     monkeypatch.setattr(service_mod, "AgentService", FakeService)
-    side = RolloutSide(config("rollout.port=30100", "rollout.num_engines=2"), tmp_path, tokenizer=None)
+    side = RolloutCoordinator(config("rollout.port=30100", "rollout.num_engines=2"), tmp_path, tokenizer=None)
     assert isinstance(side.driver, agent_rollout.AgentRollout) and side.driver.service is side.service
     assert side.driver.archive is not None and side.driver.archive.root == tmp_path / "agent"
     side.watch(4, print)

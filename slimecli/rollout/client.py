@@ -9,10 +9,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
+
+from slimecli.net.retry import RetryPolicy, with_retries
 
 
 class EngineError(RuntimeError):
@@ -37,6 +39,11 @@ def _message(status: int, text: str) -> str:
         if "message" in body:
             return str(body["message"])
     return text
+
+
+def _engine_busy(exc: BaseException) -> bool:
+    """/flush_cache answers 400 while requests are running or waiting: worth another try."""
+    return isinstance(exc, EngineError) and exc.status == 400
 
 
 class EngineClient:
@@ -135,15 +142,9 @@ class EngineClient:
 
     async def flush_cache(self, timeout_s: float = 60.0) -> bool:
         """POST /flush_cache, retrying while requests are still running (the engine answers 400 then)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                await self._request("POST", "/flush_cache", {})
-                return True
-            except EngineError as exc:
-                if exc.status != 400 or time.monotonic() > deadline:
-                    raise
-            await asyncio.sleep(0.2)
+        policy = RetryPolicy(max_retries=None, backoff_s=0.2, backoff_max_s=0.2, timeout_s=timeout_s)
+        await with_retries(lambda: self._request("POST", "/flush_cache", {}), policy, retryable=_engine_busy)
+        return True
 
     async def update_weights_from_disk(self, path: str, weight_version: str | int | None = None, *,
                                        flush_cache: bool = True, abort_all_requests: bool = False) -> dict[str, Any]:
@@ -151,9 +152,36 @@ class EngineClient:
         engine keeps serving its old weights); it does not raise."""
         body: dict[str, Any] = {"model_path": str(path), "flush_cache": flush_cache,
                                 "abort_all_requests": abort_all_requests}
+        return await self._update("/update_weights_from_disk", body, weight_version)
+
+    async def update_weights_from_shared_memory(self, segment: str, tensors: list[dict[str, Any]],
+                                                weight_version: str | int | None = None) -> dict[str, Any]:
+        """slimecli's engine only: copy the tensors a manifest places in a shared-memory segment."""
+        return await self._update("/update_weights_from_shared_memory", {"segment": segment, "tensors": tensors},
+                                  weight_version)
+
+    async def init_weights_update_group(self, master_address: str, master_port: int, rank_offset: int,
+                                        world_size: int, group_name: str, backend: str) -> dict[str, Any]:
+        """SGLang's: join the weight-update group (answers once every member has joined)."""
+        body = {"master_address": master_address, "master_port": master_port, "rank_offset": rank_offset,
+                "world_size": world_size, "group_name": group_name, "backend": backend}
+        return await self._update("/init_weights_update_group", body, None)
+
+    async def update_weights_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]],
+                                              group_name: str, weight_version: str | int | None = None
+                                              ) -> dict[str, Any]:
+        """SGLang's: receive these tensors by broadcast from rank 0 of the group (which sends them meanwhile)."""
+        body = {"names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name, "flush_cache": True}
+        return await self._update("/update_weights_from_distributed", body, weight_version)
+
+    async def destroy_weights_update_group(self, group_name: str) -> dict[str, Any]:
+        return await self._update("/destroy_weights_update_group", {"group_name": group_name}, None)
+
+    async def _update(self, path: str, body: dict[str, Any], weight_version: str | int | None) -> dict[str, Any]:
+        """POST a weight-update request: the engine's {"success", "message"} whether it succeeded or not."""
         if weight_version is not None:
             body["weight_version"] = str(weight_version)
-        url = self.base_url + "/update_weights_from_disk"
+        url = self.base_url + path
         async with self.session.post(url, json=body) as resp:
             text = await resp.text()
             try:
@@ -164,12 +192,16 @@ class EngineClient:
                 return data
             raise EngineError(resp.status, _message(resp.status, text), url)
 
-    async def sync_weights(self, path: str, weight_version: str | int) -> dict[str, Any]:
-        """The RL weight-sync sequence: pause -> flush -> update_weights_from_disk -> continue."""
+    async def sync_weights(self, path_or_update: str | Callable[[], Awaitable[dict[str, Any]]],
+                           weight_version: str | int | None = None) -> dict[str, Any]:
+        """The RL weight-sync sequence: pause -> flush -> update -> continue. The update is a checkpoint
+        directory (update_weights_from_disk) or a coroutine function that performs another kind."""
         await self.pause()
         try:
             await self.flush_cache()
-            return await self.update_weights_from_disk(path, weight_version)
+            if isinstance(path_or_update, str):
+                return await self.update_weights_from_disk(path_or_update, weight_version)
+            return await path_or_update()
         finally:
             await self.resume()
 

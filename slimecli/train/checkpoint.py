@@ -70,12 +70,11 @@ def restore_rng(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def split_shared(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """Tensors for safetensors (which refuses shared storage) and {alias: first name} for the rest."""
+def dedupe_views(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Each distinct tensor once (a tied weight appears under two names) and {alias: first name}."""
     tensors: dict[str, torch.Tensor] = {}
     aliases: dict[str, str] = {}
     seen: dict[tuple, str] = {}
-    storages: set[int] = set()
     for name, value in state_dict.items():
         t = value.detach()
         key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
@@ -83,6 +82,16 @@ def split_shared(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch.T
             aliases[name] = seen[key]
             continue
         seen[key] = name
+        tensors[name] = t
+    return tensors, aliases
+
+
+def split_shared(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Tensors for safetensors (which refuses shared storage) and {alias: first name} for the rest."""
+    unique, aliases = dedupe_views(state_dict)
+    tensors: dict[str, torch.Tensor] = {}
+    storages: set[int] = set()
+    for name, t in unique.items():
         t = t.to("cpu").contiguous()
         storage = t.untyped_storage().data_ptr()
         if t.numel() and storage in storages:  # another view of a storage already written: copy it

@@ -62,9 +62,10 @@ class Trainer:
         self.restored_metrics: dict[str, Any] | None = None  # the resumed checkpoint's metrics row
         self.rollout = None
         if self.info.is_main:
-            from slimecli.train.rank0 import RolloutSide
+            from slimecli.train.rank0 import RolloutCoordinator
 
-            self.rollout = RolloutSide(cfg, run_dir, self.tokenizer)
+            self.rollout = RolloutCoordinator(cfg, run_dir, self.tokenizer)
+            self.rollout.policy = unwrap(self.model)
 
     # ---- the run ----------------------------------------------------------------------------------
     def run(self) -> None:
@@ -133,6 +134,8 @@ class Trainer:
         with timer.stage("advantages"):
             adv = stages.advantages(batch, old, ref, t, self.cfg.rollout.n_samples_per_prompt)
         with timer.stage("update"):
+            if self.rollout is not None:
+                self.rollout.before_update()
             return stages.update(self.model, self.optimizer, self.scheduler, batch, StepTensors(old, ref, adv),
                                  self.step_cfg, self.ctx)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -13,10 +13,15 @@ from slimecli.config.schema import SlimeConfig
 from slimecli.rollout.data import PromptSource
 from slimecli.rollout.driver import RolloutDriver, RolloutResult
 
+if TYPE_CHECKING:
+    from slimecli.train.weight_sync import WeightSync
+
 log = logging.getLogger("slimecli.train")
 
 
-class RolloutSide:
+class RolloutCoordinator:
+    """Rank 0's link to the servers: rollouts on the engines, teacher scores, new weights to the engines."""
+
     def __init__(self, cfg: SlimeConfig, run_dir: Path, tokenizer: Any):
         from slimecli.rollout.client import EngineClient
 
@@ -24,11 +29,14 @@ class RolloutSide:
         self.run_dir = run_dir
         self.loop = asyncio.new_event_loop()
         r = cfg.rollout
-        self.engines = [EngineClient(f"http://{r.host}:{r.port + i}") for i in range(r.num_engines)]
+        self.engines = [EngineClient(f"http://{r.host}:{r.port + i}", timeout_s=r.request_timeout_s)
+                        for i in range(r.num_engines)]
         self.source = PromptSource(cfg.task, cfg.run.seed)
         self.service: Any = None  # rollout.generate=agent: the agent back-end in front of the first engine
         self.driver = self._collector(tokenizer)
         self.teacher = None
+        self.weight_sync: WeightSync | None = None  # made at the first push, once the engines are up
+        self.policy: torch.nn.Module | None = None  # rank 0's model, for a weight sync that shares its memory
         if cfg.teacher.name != "none":
             from slimecli.teacher.client import TeacherClient
 
@@ -94,22 +102,21 @@ class RolloutSide:
         return {"opd/teacher_logp_mean": _mean(teacher_means), "opd/student_teacher_gap": _mean(gaps)}
 
     def push_weights(self, state: dict[str, torch.Tensor], version: int) -> str:
-        """Write the weights as an HF dir, then pause -> flush -> update -> continue on every engine."""
-        from slimecli.train.hf_export import export_version
+        """Every engine gets these weights as ``version`` the way trainer.weight_sync says."""
+        if self.weight_sync is None:
+            from slimecli.train.weight_sync import make_weight_sync
 
-        path = export_version(state, self.cfg.model.resolved_path, self.run_dir, version, keep=2)
-        async def update_all() -> None:
-            await asyncio.gather(*(self._update(e, str(path), str(version)) for e in self.engines))
+            self.weight_sync = make_weight_sync(self.cfg, self.run_dir, self.engines, self.run, self.policy)
+        return self.weight_sync.push(state, version)
 
-        self.run(update_all())
-        return str(path)
-
-    async def _update(self, engine: Any, path: str, version: str) -> None:
-        result = await engine.sync_weights(path, version)  # pause -> flush -> update -> continue
-        if not result.get("success", False):
-            raise RuntimeError(f"engine {engine.base_url} refused weights {path}: {result.get('message')}")
+    def before_update(self) -> None:
+        """The optimizer is about to change the weights (an engine sharing them must not run meanwhile)."""
+        if self.weight_sync is not None:
+            self.weight_sync.before_update()
 
     def close(self) -> None:
+        if self.weight_sync is not None:
+            self.weight_sync.close()
         if self.service is not None:
             self.run(self.service.stop())
         for engine in self.engines:

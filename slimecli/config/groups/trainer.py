@@ -41,3 +41,7 @@ class TrainerConfig:
     save_interval: int = 0  # 0 -> only at the end
     keep_checkpoints: int = 2
     gradient_checkpointing: bool = False
+    # how new weights reach the engines: disk (an HF dir + update_weights_from_disk; any engine),
+    # shared_memory (a tmpfs segment; embedded engines on this host), nccl (SGLang's weight-update group)
+    weight_sync: Literal["disk", "shared_memory", "nccl"] = "disk"
+    weight_sync_bucket_mb: int = 512  # nccl: tensors per broadcast request, in MiB

@@ -7,6 +7,7 @@ is the input of the next decode step. Rows are left-padded; position ids count r
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -38,6 +39,14 @@ class Runner:
         self.num_layers = model.config.get_text_config().num_hidden_layers
         self.device = next(model.parameters()).device
         self.cache_kw = _cache_kwarg(model)
+        self._new_weights()
+
+    def load_weights(self, copy: Callable[[Any], None]) -> None:
+        """Overwrite the served model's tensors in place (``copy(model)``), between two steps."""
+        copy(self.model)
+        self._new_weights()
+
+    def _new_weights(self) -> None:
         self.weights += 1
         if self.prefix is not None:
             self.prefix.clear()  # keys/values of the old weights must not serve the new ones

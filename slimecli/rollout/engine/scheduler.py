@@ -134,6 +134,11 @@ class Scheduler:
         if version is not None:
             self.weight_version = version
 
+    def load_weights(self, copy: Callable[[Any], None], version: str | None) -> None:
+        self.runner.load_weights(copy)
+        if version is not None:
+            self.weight_version = version
+
     # ---- the loop ---------------------------------------------------------------------------
     def _loop(self) -> None:
         while True:

@@ -11,68 +11,56 @@ from typing import Any
 
 from aiohttp import web
 
+from slimecli.net import server as net
 from slimecli.rollout.engine.grammar import Compiled, Constraint, GrammarCache
 from slimecli.rollout.engine.protocol import BadRequest, GenerateRequest, Item, SamplingParams, parse_generate
 from slimecli.rollout.engine.scheduler import Scheduler, Update
 from slimecli.rollout.engine.seq import Seq, build_reply
 
 log = logging.getLogger("slimecli.engine")
-MAX_BODY = 512 * 1024 * 1024
+MAX_BODY = net.ENGINE_MAX_BODY
 HEALTH_TIMEOUT_S = 30.0
 PAUSE_MODES = ("abort", "retract", "in_place")
 
 
-def default_device() -> str:
-    """$SLIMECLI_ENGINE_DEVICE, else the first GPU when there is one, else the CPU."""
-    import os
-
+def default_device(device: str = "auto") -> str:
+    """rollout.device: auto -> the first GPU when there is one, else the CPU; cpu, cuda, cuda:N as given."""
+    if device != "auto":
+        return device
     import torch
 
-    return os.environ.get("SLIMECLI_ENGINE_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+PREFIX_CACHE_MB: int | None = None  # rollout.prefix_cache_mb of this engine process; app.run sets it
 
 
 def prefix_cache_bytes() -> int:
-    """$SLIMECLI_ENGINE_PREFIX_CACHE_MB (default 1024; 0 turns the prefix cache off)."""
-    import os
+    """rollout.prefix_cache_mb (PREFIX_CACHE_MB, else the schema's default) in bytes; 0 turns the cache off."""
+    from slimecli.config.groups.rollout import RolloutConfig
 
-    return int(os.environ.get("SLIMECLI_ENGINE_PREFIX_CACHE_MB", "1024")) << 20
+    return (RolloutConfig.prefix_cache_mb if PREFIX_CACHE_MB is None else PREFIX_CACHE_MB) << 20
 
 
 def error(message: str, status: int = 400) -> web.Response:
     return web.json_response({"error": {"message": message}}, status=status)
 
 
-@web.middleware
-async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Client mistakes become 4xx JSON; nothing a client sends can produce a 500 page."""
-    try:
-        return await handler(request)
-    except BadRequest as exc:
-        return error(str(exc))
-    except web.HTTPException as exc:
-        if exc.status >= 400:
-            return error(exc.reason or "error", exc.status)
-        raise
-    except (asyncio.CancelledError, ConnectionResetError):
-        raise
-    except Exception as exc:  # noqa: BLE001 - a bug of ours: report it as JSON and keep serving
-        log.exception("internal error on %s %s", request.method, request.path)
-        return error(f"internal error: {type(exc).__name__}: {exc}", 500)
+def _error_body(err: net.HttpError) -> dict[str, Any]:
+    return {"error": {"message": err.message}}
+
+
+def _refusal(request: web.Request, exc: Exception) -> net.HttpError | None:
+    return net.HttpError(400, str(exc)) if isinstance(exc, BadRequest) else None
+
+
+# Client mistakes become 4xx JSON; nothing a client sends can produce a 500 page.
+json_errors = net.json_errors(_error_body, logger=log, translate=_refusal)
 
 
 async def read_json(request: web.Request, required: bool = True) -> Any:
-    raw = await request.read()
-    if not raw.strip():
-        if required:
-            raise BadRequest("body: empty (a JSON object is required)")
-        return {}
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"body: malformed JSON ({exc})") from None
-    if not isinstance(body, dict):
-        raise BadRequest("body: must be a JSON object")
-    return body
+    """The body as a JSON object, or 400/413 naming the problem (required=False: an empty body is {})."""
+    return await net.read_json(request, required)
 
 
 class EngineServer:
@@ -157,6 +145,10 @@ class EngineServer:
             r.add_get(path, fn)
         r.add_post("/abort_request", self.abort)
         r.add_post("/update_weights_from_disk", self.update_weights)
+        from slimecli.rollout.engine.weights import WeightRoutes
+
+        self.weight_routes = WeightRoutes(self)  # shared memory, SGLang's weight-update group
+        self.weight_routes.add_to(r)
         return app
 
     # ---- scheduler <-> event loop ------------------------------------------------------------

@@ -1,0 +1,253 @@
+"""The engine's weight updates that bypass the disk: from a shared-memory segment, and SGLang's
+weight-update process group (``/init_weights_update_group``, ``/update_weights_from_distributed``,
+``/destroy_weights_update_group``).
+
+New tensors are copied into the served model in place on the scheduler thread, between two steps, so a
+request never sees half-updated weights; the prefix cache is cleared with them, as on a disk update.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+import torch
+from aiohttp import web
+
+from slimecli.rollout.engine.protocol import BadRequest
+from slimecli.rollout.weight_transfer import (
+    SharedSegment,
+    destroy_weight_group,
+    init_weight_group,
+    parse_dtype,
+    parse_manifest,
+    parse_shape,
+)
+
+if TYPE_CHECKING:
+    from slimecli.rollout.engine.server import EngineServer
+
+log = logging.getLogger("slimecli.engine")
+GROUP_TIMEOUT_S = 300.0
+
+
+def check_targets(model: Any, items: list[tuple[str, torch.dtype, list[int]]]) -> dict[str, torch.Tensor]:
+    """The served tensors these names overwrite; BadRequest names the first that does not fit."""
+    targets = model.state_dict(keep_vars=True)
+    out: dict[str, torch.Tensor] = {}
+    for name, dtype, shape in items:
+        target = targets.get(name)
+        if target is None:
+            raise BadRequest(f"names: {name!r} is not a tensor of the served model")
+        if list(target.shape) != shape:
+            raise BadRequest(f"shapes: {name!r} is {list(target.shape)} in the served model, not {shape}")
+        if target.is_floating_point() != dtype.is_floating_point:
+            raise BadRequest(f"dtypes: {name!r} is {target.dtype} in the served model, not {dtype}")
+        out[name] = target
+    return out
+
+
+def installer(targets: dict[str, torch.Tensor], sources: dict[str, torch.Tensor], bind: bool = False) -> Any:
+    """What the scheduler thread runs: each served tensor gets its source's values.
+
+    ``bind``: where dtype and device agree, the served tensor becomes the source itself (a view of a shared
+    segment the trainer writes into while the engine is paused), so later updates copy nothing here.
+    """
+    def install(_model: Any) -> None:
+        with torch.no_grad():
+            for name, src in sources.items():
+                target = targets[name]
+                if target.data_ptr() == src.data_ptr():
+                    continue  # already served from the segment: the trainer wrote the new values in place
+                if bind and target.dtype == src.dtype and target.device == src.device:
+                    target.data = src
+                else:
+                    target.copy_(src)
+    return install
+
+
+class WeightRoutes:
+    """Handlers for one EngineServer (its scheduler, update lock and readiness)."""
+
+    def __init__(self, server: EngineServer) -> None:
+        self.server = server
+        self.groups: dict[str, Any] = {}
+        self.segment: SharedSegment | None = None  # the one the served tensors are views of, if any
+
+    def add_to(self, router: web.UrlDispatcher) -> None:
+        router.add_post("/update_weights_from_shared_memory", self.from_shared_memory)
+        router.add_post("/init_weights_update_group", self.init_group)
+        router.add_post("/update_weights_from_distributed", self.from_distributed)
+        router.add_post("/destroy_weights_update_group", self.destroy_group)
+
+    # ---- shared memory ----------------------------------------------------------------------
+    async def from_shared_memory(self, request: web.Request) -> web.Response:
+        """``{"segment", "tensors": [{name, dtype, shape, offset}], "weight_version"?, "abort_all_requests"?}``
+
+        A CPU engine serves straight from the segment afterwards (its tensors become views of it); the
+        trainer then writes each new version into the same segment while this engine is paused and flushed.
+        """
+        from slimecli.rollout.engine.server import read_json
+
+        if (resp := self.server._not_ready()) is not None:
+            return resp
+        body = await read_json(request)
+        _known(body, {"segment", "tensors", "weight_version", "flush_cache", "abort_all_requests"})
+        version = _version(body)
+        name = body.get("segment")
+        reuse = self.segment is not None and self.segment.path.name == name
+        try:
+            segment = self.segment if reuse and self.segment is not None else SharedSegment.open(name)
+            slots = parse_manifest(body.get("tensors"), segment.size)
+        except (ValueError, FileNotFoundError) as exc:
+            raise BadRequest(str(exc)) from None
+        try:
+            targets = check_targets(self.server._sched.runner.model, [(s.name, s.dtype, s.shape) for s in slots])
+            sources = {s.name: segment.view(s) for s in slots}
+            paused = await self._apply(installer(targets, sources, bind=True), version,
+                                       bool(body.get("abort_all_requests")))
+        except BaseException:
+            if not reuse:
+                segment.close()
+            raise
+        if not reuse:
+            previous, self.segment = self.segment, segment
+            if previous is not None:
+                previous.close()  # nothing serves from it any more
+        log.info("weights updated from shared memory %s (%d tensors, weight_version=%s)",
+                 segment.path.name, len(slots), self.server._sched.weight_version)
+        return web.json_response({"success": True, "message": "Succeeded to update model weights.",
+                                  "num_paused_requests": paused})
+
+    # ---- the weight-update process group ----------------------------------------------------
+    async def init_group(self, request: web.Request) -> web.Response:
+        """SGLang's ``{"master_address", "master_port", "rank_offset", "world_size", "group_name", "backend"}``."""
+        from slimecli.rollout.engine.server import read_json
+
+        if (resp := self.server._not_ready()) is not None:
+            return resp
+        body = await read_json(request)
+        _known(body, {"master_address", "master_port", "rank_offset", "world_size", "group_name", "backend"})
+        address, port = body.get("master_address"), body.get("master_port")
+        offset, world = body.get("rank_offset"), body.get("world_size")
+        name, backend = body.get("group_name", "weight_update_group"), body.get("backend", "nccl")
+        if not isinstance(address, str) or not address or len(address) > 255:
+            raise BadRequest("master_address: required (the trainer's host)")
+        if not _int(port) or not 0 < port < 65536:
+            raise BadRequest("master_port: must be an integer in 1..65535")
+        if not _int(world) or not 2 <= world <= 1 << 16:
+            raise BadRequest("world_size: must be an integer >= 2 (the trainer's rank 0 and the engines' ranks)")
+        if not _int(offset) or not 1 <= offset < world:
+            raise BadRequest(f"rank_offset: must be an integer in 1..{world - 1} (rank 0 is the trainer)")
+        if not isinstance(name, str) or not name or len(name) > 200:
+            raise BadRequest("group_name: must be a non-empty string")
+        if backend not in ("nccl", "gloo"):
+            raise BadRequest(f"backend: must be nccl or gloo (got {backend!r})")
+        if backend == "nccl" and not str(self.server.device).startswith("cuda"):
+            raise BadRequest(f"backend: nccl needs an engine on a GPU; this one runs on {self.server.device} "
+                             "(use gloo)")
+        if name in self.groups:
+            raise BadRequest(f"group_name: {name!r} already exists (destroy it first)")
+        try:
+            self.groups[name] = await asyncio.to_thread(init_weight_group, backend, address, port, world, offset,
+                                                        name, GROUP_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - a failed rendezvous is the caller's to see, not a crash
+            log.warning("init_weights_update_group %s failed: %s", name, exc)
+            return web.json_response({"success": False, "message": f"Failed to join {name}: {exc}"}, status=400)
+        log.info("joined weight-update group %s as rank %d of %d (%s)", name, offset, world, backend)
+        return web.json_response({"success": True, "message": "Succeeded to initialize custom process group."})
+
+    async def from_distributed(self, request: web.Request) -> web.Response:
+        """SGLang's ``{"names", "dtypes", "shapes", "group_name", "weight_version"?, ...}``: each tensor is
+        broadcast from rank 0 of the group, in the order named."""
+        from slimecli.rollout.engine.server import read_json
+
+        if (resp := self.server._not_ready()) is not None:
+            return resp
+        body = await read_json(request)
+        _known(body, {"names", "dtypes", "shapes", "group_name", "flush_cache", "abort_all_requests",
+                      "weight_version", "load_format", "torch_empty_cache"})
+        names, dtypes, shapes = body.get("names"), body.get("dtypes"), body.get("shapes")
+        if not isinstance(names, list) or not names or not isinstance(dtypes, list) or not isinstance(shapes, list):
+            raise BadRequest("names, dtypes, shapes: required, non-empty lists of the same length")
+        if not len(names) == len(dtypes) == len(shapes):
+            raise BadRequest(f"names, dtypes, shapes: lengths differ ({len(names)}, {len(dtypes)}, {len(shapes)})")
+        group = self.groups.get(body.get("group_name", "weight_update_group"))
+        if group is None:
+            raise BadRequest(f"group_name: no weight-update group {body.get('group_name')!r} "
+                             "(POST /init_weights_update_group first)")
+        version = _version(body)
+        try:
+            items = [(n, parse_dtype(d, f"dtypes[{i}]"), parse_shape(s, f"shapes[{i}]"))
+                     for i, (n, d, s) in enumerate(zip(names, dtypes, shapes, strict=True))]
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        if len({n for n, _, _ in items}) != len(items) or not all(isinstance(n, str) for n, _, _ in items):
+            raise BadRequest("names: must be distinct strings")
+        targets = check_targets(self.server._sched.runner.model, items)
+        device = self.server._sched.runner.device
+
+        def receive() -> dict[str, torch.Tensor]:
+            import torch.distributed as dist
+
+            out = {}
+            for name, dtype, shape in items:
+                out[name] = torch.empty(shape, dtype=dtype, device=device)
+                dist.broadcast(out[name], src=0, group=group)
+            return out
+
+        try:
+            sources = await asyncio.to_thread(receive)
+        except Exception as exc:  # noqa: BLE001 - the group is broken: say so; the old weights keep serving
+            log.warning("update_weights_from_distributed failed: %s", exc)
+            return web.json_response({"success": False, "message": f"Failed to receive weights: {exc}"},
+                                     status=400)
+        paused = await self._apply(installer(targets, sources), version, bool(body.get("abort_all_requests")))
+        log.info("weights updated from group (%d tensors, weight_version=%s)", len(items),
+                 self.server._sched.weight_version)
+        return web.json_response({"success": True, "message": "Succeeded to update parameter online.",
+                                  "num_paused_requests": paused})
+
+    async def destroy_group(self, request: web.Request) -> web.Response:
+        from slimecli.rollout.engine.server import read_json
+
+        body = await read_json(request, required=False)
+        _known(body, {"group_name"})
+        name = body.get("group_name", "weight_update_group")
+        group = self.groups.pop(name, None) if isinstance(name, str) else None
+        if group is None:
+            raise BadRequest(f"group_name: no weight-update group {name!r}")
+        await asyncio.to_thread(destroy_weight_group, group)
+        return web.json_response({"success": True, "message": "Succeeded to destroy custom process group."})
+
+    # ---- shared ---------------------------------------------------------------------------
+    async def _apply(self, install: Any, version: str | None, abort_all: bool) -> int:
+        sch = self.server._sched
+        async with self.server._update_lock:
+            if abort_all:
+                await asyncio.wrap_future(sch.call(lambda: sch.abort(lambda s: True, "Aborted: weight update.")))
+            paused = len(sch.running) if sch.paused else 0
+            await asyncio.wrap_future(sch.call(lambda: sch.load_weights(install, version)))
+        return paused
+
+
+def _known(body: dict[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise BadRequest(f"{unknown[0]}: unknown field (allowed: {', '.join(sorted(allowed))})")
+    for key in ("flush_cache", "abort_all_requests", "torch_empty_cache"):
+        if body.get(key) is not None and not isinstance(body[key], bool):
+            raise BadRequest(f"{key}: must be true or false")
+
+
+def _version(body: dict[str, Any]) -> str | None:
+    version = body.get("weight_version")
+    if version is not None and (not isinstance(version, str | int) or isinstance(version, bool)):
+        raise BadRequest("weight_version: must be a string")
+    return None if version is None else str(version)
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+

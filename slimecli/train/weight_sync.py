@@ -1,0 +1,307 @@
+"""How trainer rank 0 hands new weights to the engines: ``trainer.weight_sync=disk|shared_memory|nccl``.
+
+- ``disk``: an HF checkpoint directory under RUN/weights, then ``/update_weights_from_disk`` (any engine).
+- ``shared_memory``: the state dict copied into one tmpfs segment that co-located embedded engines copy
+  from (``/update_weights_from_shared_memory``); nothing is serialised, nothing reaches a disk.
+- ``nccl``: SGLang's weight-update group; every tensor is broadcast from rank 0 to every engine rank, in
+  buckets of ``trainer.weight_sync_bucket_mb``. NCCL when the trainer has a GPU; gloo otherwise (the same
+  protocol, which is how it is tested on a CPU).
+
+Each engine sees pause -> flush -> update -> continue, whichever way the tensors travel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from slimecli.config.schema import SlimeConfig
+
+log = logging.getLogger("slimecli.train")
+GROUP_NAME = "slimecli_weight_update"
+
+
+class WeightSync(Protocol):
+    def push(self, state: dict[str, torch.Tensor], version: int) -> str:
+        """Give every engine these weights as ``version``; returns where they went (for the log)."""
+        ...
+
+    def before_update(self) -> None:
+        """Called before the optimizer changes the trainer's weights."""
+        ...
+
+    def close(self) -> None: ...
+
+
+Runner = Callable[[Awaitable[Any]], Any]  # runs a coroutine on rank 0's event loop
+
+
+def make_weight_sync(cfg: SlimeConfig, run_dir: Path, engines: list[Any], run: Runner,
+                     policy: torch.nn.Module | None = None) -> WeightSync:
+    """``policy``: rank 0's (unsharded) model, which shared_memory may keep in the segment itself."""
+    kind = cfg.trainer.weight_sync
+    if kind == "disk":
+        return DiskSync(cfg, run_dir, engines, run)
+    if kind == "shared_memory":
+        return SharedMemorySync(engines, run, cfg.model.dtype, policy)
+    if kind == "nccl":
+        return GroupSync(engines, run, bucket_bytes=cfg.trainer.weight_sync_bucket_mb << 20,
+                         timeout_s=cfg.rollout.request_timeout_s)
+    raise ValueError(f"trainer.weight_sync: unknown kind {kind!r}")  # the schema admits only the three
+
+
+def _check(engine: Any, result: dict[str, Any], what: str) -> None:
+    if not result.get("success", False):
+        raise RuntimeError(f"engine {engine.base_url} refused weights {what}: {result.get('message')}")
+
+
+class DiskSync:
+    def __init__(self, cfg: SlimeConfig, run_dir: Path, engines: list[Any], run: Runner) -> None:
+        self.cfg, self.run_dir, self.engines, self.run = cfg, run_dir, engines, run
+
+    def push(self, state: dict[str, torch.Tensor], version: int) -> str:
+        from slimecli.train.hf_export import export_version
+
+        path = str(export_version(state, self.cfg.model.resolved_path, self.run_dir, version, keep=2))
+
+        async def one(engine: Any) -> None:
+            _check(engine, await engine.sync_weights(path, str(version)), path)
+
+        self.run(_gather(one(e) for e in self.engines))
+        return path
+
+    def before_update(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class SharedMemorySync:
+    """One segment, reused while the state's layout stays the same (it does, step after step).
+
+    A CPU engine serves from the segment itself after the first update. Where rank 0's model is on the CPU,
+    unsharded and in the engines' dtype, its tensors move into the segment too: trainer and engines then
+    share one copy of the weights and a push copies nothing. The engines are paused from before the
+    optimizer step until the push, so no engine step reads weights the optimizer is writing. Otherwise each
+    push writes the new weights into the segment while the engines are paused.
+    """
+
+    def __init__(self, engines: list[Any], run: Runner, dtype: str, policy: torch.nn.Module | None = None) -> None:
+        from slimecli.rollout.shm import remove_stale_segments
+        from slimecli.rollout.weight_transfer import parse_dtype
+
+        self.engines, self.run = engines, run
+        self.dtype = parse_dtype(dtype, "model.dtype")  # the engines' dtype: what they can serve from directly
+        self.policy = policy if policy is not None and self._can_share(policy) else None
+        self.shared = False  # the policy's tensors live in the segment
+        self.paused = False
+        self.segment: Any = None
+        self.manifest: list[dict[str, Any]] = []
+        removed = remove_stale_segments()
+        if removed:
+            log.info("removed %d shared-memory weight segments left by trainers that are gone", removed)
+
+    def _can_share(self, policy: torch.nn.Module) -> bool:
+        from slimecli.train.policy import is_sharded
+
+        tensors = list(policy.state_dict().values())
+        return not is_sharded(policy) and all(
+            t.device.type == "cpu" and (t.dtype == self.dtype or not t.is_floating_point()) for t in tensors)
+
+    def before_update(self) -> None:
+        if self.shared and not self.paused:
+            self.run(_gather(e.pause() for e in self.engines))
+            self.paused = True
+
+    def push(self, state: dict[str, torch.Tensor], version: int) -> str:
+        from slimecli.rollout.shm import segment_dir
+        from slimecli.rollout.weight_transfer import SharedSegment, layout
+        from slimecli.train.checkpoint import dedupe_views
+
+        tensors, _aliases = dedupe_views(state)  # a tied weight travels once; the engine's alias shares it
+        slots, size = layout((k, self.dtype if t.is_floating_point() else t.dtype, list(t.shape))
+                             for k, t in tensors.items())
+        manifest = [s.to_json() for s in slots]
+        if self.segment is None or manifest != self.manifest:
+            self._release()
+            name = f"slimecli-weights-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+            self.segment = SharedSegment(segment_dir() / name, size, create=True)
+            self.manifest = manifest
+            self.shared = False
+        segment = self.segment
+
+        def write() -> None:  # memory-bound: one thread copies as fast as several here
+            with torch.no_grad():
+                for slot in slots:
+                    view, t = segment.view(slot), tensors[slot.name]
+                    if view.data_ptr() != t.data_ptr():  # a shared tensor is already there
+                        view.copy_(t)
+            if self.policy is not None and not self.shared:
+                self._share(segment, slots)
+
+        async def update_all() -> None:
+            if not self.paused:
+                await _gather(e.pause() for e in self.engines)  # mode abort: nothing runs once it answers
+            try:
+                write()  # no engine runs a step now, so none reads the segment while it changes
+                results = await _gather(e.update_weights_from_shared_memory(segment.path.name, manifest, str(version))
+                                        for e in self.engines)
+                for engine, result in zip(self.engines, results, strict=True):
+                    _check(engine, result, segment.path.name)
+            finally:
+                self.paused = False
+                await _gather((e.resume() for e in self.engines), return_exceptions=True)
+
+        self.run(update_all())
+        return str(segment.path.name)
+
+    def _share(self, segment: Any, slots: list[Any]) -> None:
+        """Rebind the policy's tensors to their place in the segment (which holds their values now)."""
+        assert self.policy is not None
+        targets = self.policy.state_dict(keep_vars=True)
+        for slot in slots:
+            target = targets.get(slot.name)
+            if target is not None and list(target.shape) == slot.shape and target.dtype == slot.dtype:
+                target.data = segment.view(slot)
+        self.shared = True
+        log.info("trainer and engines share one copy of the weights in %s", segment.path.name)
+
+    def _release(self) -> None:
+        if self.segment is not None:
+            self.segment.close(unlink=True)  # tensors still viewing it keep the pages until they go
+            self.segment = None
+
+    def close(self) -> None:
+        if self.paused:
+            self.run(_gather((e.resume() for e in self.engines), return_exceptions=True))
+            self.paused = False
+        self._release()
+
+
+class GroupSync:
+    """Rank 0 of SGLang's weight-update group; every engine rank joins it at the first push."""
+
+    def __init__(self, engines: list[Any], run: Runner, *, bucket_bytes: int, timeout_s: float) -> None:
+        self.engines, self.run = engines, run
+        self.bucket_bytes, self.timeout_s = max(1, bucket_bytes), timeout_s
+        self.backend = "nccl" if torch.cuda.is_available() else "gloo"
+        self.device = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else None
+        self.group: Any = None
+
+    def _join(self) -> None:
+        from slimecli.rollout.weight_transfer import init_weight_group
+
+        async def sizes() -> list[int]:
+            infos = await asyncio.gather(*(e.get_server_info() for e in self.engines))
+            return [int(info.get("tp_size", 1) or 1) for info in infos]
+
+        tp = self.run(sizes())
+        world = 1 + sum(tp)
+        host = _address_towards(self.engines[0].base_url)
+        port = _free_port(host)
+        offsets = [1 + sum(tp[:i]) for i in range(len(tp))]
+
+        async def join_all() -> Any:
+            mine = asyncio.to_thread(init_weight_group, self.backend, host, port, world, 0, GROUP_NAME,
+                                     self.timeout_s)
+            theirs = [e.init_weights_update_group(host, port, off, world, GROUP_NAME, self.backend)
+                      for e, off in zip(self.engines, offsets, strict=True)]
+            group, *results = await asyncio.gather(mine, *theirs)
+            for engine, result in zip(self.engines, results, strict=True):
+                _check(engine, result, f"group {GROUP_NAME}")
+            return group
+
+        self.group = self.run(join_all())
+        log.info("weight-update group %s: rank 0 of %d on %s:%d (%s)", GROUP_NAME, world, host, port, self.backend)
+
+    def push(self, state: dict[str, torch.Tensor], version: int) -> str:
+        import torch.distributed as dist
+
+        from slimecli.rollout.weight_transfer import dtype_name
+        from slimecli.train.checkpoint import split_shared
+
+        if self.group is None:
+            self._join()
+        tensors, _aliases = split_shared(state)
+
+        def send(bucket: list[tuple[str, torch.Tensor]]) -> None:
+            for _name, t in bucket:
+                dist.broadcast(t if self.device is None else t.to(self.device), src=0, group=self.group)
+
+        async def update_all() -> None:
+            await asyncio.gather(*(e.pause() for e in self.engines))
+            try:
+                await asyncio.gather(*(e.flush_cache() for e in self.engines))
+                for bucket in _buckets(tensors, self.bucket_bytes):
+                    names = [n for n, _ in bucket]
+                    dtypes = [dtype_name(t.dtype) for _, t in bucket]
+                    shapes = [list(t.shape) for _, t in bucket]
+                    posts = [e.update_weights_from_distributed(names, dtypes, shapes, GROUP_NAME, str(version))
+                             for e in self.engines]
+                    _sent, *results = await asyncio.gather(asyncio.to_thread(send, bucket), *posts)
+                    for engine, result in zip(self.engines, results, strict=True):
+                        _check(engine, result, f"by broadcast (version {version})")
+            finally:
+                await asyncio.gather(*(e.resume() for e in self.engines), return_exceptions=True)
+
+        self.run(update_all())
+        return f"group {GROUP_NAME}"
+
+    def before_update(self) -> None:
+        pass
+
+    def close(self) -> None:
+        if self.group is None:
+            return
+        from slimecli.rollout.weight_transfer import destroy_weight_group
+
+        self.run(_gather((e.destroy_weights_update_group(GROUP_NAME) for e in self.engines),
+                         return_exceptions=True))
+        destroy_weight_group(self.group)
+        self.group = None
+
+
+async def _gather(aws: Iterable[Awaitable[Any]], return_exceptions: bool = False) -> list[Any]:
+    """gather() inside a coroutine, so it binds to the loop that runs it."""
+    return list(await asyncio.gather(*aws, return_exceptions=return_exceptions))
+
+
+def _buckets(tensors: dict[str, torch.Tensor], limit: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    bucket: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    for name, t in tensors.items():
+        n = t.numel() * t.element_size()
+        if bucket and size + n > limit:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, t))
+        size += n
+    if bucket:
+        yield bucket
+
+
+def _address_towards(url: str) -> str:
+    """This host's address on the route to the engine (what the engine can reach us at)."""
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url).hostname or "127.0.0.1"
+    if host in ("localhost", "127.0.0.1", "::1"):
+        return "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((host, 9))  # no packet is sent: this only picks the outgoing interface
+        return str(s.getsockname()[0])
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
