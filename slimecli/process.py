@@ -59,6 +59,17 @@ def _wait_empty(groups: Mapping[int, Leader], timeout_s: float) -> list[int]:
         time.sleep(POLL_S)
 
 
+def alive(pid: int) -> bool:
+    """A process with this pid exists (another user's counts: signal 0 is refused, not unknown)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def gone(pid: int) -> bool:
     """Exited (a zombie counts: it runs nothing)."""
     try:

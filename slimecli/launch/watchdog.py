@@ -12,19 +12,9 @@ import signal
 import threading
 import time
 
-from slimecli.process import signal_group
+from slimecli.process import alive, signal_group
 
 PARENT_ENV = "SLIMECLI_CONTROLLER_PID"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _terminate_group(signum: int, _frame: object) -> None:
@@ -45,7 +35,7 @@ def start_parent_watchdog(interval_s: float = 1.0) -> threading.Thread | None:
         signal.signal(signal.SIGTERM, _terminate_group)
 
     def watch() -> None:
-        while _alive(pid):
+        while alive(pid):
             time.sleep(interval_s)
         try:
             signal_group(os.getpgid(0), signal.SIGTERM)

@@ -11,6 +11,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from slimecli.process import alive
+
 SEGMENT_PREFIX = "slimecli-weights-"  # then the writer's pid, '-', a random id
 _SEGMENT_NAME = re.compile(r"slimecli-weights-[A-Za-z0-9_.-]{1,200}")
 
@@ -33,17 +35,7 @@ def remove_stale_segments() -> int:
     removed = 0
     for path in segment_dir().glob(SEGMENT_PREFIX + "*"):
         pid = path.name.removeprefix(SEGMENT_PREFIX).split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not alive(int(pid)):
             path.unlink(missing_ok=True)
             removed += 1
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
 from aiohttp import web
 
+from slimecli.net.server import read_json
 from slimecli.rollout.engine.protocol import BadRequest
 from slimecli.rollout.weight_transfer import (
     SharedSegment,
@@ -88,8 +89,6 @@ class WeightRoutes:
         A CPU engine serves straight from the segment afterwards (its tensors become views of it); the
         trainer then writes each new version into the same segment while this engine is paused and flushed.
         """
-        from slimecli.rollout.engine.server import read_json
-
         if (resp := self.server._not_ready()) is not None:
             return resp
         body = await read_json(request)
@@ -123,8 +122,6 @@ class WeightRoutes:
     # ---- the weight-update process group ----------------------------------------------------
     async def init_group(self, request: web.Request) -> web.Response:
         """SGLang's ``{"master_address", "master_port", "rank_offset", "world_size", "group_name", "backend"}``."""
-        from slimecli.rollout.engine.server import read_json
-
         if (resp := self.server._not_ready()) is not None:
             return resp
         body = await read_json(request)
@@ -161,8 +158,6 @@ class WeightRoutes:
     async def from_distributed(self, request: web.Request) -> web.Response:
         """SGLang's ``{"names", "dtypes", "shapes", "group_name", "weight_version"?, ...}``: each tensor is
         broadcast from rank 0 of the group, in the order named."""
-        from slimecli.rollout.engine.server import read_json
-
         if (resp := self.server._not_ready()) is not None:
             return resp
         body = await read_json(request)
@@ -210,8 +205,6 @@ class WeightRoutes:
                                   "num_paused_requests": paused})
 
     async def destroy_group(self, request: web.Request) -> web.Response:
-        from slimecli.rollout.engine.server import read_json
-
         body = await read_json(request, required=False)
         _known(body, {"group_name"})
         name = body.get("group_name", "weight_update_group")
@@ -248,6 +241,6 @@ def _version(body: dict[str, Any]) -> str | None:
     return None if version is None else str(version)
 
 
-def _int(value: Any) -> bool:
+def _int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
