@@ -23,7 +23,7 @@ from slimecli.agent.adapter import AdapterSettings
 from slimecli.agent.anthropic import AnthropicAdapter
 from slimecli.agent.anthropic import tool_choice as anthropic_choice
 from slimecli.agent.constrain import GrammarError, ToolChoice
-from slimecli.agent.engine import EngineLink
+from slimecli.agent.engine_link import EngineLink
 from slimecli.agent.parsers import HermesToolParser, ParsedOutput
 from slimecli.agent.render import Renderer, tool_schema
 from slimecli.agent.responses import ResponsesAdapter

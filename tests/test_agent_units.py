@@ -291,7 +291,7 @@ def test_locate_skips_the_claude_placeholder_when_npm_skipped_install_scripts(tm
 def test_engine_pool_keeps_each_session_on_one_engine_and_balances_new_ones():
     import asyncio
 
-    from slimecli.agent.engine import EnginePool
+    from slimecli.agent.engine_link import EnginePool
 
     pool = EnginePool(["http://127.0.0.1:1", "http://127.0.0.1:2"])
     served: list[tuple[str, str]] = []

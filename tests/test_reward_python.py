@@ -1,4 +1,4 @@
-"""The reward hub with user python rewards: dicts, strings, exceptions, async, hangs, group rewards,
+"""Reward assignment with user python rewards: dicts, strings, exceptions, async, hangs, group rewards,
 and the priority between per-sample paths, the configured function and metadata types."""
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ def test_priority_path_then_function_then_metadata_type_then_name(user_file):
     assert [s.reward for s in samples] == ["path:own", "meta", "name"]
 
 
-def test_builtin_rewards_through_the_hub_and_unresolvable_sources(tmp_path, caplog):
+def test_builtin_rewards_through_assign_rewards_and_unresolvable_sources(tmp_path, caplog):
     samples = [Sample(index=0, response="\\boxed{\\frac{1}{2}}", label="0.5"),
                Sample(index=1, response="It is 0.5", label="0.5"),
                Sample(index=2, response="0.5", label="0.5", metadata={"rm_type": "exact_match"}),

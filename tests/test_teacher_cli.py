@@ -1,8 +1,17 @@
-"""`slimecli teacher serve` refuses what it cannot serve before starting any rank."""
+"""`slimecli teacher serve`: refuses what it cannot serve before starting any rank; runs supervised."""
 
 from __future__ import annotations
 
-from tests.helpers import run_cli
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from slimecli.process import children
+from tests.helpers import run_cli, wait_dead
+from tests.teacher_helpers import Server
 
 
 def test_serve_needs_a_checkpoint_directory(tmp_path):
@@ -32,3 +41,45 @@ def test_server_fields_are_validated():
     assert r.returncode == 2
     for key in ("teacher.dtype", "teacher.keepalive_s", "teacher.log_interval_s"):
         assert key in r.stderr
+
+
+def _descendants(pid: int) -> list[int]:
+    found = []
+    for child in children(pid):
+        found += [child, *_descendants(child)]
+    return found
+
+
+@pytest.mark.slow
+def test_serve_is_supervised_and_stops_with_its_ranks(tmp_path):
+    """The teacher runs under the same plan and supervisor as `slimecli train`'s: prefixed logs, a log file,
+    plan.json, and SIGTERM to the command takes torchrun and every rank down."""
+    srv = Server(tmp_path, ["teacher.tp=2"])
+    try:
+        srv.wait_ready()
+        ranks = _descendants(srv.proc.pid)
+        assert len(ranks) >= 3  # torchrun (behind the exec wrapper) and two ranks
+        run = tmp_path / f"run-{srv.port}"
+        assert [s["name"] for s in json.loads((run / "plan.json").read_text())] == ["teacher"]
+        assert "teacher is ready" in srv.read_log() and "   teacher |" in srv.read_log()
+        assert (run / "logs" / "teacher.log").stat().st_size > 0
+        os.kill(srv.proc.pid, signal.SIGTERM)
+        assert srv.proc.wait(60) == 128 + signal.SIGTERM
+        assert wait_dead(ranks, 30) == []
+    finally:
+        srv.stop()
+
+
+@pytest.mark.slow
+def test_a_rank_that_dies_ends_serve_with_one_clear_message(tmp_path):
+    srv = Server(tmp_path, [])
+    try:
+        srv.wait_ready()
+        rank = next(p for p in _descendants(srv.proc.pid) if "slimecli.teacher" in Path(f"/proc/{p}/cmdline")
+                    .read_bytes().decode(errors="replace") and not children(p))
+        os.kill(rank, signal.SIGKILL)
+        assert srv.proc.wait(60) == 1
+        log = srv.read_log()
+        assert "teacher exited (exit code" in log and "logs/teacher.log" in log
+    finally:
+        srv.stop()

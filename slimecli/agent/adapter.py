@@ -27,11 +27,12 @@ from aiohttp import web
 
 from slimecli.agent import constrain
 from slimecli.agent.constrain import GrammarError, ToolChoice
-from slimecli.agent.engine import EngineError, EngineLink, EngineRejected, Generation
+from slimecli.agent.engine_link import EngineLink, Generation
 from slimecli.agent.parsers import ParsedOutput, ToolParser
 from slimecli.agent.render import Renderer
 from slimecli.agent.trajectory import SessionClosed, TooManyTurns, TrajectoryManager, Turn
 from slimecli.net import server as net
+from slimecli.rollout.client import EngineError, EngineRejected
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from slimecli.agent.adapter import Adapter, AdapterSettings
-from slimecli.agent.engine import EngineLink, EnginePool
+from slimecli.agent.engine_link import EngineLink, EnginePool
 from slimecli.agent.parsers import get_parser
 from slimecli.agent.registry import resolve
 from slimecli.agent.render import Renderer

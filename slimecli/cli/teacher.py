@@ -1,8 +1,8 @@
-"""`slimecli teacher serve`: resolve the config into a run directory, then exec torchrun with tp x dp ranks."""
+"""`slimecli teacher serve`: resolve the config into a run directory, then supervise torchrun with tp x dp ranks
+(the same plan entry and supervisor that `slimecli train` uses for its teacher)."""
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -50,19 +50,16 @@ def register(app: typer.Typer) -> None:
     @teacher_app.command("serve", context_settings=OVERRIDES, epilog=EPILOG)
     def serve(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> None:
         """Serve a checkpoint: /generate, /healthz, /detect, /info, /get_loads, /update_weights_from_disk."""
-        from slimecli.launch.rundir import prepare
-        from slimecli.launch.torchrun import torchrun_argv
+        from slimecli.launch.plan import teacher_plan
+        from slimecli.launch.rundir import prepare, write_plan
+        from slimecli.launch.supervisor import Supervisor
 
         overrides = split_overrides(ctx.args)
         cfg = _with_teacher_model(load_config_or_exit(overrides, recipe_dir), overrides)
         run = prepare(cfg, sys.argv, overrides)
         t = cfg.teacher
-        argv = torchrun_argv("slimecli.teacher", ["--config", str(run.config_path)], t.tp * t.dp)
-        # The ranks import slimecli from wherever this process did (a source checkout need not be installed).
-        pkg_root = str(Path(__file__).resolve().parents[2])
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "SLIMECLI_RUN_DIR": str(run.path),
-               "PYTHONPATH": os.pathsep.join(p for p in (pkg_root, os.environ.get("PYTHONPATH")) if p)}
         typer.echo(f"teacher: run dir {run.path}; {t.tp * t.dp} rank(s) (tp={t.tp}, dp={t.dp}); "
                    f"http://{t.host}:{t.port}", err=True)
-        sys.stderr.flush()
-        os.execvpe(argv[0], argv, env)
+        specs = teacher_plan(cfg, run.path)
+        write_plan(run, specs)
+        raise typer.Exit(Supervisor(specs, run.log_dir).run())

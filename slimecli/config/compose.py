@@ -161,8 +161,8 @@ def compose_dict(overrides: list[str], recipe_dirs: tuple[str, ...] = (), uses_a
 
 def load(overrides: Sequence[str] = (), recipe_dirs: tuple[str, ...] = (), uses_agent: bool = False) -> SlimeConfig:
     """Compose, check the schema and every rule; raise ConfigErrors with all of them at once."""
+    from slimecli.config.convert import build
     from slimecli.config.rules import check_all
-    from slimecli.config.typed import build
 
     data, errors = compose_dict(list(overrides), tuple(recipe_dirs), uses_agent)
     cfg = build(SlimeConfig, data, "", errors)

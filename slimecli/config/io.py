@@ -7,9 +7,9 @@ from pathlib import Path
 
 import yaml
 
+from slimecli.config.convert import build, to_plain
 from slimecli.config.errors import ConfigError, ConfigErrors
 from slimecli.config.schema import SlimeConfig
-from slimecli.config.typed import build, to_plain
 
 
 def dump_yaml(cfg: SlimeConfig) -> str:

@@ -51,7 +51,6 @@ def build_plan(cfg: SlimeConfig, run_dir: str | Path) -> list[ProcessSpec]:
     """Servers first (engines, teacher), then the trainer. Every process reads RUN/config.yaml."""
     run_dir = Path(run_dir).resolve()
     config_path = str(run_dir / CONFIG_FILE)
-    env = {"SLIMECLI_RUN_DIR": str(run_dir), "PYTHONUNBUFFERED": "1"}
     specs: list[ProcessSpec] = []
     if cfg.cluster.node_rank == 0:  # servers run once, next to trainer rank 0 which drives them
         specs += engine_specs(cfg, config_path)
@@ -59,4 +58,18 @@ def build_plan(cfg: SlimeConfig, run_dir: str | Path) -> list[ProcessSpec]:
         if teacher is not None:
             specs.append(teacher)
     specs.append(trainer_spec(cfg, config_path))
+    return _in_run(specs, run_dir)
+
+
+def teacher_plan(cfg: SlimeConfig, run_dir: str | Path) -> list[ProcessSpec]:
+    """`slimecli teacher serve`: the teacher server alone, served until it is stopped (cfg.teacher.name=server)."""
+    run_dir = Path(run_dir).resolve()
+    teacher = teacher_spec(cfg, str(run_dir / CONFIG_FILE))
+    if teacher is None:
+        raise ValueError("teacher_plan needs teacher.name=server without teacher.url")
+    return _in_run([teacher], run_dir)
+
+
+def _in_run(specs: list[ProcessSpec], run_dir: Path) -> list[ProcessSpec]:
+    env = {"SLIMECLI_RUN_DIR": str(run_dir), "PYTHONUNBUFFERED": "1"}
     return [replace(s, env={**env, **s.env}) for s in specs]

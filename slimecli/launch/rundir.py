@@ -8,9 +8,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from slimecli.config.convert import to_plain
 from slimecli.config.io import dump_yaml, load_frozen, save_frozen
 from slimecli.config.schema import SlimeConfig
-from slimecli.config.typed import to_plain
 from slimecli.launch.plan import CONFIG_FILE
 from slimecli.launch.spec import ProcessSpec
 

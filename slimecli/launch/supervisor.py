@@ -1,7 +1,8 @@
 """Start the plan's processes, stream their logs, and tear everything down on any failure.
 
 Servers start first and must answer their readiness probe; then the workers. The run
-succeeds when every worker exits 0. Any other exit, a readiness timeout, Ctrl-C or
+succeeds when every worker exits 0; a plan of servers alone (`slimecli teacher serve`) runs
+until it is stopped or a server dies. Any other exit, a readiness timeout, Ctrl-C or
 SIGTERM stops every child's process group (TERM, then KILL after a grace period).
 """
 
@@ -173,7 +174,7 @@ class Supervisor:
         workers = [c for c in self.children if c.spec.kind == "worker"]
         while True:
             self._check_alive()
-            if all(c.proc.poll() == 0 for c in workers):
+            if workers and all(c.proc.poll() == 0 for c in workers):
                 return
             time.sleep(self.poll_s)
 

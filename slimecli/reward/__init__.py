@@ -1,7 +1,7 @@
-"""Rewards: the registry and built-in functions, the hub that assigns them, normalisation of raw
+"""Rewards: the registry and built-in functions, assign_rewards (which picks and calls them), normalisation of raw
 rewards into training values, and monitoring that never raises on a reward value."""
 
-from slimecli.reward.hub import assign_rewards
+from slimecli.reward.assign import assign_rewards
 from slimecli.reward.normalize import (
     Invalid,
     InvalidRewardError,

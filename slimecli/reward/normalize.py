@@ -128,7 +128,7 @@ def normalize_reward(value: Any, key: str | None = None) -> float | Invalid:
 
 
 def sample_reward(sample: Any, key: str | None = None) -> float | Invalid:
-    """normalize_reward for a Sample, honouring a reward_error the reward hub recorded on it."""
+    """normalize_reward for a Sample, honouring a reward_error assign_rewards recorded on it."""
     try:
         metadata = getattr(sample, "metadata", None)
         if isinstance(metadata, Mapping) and metadata.get("reward_error"):

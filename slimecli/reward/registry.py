@@ -3,7 +3,7 @@
 A registered reward is `fn(sample)` (or `fn(samples)` for a group reward), sync or async, and
 returns a raw reward (float, int, bool, dict, ...; see normalize.py). Built-ins are imported
 lazily; config validation knows their names from slimecli.config.names (a test keeps the two lists
-equal). `remote` and `python` depend on the config (url, path) and are built by the reward hub rather
+equal). `remote` and `python` depend on the config (url, path) and are built by assign_rewards rather
 than registered here.
 """
 
@@ -40,7 +40,7 @@ _LAZY: dict[str, tuple[str, bool, bool]] = {
     "quickstart": ("slimecli.rollout.quickstart:quickstart_reward", False, True),
     "swe_tests": ("slimecli.swe.reward:swe_tests", False, True),  # passes through the grade of an agent run
 }
-# Built by the hub from the config.
+# Built by assign_rewards from the config.
 CONFIG_BUILT = ("remote", "python")
 # Names other modules register at import time; valid in a config before that module is imported.
 KNOWN = ("quickstart", "swe_tests")
@@ -95,5 +95,5 @@ def get_reward(name: str) -> RewardFn:
         raise UnknownRewardError(f"reward {name!r} is not registered yet: import the module that calls "
                                  f"register_reward({name!r}, ...) before computing rewards")
     if name in CONFIG_BUILT:
-        raise UnknownRewardError(f"reward {name!r} is built from the config by the reward hub")
+        raise UnknownRewardError(f"reward {name!r} is built from the config by assign_rewards")
     raise UnknownRewardError(f"unknown reward {name!r}; {allowed_hint(name, reward_names())}")

@@ -1,6 +1,6 @@
 """Reward monitoring that cannot crash: per-step metrics and the progress bar's running mean.
 
-The reference framework's progress bar called float() on the first value of a dict reward and
+THUDM/slime's rollout progress bar called float() on the first value of a dict reward and
 crashed on non-numeric rewards; slimecli reads every value through normalize_reward, so any
 reward (dicts of strings, NaN, None, tensors, nested junk) is either counted as valid or
 counted as invalid by reason. Nothing here raises on a reward value.

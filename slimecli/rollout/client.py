@@ -18,11 +18,22 @@ from slimecli.net.retry import RetryPolicy, with_retries
 
 
 class EngineError(RuntimeError):
-    """The engine answered with an error status (message is the engine's)."""
+    """The engine answered with an error status (`message` is the engine's), or could not be reached or
+    answered junk (`status` None). The one engine error of slimecli: the trainer, agent adapters and tests
+    catch this."""
 
-    def __init__(self, status: int, message: str, url: str = "") -> None:
-        super().__init__(f"{url}: HTTP {status}: {message}" if url else f"HTTP {status}: {message}")
+    def __init__(self, status: int | None, message: str, url: str = "") -> None:
+        where = f"{url}: " if url else ""
+        super().__init__(f"{where}HTTP {status}: {message}" if status is not None else f"{where}{message}")
         self.status, self.message = status, message
+
+
+class EngineRejected(EngineError):
+    """HTTP 400: the request itself is bad (e.g. a grammar the engine cannot compile), not the engine."""
+
+
+def engine_error(status: int, message: str, url: str) -> EngineError:
+    return (EngineRejected if status == 400 else EngineError)(status, message, url)
 
 
 def _message(status: int, text: str) -> str:
@@ -79,7 +90,7 @@ class EngineClient:
         async with self.session.request(method, url, json=body, timeout=timeout) as resp:
             text = await resp.text()
             if resp.status not in ok:
-                raise EngineError(resp.status, _message(resp.status, text), url)
+                raise engine_error(resp.status, _message(resp.status, text), url)
             if not text:
                 return None
             try:
@@ -117,7 +128,7 @@ class EngineClient:
         url = self.base_url + "/generate"
         async with self.session.post(url, json=body) as resp:
             if resp.status != 200:
-                raise EngineError(resp.status, _message(resp.status, await resp.text()), url)
+                raise engine_error(resp.status, _message(resp.status, await resp.text()), url)
             async for raw in resp.content:
                 line = raw.decode().strip()
                 if not line.startswith("data:"):
@@ -190,7 +201,7 @@ class EngineClient:
                 data = None
             if isinstance(data, dict) and "success" in data:
                 return data
-            raise EngineError(resp.status, _message(resp.status, text), url)
+            raise engine_error(resp.status, _message(resp.status, text), url)
 
     async def sync_weights(self, path_or_update: str | Callable[[], Awaitable[dict[str, Any]]],
                            weight_version: str | int | None = None) -> dict[str, Any]:

@@ -1,3 +1,118 @@
-from slimecli.teacher.main import main
+"""Entry point of every teacher rank: `python -m slimecli.teacher --config RUN/config.yaml` under torchrun.
 
-main()
+Rank 0 serves HTTP after a private warm-up request on an ephemeral loopback port has gone through the whole
+path (HTTP, queue, every rank); only then does the public port open. A failed warm-up ends the job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import aiohttp
+import torch
+import torch.distributed as dist
+from aiohttp import web
+
+from slimecli.config.schema import SlimeConfig
+from slimecli.teacher.ranks import exchanges, make_layout, serve_peer
+from slimecli.teacher.server import Front
+from slimecli.teacher.worker import TeacherWorker
+
+log = logging.getLogger("slimecli.teacher")
+
+
+def teacher_model_path(cfg: SlimeConfig) -> str:
+    if cfg.teacher.model_path:
+        return str(Path(cfg.teacher.model_path).expanduser().absolute())
+    from slimecli.model.loading import resolve_model_path
+
+    return str(resolve_model_path(cfg.model).absolute())
+
+
+def warmup_body(vocab_size: int) -> dict:
+    ids = [i % vocab_size for i in range(8)]
+    return {"input_ids": ids, "sample_n": 2, "label_token_ids": [[0]] * (len(ids) - 1)}
+
+
+async def warm_up(runner: web.AppRunner, cfg: SlimeConfig, vocab_size: int) -> None:
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = next(a[1] for a in runner.addresses if isinstance(a, tuple))
+    headers = {"Authorization": f"Bearer {cfg.teacher.api_key}"} if cfg.teacher.api_key else {}
+    body = warmup_body(vocab_size)
+    try:
+        timeout = aiohttp.ClientTimeout(total=cfg.teacher.warmup_timeout_s)
+        async with aiohttp.ClientSession(timeout=timeout) as s, s.post(
+                f"http://127.0.0.1:{port}/generate", json=body, headers=headers) as r:
+            reply = await r.json()
+            if r.status != 200 or len(reply.get("log_probs", [])) != len(body["input_ids"]) - 1:
+                raise RuntimeError(f"HTTP {r.status}: {reply}")
+    except TimeoutError:
+        raise RuntimeError(f"no answer within teacher.warmup_timeout_s={cfg.teacher.warmup_timeout_s:g}s") from None
+    finally:
+        await site.stop()
+
+
+async def run_front(cfg: SlimeConfig, front: Front) -> None:
+    t = cfg.teacher
+    runner = web.AppRunner(front.app(), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    front.start_background()
+    if t.warmup:
+        try:
+            await warm_up(runner, cfg, front.vocab_size)
+        except Exception as exc:
+            log.error("teacher warm-up failed, not opening %s:%d: %s", t.host, t.port, exc)
+            sys.stderr.flush()
+            os._exit(1)  # torchrun then stops the other ranks
+        log.info("warm-up request ok")
+        front.reset_counters()
+    await web.TCPSite(runner, t.host, t.port).start()
+    log.info("teacher server on http://%s:%d  model=%s vocab=%d tp=%d dp=%d", t.host, t.port, front.model_path,
+             front.vocab_size, t.tp, t.dp)
+    await asyncio.Event().wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m slimecli.teacher", description=__doc__)
+    parser.add_argument("--config", required=True, help="resolved run config (RUN/config.yaml)")
+    args = parser.parse_args(argv)
+    from slimecli.config.errors import ConfigErrors
+    from slimecli.config.io import load_frozen
+
+    try:
+        cfg = load_frozen(args.config)
+    except (FileNotFoundError, ConfigErrors) as exc:
+        raise SystemExit(f"teacher: cannot read {args.config}: {exc}") from None
+    t = cfg.teacher
+    logging.basicConfig(level=cfg.run.log_level.upper(), stream=sys.stderr,
+                        format=f"%(asctime)s teacher[{os.environ.get('RANK', '0')}] %(levelname)s %(message)s")
+    from slimecli.model.loading import set_trust_remote_code
+
+    set_trust_remote_code(cfg.model.trust_remote_code)  # the teacher's loads, weight updates included
+    timeout = timedelta(seconds=max(1800.0, t.update_timeout_s + 600, t.warmup_timeout_s + 600))
+    if torch.cuda.is_available():  # CUDA tensors (logits) over nccl, control messages over gloo
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group("cpu:gloo,cuda:nccl", timeout=timeout)
+    else:
+        dist.init_process_group("gloo", timeout=timeout)
+    layout = make_layout(t.tp, t.dp)
+    worker = TeacherWorker(tp=t.tp, tp_rank=layout.tp_rank, group=layout.tp_groups[layout.dp_index],
+                           dtype=t.dtype or cfg.model.dtype, sample_chunk_size=t.sample_chunk_size,
+                           label_chunk_size=t.label_chunk_size, seed=t.seed + 1009 * layout.dp_index + layout.tp_rank)
+    path = teacher_model_path(cfg)
+    worker.load(path)
+    if layout.rank == 0:
+        asyncio.run(run_front(cfg, Front(cfg, exchanges(layout, worker), worker.vocab_size, path)))
+    else:
+        serve_peer(layout, worker)
+
+
+if __name__ == "__main__":
+    main()

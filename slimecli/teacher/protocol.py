@@ -91,7 +91,7 @@ def parse_generate(body: Any, vocab_size: int, max_length: int, default_temperat
                                         f"row {r} has {len(row)}")
             _check_ids(row, vocab_size, f"label_token_ids[{r}]")
 
-    temperature = body.get("temperature", default_temperature)  # an extension: the reference has no field
+    temperature = body.get("temperature", default_temperature)  # an extension: THUDM/slime's teacher API has no field
     if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not (
             math.isfinite(temperature) and temperature > 0):
         raise RequestError(400, f"temperature must be a number > 0, got {temperature!r}")

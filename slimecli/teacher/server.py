@@ -21,8 +21,8 @@ from typing import Any
 
 from aiohttp import web
 
+from slimecli.config.convert import to_plain
 from slimecli.config.schema import SlimeConfig
-from slimecli.config.typed import to_plain
 from slimecli.net import server as net
 from slimecli.teacher.protocol import GenerateRequest, RequestError, parse_generate, parse_update
 from slimecli.teacher.ranks import Exchange

@@ -55,7 +55,8 @@ def rng_state() -> dict[str, Any]:
         "numpy": [kind, [int(k) for k in keys], int(pos), int(has_gauss), float(gauss)],
         "torch": torch.get_rng_state(),
     }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    # torch.cuda.is_initialized is unannotated in torch
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
@@ -74,7 +75,8 @@ def dedupe_views(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch.T
     """Each distinct tensor once (a tied weight appears under two names) and {alias: first name}."""
     tensors: dict[str, torch.Tensor] = {}
     aliases: dict[str, str] = {}
-    seen: dict[tuple, str] = {}
+    # a view's identity: storage, offset, shape, stride, dtype
+    seen: dict[tuple[int, int | torch.SymInt, tuple[int, ...], tuple[int, ...], torch.dtype], str] = {}
     for name, value in state_dict.items():
         t = value.detach()
         key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -39,8 +41,11 @@ def init(backend: str = "auto", timeout_s: float = 1800.0) -> DistInfo:
     return DistInfo(rank, world, local_rank, device)
 
 
-def broadcast_object(obj: Any, src: int = 0) -> Any:
-    """Rank `src`'s Python object on every rank (pickled; fine for rollout batches)."""
+def broadcast_object(obj: _T, src: int = 0) -> _T:
+    """Rank `src`'s Python object on every rank (pickled; fine for rollout batches).
+
+    Every rank passes the same expression (its value matters on `src` only), hence one type.
+    """
     if not dist.is_initialized():
         return obj
     box = [obj]

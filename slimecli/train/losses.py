@@ -83,7 +83,7 @@ def loss_weights(samples: Sequence[Sample], reduction: str = "per_rollout") -> l
     if reduction != "per_rollout":
         raise ValueError(f"unknown loss reduction {reduction!r}")
     keys = [("rollout", s.rollout_id) if s.rollout_id is not None else ("sample", i) for i, s in enumerate(samples)]
-    totals: dict[tuple, float] = {}
+    totals: dict[tuple[str, int], float] = {}
     for key, m in zip(keys, masks, strict=True):
         totals[key] = totals.get(key, 0.0) + float(m.sum())
     n_rollouts = max(len(totals), 1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -28,10 +28,10 @@ def load_policy(cfg: SlimeConfig, info: DistInfo, trainable: bool = True) -> tor
                                                  attn_implementation="sdpa")
     model.to(info.device)  # type: ignore[arg-type]  # transformers' stubs type .to() for its own use
     if not trainable:
-        model.eval().requires_grad_(False)
+        model.eval().requires_grad_(False)  # type: ignore[no-untyped-call]  # transformers' eval() is unannotated
         return model
     if cfg.trainer.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        model.gradient_checkpointing_enable()  # type: ignore[no-untyped-call]  # unannotated in transformers
     model.train()
     if info.world_size == 1:
         return model
@@ -83,7 +83,8 @@ def load_full_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor])
         unwrap(model).load_state_dict(state)
 
 
-def full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, is_main: bool) -> dict | None:
+def full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                         is_main: bool) -> dict[str, Any] | None:
     if is_sharded(model):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
@@ -93,7 +94,8 @@ def full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimize
     return optimizer.state_dict() if is_main else None
 
 
-def load_full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
+def load_full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                              state: dict[str, Any]) -> None:
     if is_sharded(model):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
@@ -115,9 +117,10 @@ def response_logits(model: torch.nn.Module, batch: PackedBatch) -> torch.Tensor:
     if _keeps_logits(model):
         out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False,
                     logits_to_keep=batch.logit_index)
-        return out.logits.float()
+        kept: torch.Tensor = out.logits  # a causal LM's output: logits [B, R, V]
+        return kept.float()
     out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
-    logits = out.logits
+    logits: torch.Tensor = out.logits  # [B, L, V]
     index = batch.logit_index.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
     return torch.gather(logits, 1, index).float()
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import torch
 
@@ -17,6 +18,21 @@ if TYPE_CHECKING:
     from slimecli.train.weight_sync import WeightSync
 
 log = logging.getLogger("slimecli.train")
+
+_T = TypeVar("_T")
+
+
+class Collector(Protocol):
+    """What rollout.generate makes: RolloutDriver, AgentRollout, or a factory's object."""
+
+    async def collect(self) -> RolloutResult: ...
+
+
+class ProgressReporter(Protocol):
+    """A collector that reports as it goes (AgentRollout): the step it collects for, where its status goes."""
+
+    step: int
+    on_progress: Callable[[str], None] | None
 
 
 class RolloutCoordinator:
@@ -43,7 +59,7 @@ class RolloutCoordinator:
             # the teacher scores the student's tokens at the rollout temperature
             self.teacher = TeacherClient(cfg.teacher, temperature=cfg.rollout.temperature)
 
-    def _collector(self, tokenizer: Any) -> Any:
+    def _collector(self, tokenizer: Any) -> Collector:
         """What rollout.generate names: the single-turn driver, the agent rollout, or a factory
         fn(cfg, tokenizer, engines, source) of an object whose async collect() returns a RolloutResult."""
         cfg = self.cfg
@@ -62,9 +78,10 @@ class RolloutCoordinator:
             return AgentRollout(cfg, self.service, self.source, archive=archive)
         from slimecli.reward.python_fn import load_reward_fn  # the project's one loader for user functions
 
-        return load_reward_fn(kind)(cfg, tokenizer, self.engines, self.source)
+        collector: Collector = load_reward_fn(kind)(cfg, tokenizer, self.engines, self.source)
+        return collector
 
-    def run(self, coro: Any) -> Any:
+    def run(self, coro: Awaitable[_T]) -> _T:
         return self.loop.run_until_complete(coro)
 
     def wait_ready(self) -> None:
@@ -76,10 +93,11 @@ class RolloutCoordinator:
 
         self.run(all_ready())
 
-    def watch(self, step: int, on_progress: Any) -> None:
+    def watch(self, step: int, on_progress: Callable[[str], None]) -> None:
         """The step the next collect is for, and where a collector that reports as it goes sends its status."""
         if hasattr(self.driver, "on_progress"):
-            self.driver.step, self.driver.on_progress = step, on_progress
+            reporter = cast(ProgressReporter, self.driver)
+            reporter.step, reporter.on_progress = step, on_progress
 
     def collect(self) -> RolloutResult:
         result = self.run(self.driver.collect())

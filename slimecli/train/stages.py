@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import torch
 
@@ -184,7 +184,8 @@ def rollout(source: RolloutSource | None) -> StepBatch:
     if source is not None:
         result = source.collect()
         batch = StepBatch(result.samples, result.train_rewards, result.metrics)
-    return dist.broadcast_object(batch)
+    # rank 0 holds the source in a trainer, so what it sends is a StepBatch
+    return cast(StepBatch, dist.broadcast_object(batch))
 
 
 def old_logp(model: torch.nn.Module, batch: StepBatch, cfg: TrainerConfig, ctx: RankContext, *,
@@ -254,7 +255,8 @@ def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: 
                     rows(tensors.advantages.advantages), rows(step_weights), t, mask=packed.mask, entropy=entropy,
                     ref_logp=rows(tensors.ref_logp) if tensors.ref_logp is not None else None,
                     rollout_logp=rows(rollout_lp) if rollout_lp is not None else None)
-                (loss * (0.0 if filler else ctx.world_size)).backward()  # DDP averages gradients over ranks
+                # DDP averages gradients over ranks; torch's Tensor.backward is unannotated
+                (loss * (0.0 if filler else ctx.world_size)).backward()  # type: ignore[no-untyped-call]
             if filler:
                 continue
             for name, value in metrics.items():

@@ -105,7 +105,7 @@ class StatelessAdam(Optimizer):
             self.state.clear()
         for group in self.param_groups:
             group["step"] = self.step_count  # like fused Adams, the count lives in the group; it never moves
-            buckets: dict[tuple[torch.device, torch.dtype], tuple[list, list]] = {}
+            buckets: dict[tuple[torch.device, torch.dtype], tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
             for p in group["params"]:
                 g = self._grad_of(p)
                 if g is None:

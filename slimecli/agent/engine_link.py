@@ -11,18 +11,7 @@ from typing import Any
 import aiohttp
 
 from slimecli.rollout import client as engine_client
-
-
-class EngineError(Exception):
-    """The engine refused or failed a request (the adapter answers with an API error, never a 500)."""
-
-
-class EngineRejected(EngineError):
-    """The engine answered 400: the request itself is bad (e.g. a grammar it cannot compile), not the engine."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+from slimecli.rollout.client import EngineError
 
 
 @dataclass
@@ -62,12 +51,8 @@ class EngineLink:
         except asyncio.CancelledError:
             await asyncio.shield(self.abort(rid))
             raise
-        except engine_client.EngineError as exc:
-            if exc.status == 400:
-                raise EngineRejected(exc.message) from exc
-            raise EngineError(f"engine request failed: {exc}") from exc
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise EngineError(f"engine request failed: {exc}") from exc
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:  # EngineError (HTTP errors) passes through
+            raise EngineError(None, f"engine request failed: {exc}", self.base_url) from exc
         return _parse_generation(data)
 
     def release(self, session: str) -> None:
@@ -80,7 +65,7 @@ class EngineLink:
     async def abort(self, rid: str) -> None:
         try:
             await asyncio.wait_for(self.client.abort(rid), 10.0)
-        except (engine_client.EngineError, aiohttp.ClientError, TimeoutError, OSError):
+        except (EngineError, aiohttp.ClientError, TimeoutError, OSError):
             pass
 
 
@@ -132,13 +117,15 @@ def _parse_generation(data: Any) -> Generation:
     if isinstance(data, list) and len(data) == 1:
         data = data[0]
     if not isinstance(data, dict) or not isinstance(data.get("meta_info"), dict):
-        raise EngineError(f"malformed engine reply: {str(data)[:300]}")
+        raise EngineError(None, f"malformed engine reply: {str(data)[:300]}")
     meta = data["meta_info"]
     entries = meta.get("output_token_logprobs") or []
     ids = [int(e[1]) for e in entries]
-    log_probs = [float(e[0]) if e[0] is not None else 0.0 for e in entries]
+    if any(e[0] is None for e in entries):  # a zero in its place would be a wrong importance ratio, silently
+        raise EngineError(None, "engine reply has an output token without a log-prob")
+    log_probs = [float(e[0]) for e in entries]
     if not ids and data.get("output_ids"):
-        raise EngineError("engine reply has output ids but no output_token_logprobs (return_logprob ignored?)")
+        raise EngineError(None, "engine reply has output ids but no output_token_logprobs (return_logprob ignored?)")
     finish = meta.get("finish_reason") or {}
     finish_type = finish.get("type", "stop") if isinstance(finish, dict) else str(finish)
     version = meta.get("weight_version")

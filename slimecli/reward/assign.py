@@ -1,6 +1,6 @@
-"""The reward hub: pick each sample's reward function, call it, store the raw reward on the sample.
+"""Assign rewards: pick each sample's reward function, call it, store the raw reward on the sample.
 
-Priority (as the reference framework): sample.metadata["reward_path"] > the configured python
+Priority (the order THUDM/slime uses): sample.metadata["reward_path"] > the configured python
 function (reward.path) > sample.metadata["rm_type"] > the configured reward (reward.name).
 
 A reward function is user code that may raise, hang or return junk. assign_rewards never
