@@ -221,7 +221,8 @@ def test_client_scores_response_tokens(server, ckpts):
 
     async def run():
         async with TeacherClient(cfg) as client:
-            await client.fill(samples)
+            for s, logps in zip(samples, await client.score(samples), strict=True):
+                s.teacher_log_probs = logps
             with pytest.raises(TeacherError, match="400"):
                 await client.score([Sample(tokens=[1, VOCAB + 5], response_length=1)])
             return await client.info()

@@ -49,7 +49,7 @@ def test_grpo_group_mean_and_unbiased_std_per_group():
 def test_grpo_without_std_and_gspo_same_advantages():
     samples = [sample(0, 1), sample(0, 1), sample(1, 1), sample(1, 1)]
     rewards = [1.0, 0.0, 0.5, 0.5]
-    plain = A.compute_advantages(samples, rewards, cfg(normalize_std=False), 2)
+    plain = A.compute_advantages(samples, rewards, cfg(scale_by_std=False), 2)
     assert_close(values(plain.advantages), [[0.5], [-0.5], [0.0], [0.0]])  # group means 0.5 and 0.5
     grpo = A.compute_advantages(samples, rewards, cfg(advantage_estimator="grpo"), 2)
     gspo = A.compute_advantages(samples, rewards, cfg(advantage_estimator="gspo"), 2)

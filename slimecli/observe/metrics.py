@@ -57,8 +57,8 @@ def to_json_value(value: Any) -> Any:
     if callable(tolist):
         try:
             return to_json_value(tolist())
-        except Exception:  # noqa: BLE001
-            pass
+        except Exception:  # noqa: BLE001 -- a tolist() that fails: the value's text below is still a record
+            return str(value)
     return str(value)
 
 

@@ -6,7 +6,7 @@ function (reward.path) > sample.metadata["rm_type"] > the configured reward (rew
 A reward function is user code that may raise, hang or return junk. assign_rewards never
 raises for that: a failing or slow call (reward.timeout_s) sets sample.reward = None and
 sample.metadata["reward_error"] = the exception type name, and its traceback goes once into
-the log. Junk values are stored raw; normalize.py turns them into training values later.
+the log. Junk values are stored raw; values.py turns them into training values later.
 
 Sync functions run in daemon threads (at most reward.concurrency at once), so a timed-out call
 cannot block the loop or interpreter exit; its thread runs on until the function returns. An

@@ -1,7 +1,7 @@
 """Reward registry: name -> reward function, so that other modules can add rewards.
 
 A registered reward is `fn(sample)` (or `fn(samples)` for a group reward), sync or async, and
-returns a raw reward (float, int, bool, dict, ...; see normalize.py). Built-ins are imported
+returns a raw reward (float, int, bool, dict, ...; see values.py). Built-ins are imported
 lazily; config validation knows their names from slimecli.config.names (a test keeps the two lists
 equal). `remote` and `python` depend on the config (url, path) and are built by assign_rewards rather
 than registered here.

@@ -1,19 +1,22 @@
 """Reward monitoring that cannot crash: per-step metrics and the progress bar's running mean.
 
 THUDM/slime's rollout progress bar called float() on the first value of a dict reward and
-crashed on non-numeric rewards; slimecli reads every value through normalize_reward, so any
+crashed on non-numeric rewards; slimecli reads every value through reward_value, so any
 reward (dicts of strings, NaN, None, tensors, nested junk) is either counted as valid or
 counted as invalid by reason. Nothing here raises on a reward value.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from slimecli.reward.normalize import Invalid, normalize_reward, safe_repr, sample_reward
+from slimecli.reward.values import Invalid, reward_value, safe_repr, sample_reward
+
+log = logging.getLogger(__name__)
 
 ZERO_STD_EPS = 1e-6
 _MAX_KEY_METRICS = 32  # per-key means of dict rewards: at most this many keys per step
@@ -37,7 +40,7 @@ def _numeric_field(value: Any) -> float | None:
         return None
     if not isinstance(value, (numbers.Number, bool)) and not callable(getattr(value, "item", None)):
         return None
-    out = normalize_reward(value)
+    out = reward_value(value)
     return None if isinstance(out, Invalid) else out
 
 
@@ -134,7 +137,7 @@ def value_metrics(values: Iterable[Any], key: str | None = None, groups: Iterabl
         group_ids = list(groups) if groups is not None else list(range(len(values)))
         if len(group_ids) != len(values):
             group_ids = list(range(len(values)))
-        return _metrics([(normalize_reward(v, key), v, g) for v, g in zip(values, group_ids, strict=True)], prefix)
+        return _metrics([(reward_value(v, key), v, g) for v, g in zip(values, group_ids, strict=True)], prefix)
     except Exception:
         return {f"{prefix}/metrics_error": 1.0}
 
@@ -152,21 +155,21 @@ class RewardMeter:
         """Add a batch of Sample objects."""
         try:
             self.add([sample_reward(s, self.key) for s in samples])
-        except Exception:
-            pass
+        except Exception:  # not a reward value's fault (add() takes any): a bug of ours, kept out of the run
+            log.warning("reward running mean skipped a batch", exc_info=True)
 
     def add(self, values: Iterable[Any]) -> None:
-        """Add raw reward values (or already-normalised floats / Invalid markers)."""
+        """Add raw reward values (or training values already converted / Invalid markers)."""
         try:
             for value in values:
-                v = normalize_reward(value, self.key)
+                v = reward_value(value, self.key)
                 if isinstance(v, Invalid):
                     self.invalid += 1
                 else:
                     self.valid += 1
                     self._mean = (self._mean - self._mean / self.valid) + v / self.valid
-        except Exception:
-            pass
+        except Exception:  # reward_value takes any value; an iterable that fails mid-way ends the batch here
+            log.warning("reward running mean stopped inside a batch", exc_info=True)
 
     @property
     def mean(self) -> float | None:

@@ -128,11 +128,6 @@ class TeacherClient:
         """Teacher log-probs of each sample's response tokens, in order (requests run concurrently)."""
         return list(await asyncio.gather(*(self.score_tokens(s.tokens, s.response_length) for s in samples)))
 
-    async def fill(self, samples: Sequence[Sample]) -> None:
-        """score() and store the result in Sample.teacher_log_probs."""
-        for s, logps in zip(samples, await self.score(samples), strict=True):
-            s.teacher_log_probs = logps
-
     async def info(self) -> dict[str, Any]:
         """GET /info of a teacher=server (vocab_size, temperature, model_path, ...)."""
         if self._session is None:

@@ -152,7 +152,7 @@ def _kl_or_zeros(batch: AdvantageBatch, kl_coef: float) -> torch.Tensor:
 @register_advantage_estimator("grpo")
 def grpo(batch: AdvantageBatch, cfg: TrainerConfig) -> torch.Tensor:
     """Group-relative: (r - group mean) / (group std + eps), the same value on every token of a response."""
-    scores = _centre(batch, cfg.normalize_std and batch.n_samples_per_prompt > 1)
+    scores = _centre(batch, cfg.scale_by_std and batch.n_samples_per_prompt > 1)
     return scores.float().unsqueeze(-1).expand_as(batch.mask).clone()
 
 

@@ -21,8 +21,8 @@ class TrainerConfig:
     # gspo (deprecated) = grpo + importance_level=sequence
     advantage_estimator: str = "grpo"
     policy_loss: str = "ppo_clip"  # a registered policy loss or package.module:function
-    importance_level: Literal["token", "sequence"] = "token"  # sequence: GSPO's length-normalised sequence ratio
-    normalize_std: bool = True  # grpo divides by the group std
+    importance_level: Literal["token", "sequence"] = "token"  # sequence: GSPO's per-token geometric-mean sequence ratio
+    scale_by_std: bool = True  # grpo divides by the group std
     gamma: float = 1.0  # reinforce++ discount
     eps_clip: float = 0.2
     eps_clip_high: float | None = None  # None -> eps_clip

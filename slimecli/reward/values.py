@@ -2,7 +2,7 @@
 
 Reward functions are user code: they return floats, ints, bools, numpy/torch scalars, dicts,
 None, NaN, strings, lists. Training needs one finite float per sample, so every value goes
-through `normalize_reward`, which never raises; `apply_invalid_policy` then decides what an
+through `reward_value`, which never raises; `apply_invalid_policy` then decides what an
 invalid reward does to the batch (reward.on_invalid = zero | drop_group | error).
 """
 
@@ -104,7 +104,7 @@ def _keys(data: Mapping, limit: int = 10) -> str:
     return ("[" + ", ".join(keys) + more + "]") if keys else "[] (empty dict)"
 
 
-def normalize_reward(value: Any, key: str | None = None) -> float | Invalid:
+def reward_value(value: Any, key: str | None = None) -> float | Invalid:
     """The finite float training value of a reward, or Invalid(reason, detail). Never raises.
 
     Dicts are read through `key` (reward.key); a missing key names the keys present. bool -> 0/1.
@@ -128,12 +128,12 @@ def normalize_reward(value: Any, key: str | None = None) -> float | Invalid:
 
 
 def sample_reward(sample: Any, key: str | None = None) -> float | Invalid:
-    """normalize_reward for a Sample, honouring a reward_error assign_rewards recorded on it."""
+    """reward_value for a Sample, honouring a reward_error assign_rewards recorded on it."""
     try:
         metadata = getattr(sample, "metadata", None)
         if isinstance(metadata, Mapping) and metadata.get("reward_error"):
             return Invalid("reward_error", f"reward function failed: {metadata['reward_error']}")
-        return normalize_reward(getattr(sample, "reward", None), key)
+        return reward_value(getattr(sample, "reward", None), key)
     except Exception as exc:
         return Invalid("unsupported_type", f"cannot read the sample's reward ({type(exc).__name__})")
 

@@ -1,4 +1,4 @@
-"""Reward normalisation, the invalid-reward policy, and monitoring that never raises."""
+"""Raw rewards into training values, the invalid-reward policy, and monitoring that never raises."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slimecli.reward.normalize import (
+from slimecli.reward.stats import RewardMeter, reward_metrics, value_metrics
+from slimecli.reward.values import (
     REASONS,
     Invalid,
     InvalidRewardError,
     apply_invalid_policy,
-    normalize_reward,
+    reward_value,
 )
-from slimecli.reward.stats import RewardMeter, reward_metrics, value_metrics
 from slimecli.rollout.sample import Sample
 
 
@@ -54,7 +54,7 @@ class BadKeys(dict):
     ({"a": {"b": 0.5}}, "a.b", 0.5), (ItemReturns(0.75), None, 0.75),
 ])
 def test_valid_rewards_become_floats(value, key, expected):
-    out = normalize_reward(value, key)
+    out = reward_value(value, key)
     assert isinstance(out, float) and out == expected
 
 
@@ -72,7 +72,7 @@ def test_valid_rewards_become_floats(value, key, expected):
     (decimal.Decimal("sNaN"), None, "unsupported_type", ""), (object(), None, "unsupported_type", "object"),
 ])
 def test_invalid_rewards_are_explicit(value, key, reason, detail):
-    out = normalize_reward(value, key)
+    out = reward_value(value, key)
     assert isinstance(out, Invalid), out
     assert out.reason == reason and out.reason in REASONS
     assert detail in out.detail
@@ -80,12 +80,12 @@ def test_invalid_rewards_are_explicit(value, key, reason, detail):
 
 def test_torch_scalars_duck_typed():
     torch = pytest.importorskip("torch")
-    assert normalize_reward(torch.tensor(0.5)) == 0.5
-    assert normalize_reward(torch.tensor([2], dtype=torch.int64)) == 2.0
-    assert normalize_reward(torch.tensor(True)) == 1.0
-    assert normalize_reward(torch.tensor(float("nan"))).reason == "nan"
-    assert normalize_reward(torch.tensor([1.0, 2.0])).reason == "not_scalar"
-    assert normalize_reward({"score": torch.tensor(0.25)}, "score") == 0.25
+    assert reward_value(torch.tensor(0.5)) == 0.5
+    assert reward_value(torch.tensor([2], dtype=torch.int64)) == 2.0
+    assert reward_value(torch.tensor(True)) == 1.0
+    assert reward_value(torch.tensor(float("nan"))).reason == "nan"
+    assert reward_value(torch.tensor([1.0, 2.0])).reason == "not_scalar"
+    assert reward_value({"score": torch.tensor(0.25)}, "score") == 0.25
 
 
 def _samples(rewards: list[Any], group_size: int = 2) -> list[Sample]:
@@ -189,7 +189,7 @@ def oracle_valid(value: Any, key: str | None) -> bool:
 @settings(max_examples=300, deadline=None)
 @given(value=values, key=st.sampled_from([None, "score", "acc"]))
 def test_normaliser_never_raises_and_agrees_with_oracle(value, key):
-    out = normalize_reward(value, key)
+    out = reward_value(value, key)
     if oracle_valid(value, key):
         assert isinstance(out, float) and math.isfinite(out)
     else:
@@ -204,7 +204,7 @@ def test_statistics_never_raise_and_count_correctly(rewards, key, group_size, dr
     m = reward_metrics(samples, key=key, filter_drops=drops)
     assert "reward/metrics_error" not in m
     assert all(isinstance(v, float) and math.isfinite(v) for v in m.values())
-    expected_valid = [normalize_reward(r, key) for r in rewards if oracle_valid(r, key)]
+    expected_valid = [reward_value(r, key) for r in rewards if oracle_valid(r, key)]
     assert m["reward/count"] == len(rewards)
     assert m["reward/valid"] == len(expected_valid)
     assert m["reward/invalid"] == len(rewards) - len(expected_valid)
