@@ -34,7 +34,10 @@ def register(app: typer.Typer) -> None:
         if errors:
             fail(ConfigErrors(errors).render())
         cfg = materialize(cfg)
-        run = prepare(cfg, sys.argv, overrides)  # the resolved config this engine serves, for the record
+        try:
+            run = prepare(cfg, sys.argv, overrides)  # the resolved config this engine serves, for the record
+        except ConfigErrors as exc:  # the run directory is in use, or holds another run
+            fail(exc.render())
         typer.echo(f"rollout: run dir {run.path}", err=True)
         start(cfg, index)
 

@@ -50,13 +50,17 @@ def register(app: typer.Typer) -> None:
     @teacher_app.command("serve", context_settings=OVERRIDES, epilog=EPILOG)
     def serve(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> None:
         """Serve a checkpoint: /generate, /healthz, /detect, /info, /get_loads, /update_weights_from_disk."""
+        from slimecli.config.errors import ConfigErrors
         from slimecli.launch.plan import teacher_plan
         from slimecli.launch.rundir import prepare, write_plan
         from slimecli.launch.supervisor import Supervisor
 
         overrides = split_overrides(ctx.args)
         cfg = _with_teacher_model(load_config_or_exit(overrides, recipe_dir), overrides)
-        run = prepare(cfg, sys.argv, overrides)
+        try:
+            run = prepare(cfg, sys.argv, overrides)
+        except ConfigErrors as exc:  # the run directory is in use, or holds another run
+            fail(exc.render())
         t = cfg.teacher
         typer.echo(f"teacher: run dir {run.path}; {t.tp * t.dp} rank(s) (tp={t.tp}, dp={t.dp}); "
                    f"http://{t.host}:{t.port}", err=True)

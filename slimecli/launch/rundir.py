@@ -1,4 +1,9 @@
-"""The run directory: resolved config, command line, overrides, plan, logs, metrics, checkpoints."""
+"""The run directory: resolved config, command line, overrides, plan, logs, metrics, checkpoints.
+
+A new auto-named directory is created exclusively (two commands started in the same second get two);
+every command that runs in one holds its lock (launch/lock.py); a resume may change only what keeps
+the run meaningful unless run.resume=force.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +12,13 @@ import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from slimecli.config.convert import to_plain
+from slimecli.config.errors import ConfigError, ConfigErrors
 from slimecli.config.io import dump_yaml, load_frozen, save_frozen
 from slimecli.config.schema import SlimeConfig
+from slimecli.launch.lock import RunInUse, RunLock, acquire
 from slimecli.launch.plan import CONFIG_FILE
 from slimecli.launch.spec import ProcessSpec
 
@@ -19,7 +27,8 @@ from slimecli.launch.spec import ProcessSpec
 class RunDir:
     path: Path
     resumed: bool
-    changed: list[str]  # config keys that differ from the stored config of a resumed run
+    changed: list[str]  # "key: old -> new" for each config key that differs from the stored config of a resume
+    lock: RunLock | None = None
 
     @property
     def config_path(self) -> Path:
@@ -30,30 +39,77 @@ class RunDir:
         return self.path / "logs"
 
 
+# What a resume may change without run.resume=force: how long, how often it saves, how it logs, where
+# its servers listen, how long it waits. Anything else (model, task, optimizer, batch shape, algorithm,
+# seed) would make the checkpoints belong to another run.
+RESUMABLE_KEYS = ("trainer.max_steps", "trainer.save_interval", "run.log_level", "run.resume", "run.name",
+                  "run.root")
+RESUMABLE_PREFIXES = ("observe.", "eval.", "cluster.")
+RESUMABLE_LEAVES = ("port", "host", "log_interval_s")
+
+
 def default_path(cfg: SlimeConfig) -> Path:
+    """The run directory a command would use (for an auto-named one: the name it would try first)."""
     if cfg.run.dir:
         return Path(cfg.run.dir).expanduser()
     return Path(cfg.run.root).expanduser() / f"{cfg.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def _diff(old: object, new: object, prefix: str = "") -> list[str]:
+def _create_auto_named(first: Path) -> Path:
+    """`first`, or `first-2`, `first-3`, ...: whichever this process creates (mkdir is atomic)."""
+    first.parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 10_000):
+        candidate = first if n == 1 else first.with_name(f"{first.name}-{n}")
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free run directory name next to {first}")
+
+
+def _diff(old: object, new: object, prefix: str = "") -> list[tuple[str, Any, Any]]:
     if isinstance(old, dict) and isinstance(new, dict):
         out = []
         for key in sorted(set(old) | set(new)):
             out += _diff(old.get(key), new.get(key), f"{prefix}.{key}" if prefix else str(key))
         return out
-    return [f"{prefix}: {old!r} -> {new!r}"] if old != new else []
+    return [(prefix, old, new)] if old != new else []
+
+
+def resumable(key: str) -> bool:
+    return (key in RESUMABLE_KEYS or key.startswith(RESUMABLE_PREFIXES)
+            or key.rsplit(".", 1)[-1] in RESUMABLE_LEAVES or key.endswith("timeout_s"))
 
 
 def prepare(cfg: SlimeConfig, argv: list[str], overrides: list[str]) -> RunDir:
-    """Create (or reopen, as a resume) the run directory and write the frozen config into it."""
-    path = default_path(cfg).resolve()
+    """Create (or reopen, as a resume) the run directory, lock it, and write the frozen config into it.
+
+    ConfigErrors when the directory is in use by a live command, or when a resume changes what it may not.
+    """
+    if cfg.run.dir:
+        path = default_path(cfg).resolve()
+        path.mkdir(parents=True, exist_ok=True)
+    else:
+        path = _create_auto_named(default_path(cfg).resolve())
+    try:
+        lock = acquire(path, shlex.join(argv))
+    except RunInUse as exc:
+        raise ConfigErrors([ConfigError("run.dir", str(path), str(exc))]) from None
     config_path = path / CONFIG_FILE
     resumed = config_path.is_file()
     changed: list[str] = []
     if resumed:
         old = load_frozen(config_path)
-        changed = _diff(to_plain(old), to_plain(cfg))
+        diff = _diff(to_plain(old), to_plain(cfg))
+        refused = [key for key, _, _ in diff if not resumable(key)]
+        if refused and cfg.run.resume != "force":
+            lock.release()
+            raise ConfigErrors([ConfigError(
+                "run.resume", cfg.run.resume,
+                f"{path} holds a run with another {', '.join(refused)}; resuming it would mix two runs' checkpoints",
+                "pick a new run.dir, or pass run.resume=force to resume with the changed config")])
+        changed = [f"{key}: {a!r} -> {b!r}" for key, a, b in diff]
         if changed:  # keep the previous config next to the new one: nothing is lost
             (path / f"config.before-{time.strftime('%Y%m%d-%H%M%S')}.yaml").write_text(dump_yaml(old))
     (path / "logs").mkdir(parents=True, exist_ok=True)
@@ -61,7 +117,7 @@ def prepare(cfg: SlimeConfig, argv: list[str], overrides: list[str]) -> RunDir:
     with open(path / "command.txt", "a") as f:
         f.write(shlex.join(argv) + "\n")
     (path / "overrides.txt").write_text("".join(f"{o}\n" for o in overrides))
-    return RunDir(path, resumed, changed)
+    return RunDir(path, resumed, changed, lock)
 
 
 def write_plan(run: RunDir, specs: list[ProcessSpec]) -> Path:

@@ -13,3 +13,6 @@ class RunConfig:
     root: str = "runs"
     seed: int = 1234
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # An existing run.dir resumes. auto: only changes that keep the run meaningful (steps, save interval,
+    # logging, ports, timeouts) are allowed; force: any change (each is recorded).
+    resume: Literal["auto", "force"] = "auto"
