@@ -198,7 +198,7 @@ def test_engine_module_from_frozen_config(tmp_path: Path) -> None:
 def test_start_failures_exit_non_zero_with_a_reason(engine: Engine, tmp_path: Path) -> None:
     port = int(engine.url.rsplit(":", 1)[1])
     argv = [sys.executable, "-m", "slimecli", "rollout", "serve", f"model.path={engine.model_path}",
-            f"rollout.port={port}"]
+            f"rollout.port={port}", f"run.root={tmp_path / 'runs'}"]
     busy = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ROOT)  # refused by pre-flight
     assert busy.returncode == 2 and f"rollout.port: 127.0.0.1:{port} is in use" in busy.stderr, busy.stderr
     broken = tmp_path / "broken"
