@@ -1,5 +1,5 @@
 """The Anthropic Messages and OpenAI Responses adapters over a real HTTP loopback, with the scripted test
-engine (tests/agent_scripted_engine.py) standing in for the model so the protocol details are deterministic."""
+engine (tests/helpers/scripted_engine.py) standing in for the model so the protocol details are deterministic."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-from agent_scripted_engine import Stack
 
 from slimecli.agent.anthropic import AnthropicAdapter
 from slimecli.agent.responses import ResponsesAdapter
 from slimecli.rollout.sample import Sample
+from tests.helpers.scripted_engine import Stack
 
 WRITE_TOOL = {"name": "Write", "description": "Write a file.",
               "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}}}

@@ -2,7 +2,7 @@
 
 Plain-text turns use the real embedded engine with the tiny random model (its text is garbage, but it must
 reach the CLI's output unchanged). Tool turns need a well-formed tool call, which a random model cannot
-produce: they use THE TEST ENGINE tests/agent_scripted_engine.py (scripted outputs, same /generate API).
+produce: they use THE TEST ENGINE tests/helpers/scripted_engine.py (scripted outputs, same /generate API).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def scripted(tmp_path, tiny):
         port = free_port()
         path = tmp_path / f"script{len(procs)}.json"
         path.write_text(json.dumps(script))
-        procs.append(subprocess.Popen([sys.executable, str(ROOT / "tests" / "agent_scripted_engine.py"), "--model",
+        procs.append(subprocess.Popen([sys.executable, str(ROOT / "tests" / "helpers" / "scripted_engine.py"), "--model",
                                        tiny, "--port", str(port), "--script", str(path)], cwd=ROOT))
         wait_http(f"http://127.0.0.1:{port}/health")
         return f"http://127.0.0.1:{port}"

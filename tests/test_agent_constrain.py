@@ -16,7 +16,6 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from engine_fixtures import Engine, engine  # noqa: F401 - fixture
 
 from slimecli.agent import constrain
 from slimecli.agent.adapter import AdapterSettings
@@ -34,6 +33,7 @@ from slimecli.config.errors import ConfigErrors
 from slimecli.config.rules import agent as agent_rules
 from slimecli.rollout.sample import Sample
 from tests.helpers import run_cli
+from tests.helpers.engine import Engine, engine  # noqa: F401 - fixture
 
 N = 12  # turns per case: the random model leaks out of a broken grammar within a few
 BASH = {"name": "Bash", "description": "Run a shell command.", "input_schema": {

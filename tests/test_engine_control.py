@@ -10,7 +10,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from engine_fixtures import Engine, engine_fixture, hf_logprobs, start_engine, stop_engine
 from transformers import AutoModelForCausalLM
 
 from slimecli.config.compose import load
@@ -18,6 +17,7 @@ from slimecli.config.io import save_frozen
 from slimecli.model.tiny import create_tiny_model
 from slimecli.rollout.client import EngineClient, EngineError
 from tests.helpers import ROOT, free_port, wait_until, wait_until_async
+from tests.helpers.engine import Engine, engine_fixture, hf_logprobs, start_engine, stop_engine
 
 LONG = {"temperature": 1.0, "max_new_tokens": 5000, "ignore_eos": True}
 GREEDY = {"temperature": 0, "max_new_tokens": 8, "ignore_eos": True}

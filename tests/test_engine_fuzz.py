@@ -6,9 +6,10 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from engine_fixtures import Engine, engine_fixture
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from tests.helpers.engine import Engine, engine_fixture
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,9 @@ import json
 
 import httpx
 import pytest
-from engine_fixtures import Engine, engine, hf_logprobs  # noqa: F401 - fixture
 from transformers import AutoModelForCausalLM
+
+from tests.helpers.engine import Engine, engine, hf_logprobs  # noqa: F401 - fixture
 
 PROMPTS = [[11, 22, 33, 44, 55], [7], [100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1100], [42, 43]]
 GREEDY = {"temperature": 0, "max_new_tokens": 12, "ignore_eos": True}

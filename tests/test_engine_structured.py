@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_fixtures import Engine, engine  # noqa: F401 - fixture
 from transformers import AutoModelForCausalLM
 
 from slimecli.model.loading import load_tokenizer
@@ -23,6 +22,7 @@ from slimecli.rollout.client import EngineClient
 from slimecli.rollout.engine.grammar import GrammarCache, allowed_tokens
 from slimecli.rollout.engine.protocol import BadRequest, Constraint
 from tests.helpers import ROOT
+from tests.helpers.engine import Engine, engine  # noqa: F401 - fixture
 
 PROMPT = [11, 22, 33, 44, 55]
 REGEX = r"[0-9]{3}-[a-z]{2}"

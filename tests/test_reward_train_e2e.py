@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from tests.e2e import metrics, run_train
+from tests.helpers.train_e2e import metrics, run_train
 
 REWARD = textwrap.dedent('''
     def score(sample):

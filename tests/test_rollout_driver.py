@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from engine_fixtures import Engine, engine_fixture
 
 from slimecli.config.compose import load
 from slimecli.model.loading import load_tokenizer
@@ -13,6 +12,7 @@ from slimecli.rollout.client import EngineClient
 from slimecli.rollout.data import PromptSource
 from slimecli.rollout.driver import RolloutDriver
 from slimecli.rollout.sample import Status
+from tests.helpers.engine import Engine, engine_fixture
 
 
 @pytest.fixture(scope="module")

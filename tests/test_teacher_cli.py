@@ -11,7 +11,7 @@ import pytest
 
 from slimecli.process import children
 from tests.helpers import run_cli, wait_dead
-from tests.teacher_helpers import Server
+from tests.helpers.teacher import Server
 
 
 def test_serve_needs_a_checkpoint_directory(tmp_path):

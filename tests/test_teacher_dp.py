@@ -8,7 +8,7 @@ import aiohttp
 import httpx
 import pytest
 
-from tests.teacher_helpers import Server, make_checkpoint, reference_log_probs
+from tests.helpers.teacher import Server, make_checkpoint, reference_log_probs
 
 
 @pytest.mark.slow

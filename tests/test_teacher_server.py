@@ -8,7 +8,7 @@ import aiohttp
 import httpx
 import pytest
 
-from tests.teacher_helpers import VOCAB, Server, make_checkpoint, reference_log_probs
+from tests.helpers.teacher import VOCAB, Server, make_checkpoint, reference_log_probs
 
 KEY = "s3cret"
 AUTH = {"Authorization": f"Bearer {KEY}"}

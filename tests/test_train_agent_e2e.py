@@ -8,7 +8,7 @@ import json
 import pytest
 
 from slimecli.agent.install import locate
-from tests.e2e import metrics, run_train
+from tests.helpers.train_e2e import metrics, run_train
 
 pytestmark = [pytest.mark.slow, pytest.mark.agent_cli]
 

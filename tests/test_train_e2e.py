@@ -9,8 +9,8 @@ import signal
 import pytest
 
 from slimecli.train import checkpoint
-from tests.e2e import descendants, kill_tree, metrics, run_train, start_train
 from tests.helpers import wait_dead, wait_until
+from tests.helpers.train_e2e import descendants, kill_tree, metrics, run_train, start_train
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 import torch
-from engine_fixtures import Engine, engine_fixture, hf_logprobs
 from transformers import AutoModelForCausalLM
 
 from slimecli.config.compose import load
@@ -22,6 +21,7 @@ from slimecli.rollout.client import EngineClient
 from slimecli.rollout.shm import SEGMENT_PREFIX, remove_stale_segments, segment_dir
 from slimecli.rollout.weight_transfer import SharedSegment, layout
 from slimecli.train.weight_sync import make_weight_sync
+from tests.helpers.engine import Engine, engine_fixture, hf_logprobs
 
 SAMPLING = {"temperature": 0.8, "max_new_tokens": 8, "ignore_eos": True}
 PROMPT = [5, 6, 7, 8]
@@ -207,7 +207,7 @@ def test_config_rules() -> None:
 @pytest.mark.parametrize("kind, logged", [("shared_memory", "weights updated from shared memory"),
                                           ("nccl", "weights updated from group")])
 def test_training_pushes_every_step_without_a_checkpoint_on_disk(tmp_path: Path, kind: str, logged: str) -> None:
-    from tests.e2e import metrics, run_train
+    from tests.helpers.train_e2e import metrics, run_train
 
     run = tmp_path / "run"
     before = set(segment_dir().glob(f"{SEGMENT_PREFIX}*"))

@@ -6,7 +6,7 @@ make the CLIs see a well-formed tool call. Only the protocol tests use it; the p
 embedded engine. Script items: "text", {"text": ..., "finish": "stop"|"length"}, or {"hang": true} (answers
 only when aborted). Requests and aborts are listed at GET /script/log.
 
-    python tests/agent_scripted_engine.py --model DIR --port P --script script.json
+    python tests/helpers/scripted_engine.py --model DIR --port P --script script.json
 """
 
 from __future__ import annotations
