@@ -104,6 +104,12 @@ class TeacherClient:
         return await self._score_sglang(tokens, response_length)
 
     async def _score_sglang(self, tokens: list[int], response_length: int) -> list[float]:
+        """Prefill-only scoring on SGLang's /generate (or `slimecli rollout serve`, which answers the same).
+
+        With logprob_start_len = prompt_length - 1, meta_info.input_token_logprobs holds one
+        [logprob, token_id, text] entry per input position from there on: the first (the prompt's last token)
+        has logprob None, the response_length after it are the teacher's log-probs of the response tokens.
+        """
         prompt_length = len(tokens) - response_length
         body = {"input_ids": tokens, "return_logprob": True, "logprob_start_len": prompt_length - 1,
                 "sampling_params": {"max_new_tokens": 0, "temperature": self.temperature}}
@@ -114,13 +120,12 @@ class TeacherClient:
         if not isinstance(entries, list):
             raise TeacherError(f"SGLang teacher {self.url} returned no meta_info.input_token_logprobs: "
                                f"{_short(reply)}")
-        scored = [e for e in entries if isinstance(e, list | tuple) and e and e[0] is not None]
-        if len(scored) < response_length:
-            raise TeacherError(f"SGLang teacher {self.url} scored {len(scored)} tokens, need {response_length}")
-        tail = scored[len(scored) - response_length:]
-        want = tokens[prompt_length:]
-        got = [int(e[1]) for e in tail if len(e) > 1]
-        if len(got) == response_length and got != want:
+        tail = entries[max(len(entries) - response_length, 0):]
+        if len(tail) < response_length or not all(isinstance(e, list | tuple) and len(e) >= 2
+                                                  and isinstance(e[0], int | float) for e in tail):
+            raise TeacherError(f"SGLang teacher {self.url} scored {len(entries)} input positions, need a log-prob "
+                               f"for each of the last {response_length}: {_short(entries[-3:])}")
+        if [int(e[1]) for e in tail] != tokens[prompt_length:]:
             raise TeacherError(f"SGLang teacher {self.url} scored other token ids than the sample's response")
         return [float(e[0]) for e in tail]
 

@@ -10,20 +10,17 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from slimecli.rollout.engine import compat
+from slimecli.rollout.engine.compat import CompatError
+
 MAX_N = 256
 
-# Top-level /generate keys we honour; keys SGLang knows that change nothing here are accepted when unset.
+# Top-level /generate keys we honour; compat.py lists the other fields SGLang knows and what happens to them.
 GENERATE_KEYS = {"text", "input_ids", "sampling_params", "return_logprob", "logprob_start_len", "top_logprobs_num",
-                 "rid", "stream", "return_text_in_logprobs"}
-INERT_KEYS = {"image_data", "audio_data", "video_data", "lora_path", "lora_id", "session_params",
-              "custom_logit_processor",
-              "bootstrap_host", "bootstrap_port", "bootstrap_room", "data_parallel_rank", "log_metrics",
-              "return_hidden_states", "input_embeds", "token_ids_logprob", "modalities", "priority", "extra_key",
-              "no_logs", "background", "routed_dp_rank", "return_routed_experts", "conversation_id"}
+                 "rid", "stream", "return_text_in_logprobs", *compat.EXTRA_GENERATE_KEYS}
 SAMPLING_KEYS = {"max_new_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids",
                  "min_new_tokens", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
                  "no_stop_trim", "n", "repetition_penalty", "frequency_penalty", "presence_penalty", "sampling_seed"}
-INERT_SAMPLING_KEYS = {"structural_tag", "logit_bias", "custom_params", "stream_interval", "stop_regex"}
 # Structured outputs: at most one per request, compiled by the engine's grammar module.
 CONSTRAINT_KEYS = ("regex", "json_schema", "ebnf")
 
@@ -61,6 +58,10 @@ class SamplingParams:
     presence_penalty: float = 0.0
     sampling_seed: int | None = None
     constraint: Constraint | None = None
+    stop_regex: tuple[str, ...] = ()
+    stop_regex_window: int = 0  # characters a stop_regex match can span; 0 = unbounded
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    stream_interval: int | None = None
 
     @property
     def greedy(self) -> bool:
@@ -68,7 +69,8 @@ class SamplingParams:
 
     @property
     def penalized(self) -> bool:
-        return self.repetition_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0
+        return (self.repetition_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0
+                or bool(self.logit_bias))
 
 
 @dataclass
@@ -84,6 +86,8 @@ class Item:
     logprob_start_len: int = -1
     top_logprobs_num: int = 0
     return_text_in_logprobs: bool = False
+    token_ids_logprob: tuple[int, ...] | None = None
+    return_prompt_token_ids: bool = False
     group: str = ""  # the rid given by the client; abort by rid reaches every copy
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -145,12 +149,14 @@ def parse_sampling(where: str, raw: Any, vocab_size: int) -> SamplingParams:
         return SamplingParams()
     if not isinstance(raw, dict):
         raise BadRequest(f"{where}: must be an object")
-    unknown = sorted(k for k, v in raw.items()
-                     if k not in SAMPLING_KEYS and k not in CONSTRAINT_KEYS
-                     and not (k in INERT_SAMPLING_KEYS and v in (None, {}, [], "")))
+    unknown = sorted(k for k in raw if k not in SAMPLING_KEYS and k not in CONSTRAINT_KEYS
+                     and k not in compat.COMPAT_SAMPLING_KEYS)
     if unknown:
         raise BadRequest(f"{where}: unsupported key(s) {', '.join(unknown)}")
-    kw: dict[str, Any] = {}
+    try:
+        kw: dict[str, Any] = compat.sampling_extras(where, raw, vocab_size)
+    except CompatError as exc:
+        raise BadRequest(str(exc)) from None
     if (constraint := _constraint(where, raw)) is not None:
         kw["constraint"] = constraint
     g = {k: v for k, v in raw.items() if k in SAMPLING_KEYS and v is not None}
@@ -236,8 +242,8 @@ _AUTO_RID = itertools.count()
 def parse_generate(body: Any, vocab_size: int) -> GenerateRequest:
     if not isinstance(body, dict):
         raise BadRequest("body: must be a JSON object")
-    unknown = sorted(k for k, v in body.items()
-                     if k not in GENERATE_KEYS and not (k in INERT_KEYS and v in (None, False, [], {}, "")))
+    unknown = sorted(k for k, v in body.items() if k not in GENERATE_KEYS and k not in compat.IGNORED_KEYS
+                     and not (k in compat.INERT_KEYS and v in (None, False, [], {}, "")))
     if unknown:
         raise BadRequest(f"unsupported field(s): {', '.join(unknown)}")
     text, ids = body.get("text"), body.get("input_ids")
@@ -285,6 +291,15 @@ def parse_generate(body: Any, vocab_size: int) -> GenerateRequest:
     start_len = opt("logprob_start_len", -1, lambda w, v: _int(w, v, -1))
     top_n = opt("top_logprobs_num", 0, lambda w, v: _int(w, v, 0))
     text_in_lp = opt("return_text_in_logprobs", False, _bool)
+    prompt_ids_back = _bool("return_prompt_token_ids", body.get("return_prompt_token_ids") or False)
+    try:
+        compat.check_watermark("watermark", body.get("watermark"))
+        if body.get("watermark") is not None and any(isinstance(s, dict) and s.get("watermark") is not None
+                                                     for s in (raw_sp if isinstance(raw_sp, list) else [raw_sp])):
+            raise CompatError("watermark: give it at the top level or in sampling_params, not both")
+        tids = compat.token_ids_logprob(body.get("token_ids_logprob"), count, any(s.n > 1 for s in sps), vocab_size)
+    except CompatError as exc:
+        raise BadRequest(str(exc)) from None
     stream = body.get("stream", False)
     stream = False if stream is None else _bool("stream", stream)
 
@@ -311,6 +326,7 @@ def parse_generate(body: Any, vocab_size: int) -> GenerateRequest:
             items.append(Item(index=len(items), rid=group if sp.n == 1 else f"{group}-{j}", prompt_ids=pids,
                               text=ptext, params=sp, return_logprob=return_logprob[i],
                               logprob_start_len=start_len[i], top_logprobs_num=top_n[i],
-                              return_text_in_logprobs=text_in_lp[i], group=group,
+                              return_text_in_logprobs=text_in_lp[i], token_ids_logprob=tids[i],
+                              return_prompt_token_ids=prompt_ids_back, group=group,
                               extra={"copy": j}))
     return GenerateRequest(items=items, batched=batched or sps[0].n > 1 or any(s.n > 1 for s in sps), stream=stream)

@@ -66,7 +66,7 @@ class Runner:
         longest = 0
         for s in sorted(seqs, key=lambda s: len(s.context())):
             n = len(s.context())
-            if s.item.logprob_start_len >= 0 and s.item.return_logprob:
+            if self._needs_all_logits(s):
                 groups.append([s])  # needs logits at every prompt position: alone
                 continue
             if cur and max(longest, n) * (len(cur) + 1) > self.max_prefill_tokens:
@@ -80,7 +80,8 @@ class Runner:
 
     @staticmethod
     def _needs_all_logits(s: Seq) -> bool:
-        return s.item.return_logprob and s.item.logprob_start_len >= 0
+        """Input log-probs asked for and not yet computed (a retracted sequence keeps its own)."""
+        return s.item.return_logprob and s.item.logprob_start_len >= 0 and s.input_logprobs is None
 
     def prefill(self, group: list[Seq]) -> torch.Tensor:
         """Run the group's contexts, join them to the batch; return next-token logits [len(group), vocab]."""
@@ -154,17 +155,34 @@ class Runner:
             self.rows.extend(seqs)
 
     def _input_logprobs(self, seq: Seq, logits: torch.Tensor) -> None:
-        p = seq.params
+        """Log-probs of prompt tokens from logprob_start_len on, as SGLang returns them: position start is
+        None, each later one log_softmax(logits / T) of its token given everything before it (T = 1 greedy)."""
+        p, item = seq.params, seq.item
         temp = 1.0 if p.greedy else p.temperature
-        start = max(seq.item.logprob_start_len, 0)
-        ids = torch.tensor(seq.prompt_ids, device=logits.device)
-        n = len(seq.prompt_ids)
-        out: list[float | None] = [None] if start == 0 else []
-        lo = max(start, 1)
-        if lo < n:
-            lp = torch.log_softmax(logits[lo - 1:n - 1].float() / temp, dim=-1)
-            out.extend(lp.gather(1, ids[lo:n].unsqueeze(1)).squeeze(1).tolist())
-        seq.input_logprobs = out
+        start, n = max(item.logprob_start_len, 0), len(seq.prompt_ids)
+        if start >= n:
+            seq.input_logprobs, seq.input_top, seq.input_ids_lp = [], [], []
+            return
+        ids = torch.tensor(seq.prompt_ids[start + 1:n], device=logits.device, dtype=torch.long)
+        lp = torch.log_softmax(logits[start:n - 1].float() / temp, dim=-1)  # row j predicts token start + j + 1
+        seq.input_logprobs = [None, *lp.gather(1, ids.unsqueeze(1)).squeeze(1).tolist()]
+        if item.top_logprobs_num:
+            vals, idx = lp.topk(min(item.top_logprobs_num, lp.shape[1]), dim=-1)
+            seq.input_top = [None, *(list(zip(v, i, strict=True)) for v, i in zip(vals.tolist(), idx.tolist(),
+                                                                                 strict=True))]
+        if item.token_ids_logprob:
+            want = list(item.token_ids_logprob)
+            rows = lp[:, torch.tensor(want, device=lp.device)].tolist()
+            seq.input_ids_lp = [None, *(list(zip(r, want, strict=True)) for r in rows)]
+
+    def score(self, seq: Seq) -> None:
+        """Prefill-only scoring (max_new_tokens 0): input log-probs, nothing sampled, nothing kept."""
+        if not self._needs_all_logits(seq):
+            return
+        ids = torch.tensor([seq.prompt_ids], dtype=torch.long, device=self.device)
+        pos = torch.arange(len(seq.prompt_ids), device=self.device).unsqueeze(0)
+        logits = self._forward(ids, None, pos, BatchCache(self.num_layers), keep=0)
+        self._input_logprobs(seq, logits[0])
 
     def decode(self) -> torch.Tensor:
         """One step for every running row; returns logits [rows, vocab]."""

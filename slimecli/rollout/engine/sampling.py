@@ -1,7 +1,8 @@
 """Batched next-token sampling with per-row parameters.
 
 Log-probs: the reported log-prob of a sampled token is log_softmax(logits / T) over the FULL vocabulary
-(T = the row's temperature; T = 1 for greedy rows), before top-k / top-p / min-p / penalties. That is
+(T = the row's temperature; T = 1 for greedy rows), before top-k / top-p / min-p / penalties / logit_bias
+(the bias shapes the draw like a penalty; SGLang would report the biased distribution). That is
 exactly what the trainer recomputes, so importance ratios start at 1. The filters only shape the draw.
 A grammar-constrained row is the exception: its disallowed tokens are -inf before anything else, so its
 log-probs are those of the masked, renormalised distribution it was actually sampled from.
@@ -13,7 +14,7 @@ tokens whatever else is in the batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -33,6 +34,7 @@ class RowState:
     prompt_ids: list[int]
     blocked: list[int]  # token ids forbidden at this step (min_new_tokens)
     top_n: int = 0
+    ids_logprob: tuple[int, ...] | None = None  # token_ids_logprob: report these ids' log-probs too
 
 
 @dataclass
@@ -40,6 +42,7 @@ class Draw:
     tokens: list[int]
     logprobs: list[float]
     top: list[list[tuple[float, int]] | None]
+    ids: list[list[tuple[float, int]] | None] = field(default_factory=list)  # token_ids_logprob, per row
 
 
 def _apply_penalties(logits: torch.Tensor, rows: list[RowState]) -> None:
@@ -52,6 +55,9 @@ def _apply_penalties(logits: torch.Tensor, rows: list[RowState]) -> None:
             ids = torch.tensor(r.output_ids, device=logits.device)
             counts = torch.bincount(ids, minlength=vocab)[:vocab].to(logits.dtype)
             logits[i] -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).to(logits.dtype)
+        if p.logit_bias:  # SGLang adds it to the raw logits, before the temperature
+            ids = torch.tensor([t for t, _ in p.logit_bias], dtype=torch.long, device=logits.device)
+            logits[i, ids] += torch.tensor([b for _, b in p.logit_bias], dtype=logits.dtype, device=logits.device)
         if p.repetition_penalty != 1.0:
             seen = torch.tensor(sorted(set(r.prompt_ids) | set(r.output_ids)), dtype=torch.long,
                                 device=logits.device)
@@ -149,7 +155,13 @@ def sample(logits: torch.Tensor, rows: list[RowState], default_gen: torch.Genera
             if r.top_n:
                 top[i] = [(v, t) for v, t in zip(vals[i, :r.top_n].tolist(), idx[i, :r.top_n].tolist(), strict=True)
                           if v != NEG_INF]  # a grammar's disallowed tokens are not candidates
-    return Draw(tokens, lps, top)
+    ids_lp: list[list[tuple[float, int]] | None] = [None] * len(rows)
+    for i, r in enumerate(rows):
+        if r.ids_logprob:
+            want = list(r.ids_logprob)
+            got = logp[i, torch.tensor(want, device=dev)].tolist()
+            ids_lp[i] = list(zip(got, want, strict=True))
+    return Draw(tokens, lps, top, ids_lp)
 
 
 def make_generator(seed: int | None, copy: int = 0, device: str | torch.device = "cpu") -> torch.Generator | None:

@@ -113,6 +113,8 @@ class Scheduler:
         if mode == "retract":
             rows = list(self.runner.rows)
             self.runner.save(list(range(len(rows))))  # resuming them re-uses their keys/values
+            for s in rows:
+                s.retractions += 1
             self.runner.clear()
             with self._wake:
                 self.waiting.extendleft(reversed(rows))
@@ -131,11 +133,18 @@ class Scheduler:
 
     def swap_model(self, model: Any, version: str | None) -> None:
         self.runner.set_model(model)  # same device as before: load_compatible loads it there
-        if version is not None:
-            self.weight_version = version
+        self._new_version(version)
 
     def load_weights(self, copy: Callable[[Any], None], version: str | None) -> None:
         self.runner.load_weights(copy)
+        self._new_version(version)
+
+    def _new_version(self, version: str | None) -> None:
+        """Sequences that live through the update note where it fell (meta_info.weight_versions)."""
+        with self._wake:
+            living = [*self.runner.rows, *self.waiting]
+        for s in living:
+            s.version_events.append((self.weight_version, len(s.output_ids)))
         if version is not None:
             self.weight_version = version
 
@@ -177,8 +186,14 @@ class Scheduler:
         with self._wake:
             new = [self.waiting.popleft() for _ in range(min(room, len(self.waiting)))]
         for s in new:
-            if s.params.max_new_tokens == 0 and not s.done:
-                s.finish = {"type": "length", "length": 0}
+            if s.params.max_new_tokens == 0 and not s.done:  # prefill-only: at most score the prompt
+                try:
+                    self.runner.score(s)
+                except Exception as exc:  # noqa: BLE001 - e.g. a prompt too long for memory: fail it alone
+                    log.error("scoring prefill failed: %s", exc)
+                    s.abort(f"prefill failed: {type(exc).__name__}: {exc}")
+                if not s.done:
+                    s.finish = {"type": "length", "length": 0}
         finished = [s for s in new if s.done]
         ready = [s for s in new if not s.done]
         for group in self.runner.groups(ready):
@@ -226,10 +241,10 @@ class Scheduler:
         allowed = self._masks(rows, logits.shape[-1])
         draw = sample(logits, [s.row(self.runner.device) for s in rows], self.generator, allowed)
         streamed = []
-        for s, tok, lp, top in zip(rows, draw.tokens, draw.logprobs, draw.top, strict=True):
+        for s, tok, lp, top, ids in zip(rows, draw.tokens, draw.logprobs, draw.top, draw.ids, strict=True):
             if s.done:  # aborted while the step ran
                 continue
-            s.append(tok, lp, top, self._decode_tail)
+            s.append(tok, lp, top, self._decode_tail, ids)
             if s.stream and not s.done:
                 streamed.append(s)
         self.stats["generated_tokens"] += len(rows)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from typing import Any
 
 import torch
 
+from slimecli.rollout.engine.compat import weight_version_spans
 from slimecli.rollout.engine.grammar import Matcher
 from slimecli.rollout.engine.protocol import Item, SamplingParams
 from slimecli.rollout.engine.sampling import RowState, make_generator
@@ -30,7 +32,13 @@ class Seq:
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     top: list[Any] = field(default_factory=list)
+    ids_lp: list[Any] = field(default_factory=list)  # token_ids_logprob at each output position
+    # From logprob_start_len on, SGLang-shaped: the first position is None (nothing before it is scored).
     input_logprobs: list[Any] | None = None
+    input_top: list[Any] | None = None
+    input_ids_lp: list[Any] | None = None
+    retractions: int = 0  # times a retract-mode pause sent it back to the queue
+    version_events: list[tuple[str, int]] = field(default_factory=list)  # (old weight version, tokens then)
     finish: dict[str, Any] | None = None
     started: float = field(default_factory=time.monotonic)
     weight_version: str = ""
@@ -59,8 +67,10 @@ class Seq:
     def row(self, device: torch.device | str = "cpu") -> RowState:
         if self._row is None:
             self.generator = make_generator(self.params.sampling_seed, self.item.extra.get("copy", 0), device)
+            lp = self.item.return_logprob
             self._row = RowState(self.params, self.generator, self.output_ids, self.prompt_ids, [],
-                                 self.item.top_logprobs_num if self.item.return_logprob else 0)
+                                 self.item.top_logprobs_num if lp else 0,
+                                 self.item.token_ids_logprob if lp else None)
         p = self.params
         blocked: list[int] = []
         if len(self.output_ids) < p.min_new_tokens:
@@ -68,11 +78,14 @@ class Seq:
         self._row.blocked = blocked
         return self._row
 
-    def append(self, token: int, logprob: float, top: Any, decode: Callable[[list[int]], str]) -> None:
+    def append(self, token: int, logprob: float, top: Any, decode: Callable[[list[int]], str],
+               ids_lp: Any = None) -> None:
         self.output_ids.append(token)
         self.logprobs.append(logprob)
         if self.item.top_logprobs_num and self.item.return_logprob:
             self.top.append(top)
+        if self.item.token_ids_logprob and self.item.return_logprob:
+            self.ids_lp.append(ids_lp)
         p = self.params
         g = self.grammar
         if g is not None and not g.consume(token):  # the mask makes this unreachable; never emit off-grammar text
@@ -85,6 +98,8 @@ class Seq:
             self.finish = {"type": "stop", "matched": token}
         elif p.stop and (hit := self._stop_string(decode)) is not None:
             self.finish = {"type": "stop", "matched": hit}
+        elif p.stop_regex and (hit := self._stop_regex(decode)) is not None:
+            self.finish = {"type": "stop", "matched": hit}  # SGLang reports the pattern, not the text
         elif len(self.output_ids) >= p.max_new_tokens:
             self.finish = {"type": "length", "length": p.max_new_tokens}
 
@@ -93,6 +108,11 @@ class Seq:
         tail = decode(self.output_ids[-(longest + 4):])
         hits = [(tail.find(s), s) for s in self.params.stop if s in tail]
         return min(hits)[1] if hits else None
+
+    def _stop_regex(self, decode: Callable[[list[int]], str]) -> str | None:
+        w = self.params.stop_regex_window
+        tail = decode(self.output_ids[-(w + 4):] if w else self.output_ids)
+        return next((p for p in self.params.stop_regex if re.search(p, tail)), None)
 
     def abort(self, message: str) -> None:
         if self.finish is None:
@@ -103,9 +123,18 @@ def _entry(lp: float | None, tid: int, decode_one: Callable[[int], str] | None) 
     return [lp, tid, decode_one(tid) if decode_one else None]
 
 
+def _entries(pairs: Any, decode_one: Callable[[int], str] | None) -> list[Any] | None:
+    """One position's top / token_ids log-probs: [[logprob, id, text], ...], or None (SGLang's empty slot)."""
+    return [_entry(lp, t, decode_one) for lp, t in pairs] if pairs else None
+
+
 def build_reply(seq: Seq, tokenizer: Any, weight_version: str, n: int | None = None,
                 finish: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The /generate reply dict for one sequence, or for its first n tokens (a streamed chunk, cumulative)."""
+    """The /generate reply dict for one sequence, or for its first n tokens (a streamed chunk, cumulative).
+
+    Keys as SGLang's TokenizerManager._handle_batch_output builds them; e2e_latency and weight_versions only
+    once finished, the log-prob lists only with return_logprob (input ones empty without logprob_start_len).
+    """
     p = seq.params
     if n is None:
         n, finish = len(seq.output_ids), seq.finish
@@ -115,26 +144,39 @@ def build_reply(seq: Seq, tokenizer: Any, weight_version: str, n: int | None = N
     if fin and fin["type"] == "stop" and isinstance(fin.get("matched"), int) and not p.no_stop_trim and ids:
         text_ids = ids[:-1]
     text = tokenizer.decode(text_ids, skip_special_tokens=p.skip_special_tokens) if text_ids else ""
-    if fin and fin["type"] == "stop" and isinstance(fin.get("matched"), str) and not p.no_stop_trim:
+    if fin and fin["type"] == "stop" and isinstance(fin.get("matched"), str):
         cut = text.find(fin["matched"])
         if cut >= 0:
-            text = text[:cut]
+            text = text[:cut + len(fin["matched"])] if p.no_stop_trim else text[:cut]
+    wv = seq.weight_version or weight_version
     meta: dict[str, Any] = {
         "id": seq.rid,
         "finish_reason": fin,
         "prompt_tokens": len(seq.prompt_ids),
+        "weight_version": wv,
+        "num_retractions": seq.retractions,
+        "reasoning_tokens": 0,  # no reasoning parser here
         "completion_tokens": len(ids),
         "cached_tokens": seq.cached_tokens,
-        "weight_version": seq.weight_version or weight_version,
-        "e2e_latency": time.monotonic() - seq.started,
     }
-    if seq.item.return_logprob:
-        one = (lambda t: tokenizer.decode([t])) if seq.item.return_text_in_logprobs else None
+    item = seq.item
+    if item.return_logprob:
+        one = (lambda t: tokenizer.decode([t])) if item.return_text_in_logprobs else None
+        start = max(item.logprob_start_len, 0)
+        meta["input_token_logprobs"] = [_entry(lp, t, one) for lp, t in
+                                        zip(seq.input_logprobs or [], seq.prompt_ids[start:], strict=False)]
         meta["output_token_logprobs"] = [_entry(lp, t, one) for lp, t in zip(seq.logprobs[:n], ids, strict=True)]
-        if seq.item.top_logprobs_num:
-            meta["output_top_logprobs"] = [[_entry(lp, t, one) for lp, t in (top or [])] for top in seq.top[:n]]
-        if seq.input_logprobs is not None:
-            start = max(seq.item.logprob_start_len, 0)
-            meta["input_token_logprobs"] = [_entry(lp, t, one) for lp, t in
-                                            zip(seq.input_logprobs, seq.prompt_ids[start:], strict=True)]
-    return {"text": text, "output_ids": list(ids), "meta_info": meta}
+        meta["output_token_logprobs_length"] = len(ids)
+        if item.top_logprobs_num:
+            meta["input_top_logprobs"] = [_entries(x, one) for x in seq.input_top or []]
+            meta["output_top_logprobs"] = [_entries(x, one) or [] for x in seq.top[:n]]
+        if item.token_ids_logprob is not None:
+            meta["input_token_ids_logprobs"] = [_entries(x, one) for x in seq.input_ids_lp or []]
+            meta["output_token_ids_logprobs"] = [_entries(x, one) or [] for x in seq.ids_lp[:n]]
+    if fin is not None:
+        meta["weight_versions"] = weight_version_spans(seq.version_events, wv, len(ids))
+        meta["e2e_latency"] = time.monotonic() - seq.started
+    out = {"text": text, "output_ids": list(ids), "meta_info": meta}
+    if item.return_prompt_token_ids:
+        out["prompt_token_ids"] = list(seq.prompt_ids)
+    return out

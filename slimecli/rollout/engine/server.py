@@ -12,6 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from slimecli.net import server as net
+from slimecli.rollout.engine.compat import stream_due
 from slimecli.rollout.engine.grammar import Compiled, Constraint, GrammarCache
 from slimecli.rollout.engine.protocol import BadRequest, GenerateRequest, Item, SamplingParams, parse_generate
 from slimecli.rollout.engine.scheduler import Scheduler, Update
@@ -180,6 +181,8 @@ class EngineServer:
     def _check_lengths(self, seqs: list[Seq]) -> None:
         for s in seqs:
             n = len(s.prompt_ids)
+            if s.item.return_logprob and s.item.logprob_start_len > n:  # SGLang's scheduler refuses it too
+                raise BadRequest(f"logprob_start_len: {s.item.logprob_start_len} is more than the {n} input tokens")
             if n >= self.context_length:
                 raise BadRequest(f"input: {n} tokens is longer than the model's context length "
                                  f"({self.context_length} tokens)")
@@ -247,9 +250,12 @@ class EngineServer:
         queue: asyncio.Queue[Update] = asyncio.Queue()
         task = asyncio.ensure_future(self._run(seqs, on_update=queue.put_nowait))
         try:
-            pending = len(seqs)
+            pending, sent = len(seqs), {s.uid: 0 for s in seqs}
             while pending:
                 s, n, fin = await queue.get()
+                if fin is None and not stream_due(s.params.stream_interval, sent[s.uid], n):
+                    continue
+                sent[s.uid] = n
                 chunk = build_reply(s, self.tokenizer, self._sched.weight_version, n, fin)
                 if req.batched:
                     chunk["index"] = s.item.index

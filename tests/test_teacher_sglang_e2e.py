@@ -1,0 +1,75 @@
+"""teacher=sglang against a real `slimecli rollout serve` engine: prefill-only scoring, end to end.
+
+The SGLang-teacher client asks for input-token log-probs with max_new_tokens 0 (how the reference's
+on-policy distillation scores with an SGLang teacher); the engine answers as SGLang does, and the scores are
+the tiny model's own log-probs computed with transformers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from slimecli.config.groups.teacher import TeacherConfig
+from slimecli.rollout.sample import Sample
+from slimecli.teacher.client import TeacherClient
+from tests.helpers.engine import Engine, engine, hf_logprobs  # noqa: F401 - fixture
+
+SAMPLES = [([4, 8, 15, 16, 23, 42], 2), ([42, 7], 1), ([100 + 37 * i for i in range(40)], 17), ([5, 6, 7, 8], 3)]
+
+
+@pytest.fixture(scope="module")
+def hf(engine: Engine) -> torch.nn.Module:  # noqa: F811
+    return AutoModelForCausalLM.from_pretrained(str(engine.model_path), attn_implementation="sdpa").eval()
+
+
+def _score(url: str, samples: list[Sample], temperature: float) -> list[list[float]]:
+    cfg = TeacherConfig(name="sglang", url=url, temperature=temperature, max_retries=0)
+
+    async def run() -> list[list[float]]:
+        async with TeacherClient(cfg) as client:
+            return await client.score(samples)
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_sglang_teacher_scores_match_transformers(engine: Engine, hf: torch.nn.Module,  # noqa: F811
+                                                  temperature: float) -> None:
+    samples = [Sample(tokens=list(t), response_length=r) for t, r in SAMPLES]
+    got = _score(engine.url, samples, temperature)
+    for (tokens, r), scores in zip(SAMPLES, got, strict=True):
+        want = hf_logprobs(hf, tokens[:-r], tokens[-r:], temperature)
+        assert len(scores) == r
+        assert scores == pytest.approx(want, abs=1e-4)
+
+
+def test_many_concurrent_scores(engine: Engine, hf: torch.nn.Module) -> None:  # noqa: F811
+    """More samples than the client's concurrency, scored while the engine also serves each other."""
+    samples = [Sample(tokens=[(7 * i + 3 * j) % 3000 + 1 for j in range(12 + i % 5)], response_length=1 + i % 4)
+               for i in range(20)]
+    got = _score(engine.url, samples, 1.0)
+    for s, scores in zip(samples, got, strict=True):
+        r = s.response_length
+        assert scores == pytest.approx(hf_logprobs(hf, s.tokens[:-r], s.tokens[-r:], 1.0), abs=1e-4)
+
+
+@pytest.mark.parametrize("start", [0, 1, 4])
+def test_prefill_only_reply(engine: Engine, hf: torch.nn.Module, start: int) -> None:  # noqa: F811
+    tokens = [11, 22, 33, 44, 55, 66]
+    out = engine.generate(input_ids=tokens, return_logprob=True, logprob_start_len=start,
+                          sampling_params={"max_new_tokens": 0})
+    meta = out["meta_info"]
+    assert out["output_ids"] == [] and out["text"] == ""
+    assert meta["completion_tokens"] == 0 and meta["finish_reason"] == {"type": "length", "length": 0}
+    assert meta["output_token_logprobs"] == [] and meta["prompt_tokens"] == len(tokens)
+    entries = meta["input_token_logprobs"]
+    assert [e[1] for e in entries] == tokens[start:] and all(e[2] is None for e in entries)
+    assert entries[0][0] is None  # SGLang: nothing before the first returned position is scored
+    want = hf_logprobs(hf, tokens[:start + 1], tokens[start + 1:], 1.0)
+    assert [e[0] for e in entries[1:]] == pytest.approx(want, abs=1e-4)
+    plain = engine.generate(input_ids=tokens, sampling_params={"max_new_tokens": 0}, return_logprob=True)
+    assert plain["meta_info"]["input_token_logprobs"] == []  # no logprob_start_len: no input log-probs
