@@ -124,9 +124,14 @@ def test_light_commands_never_import_torch():
     assert "NO_TORCH" in out.stdout, out.stderr
 
 
-def test_machine_checks_refuse_back_ends_this_machine_cannot_run(tmp_path):
-    out = run_cli("train", "trainer=megatron", "trainer.strategy=ddp", f"run.root={tmp_path}")
-    assert out.returncode == 2 and "trainer: the megatron-core training loop is not in this release" in out.stderr
+def test_machine_checks_refuse_a_megatron_layout_the_model_cannot_take(tmp_path):
+    """The tiny model has 4 heads, 2 KV heads and 2 layers: TP=4 and PP=3 cannot split it; bf16 needs a GPU."""
+    out = run_cli("train", "trainer=megatron", "trainer.tensor_parallel_size=4", "trainer.pipeline_parallel_size=3",
+                  "trainer.nproc=12", "model.dtype=bfloat16", f"run.root={tmp_path}")
+    assert out.returncode == 2, out.stderr
+    assert "trainer.tensor_parallel_size: the model's num_key_value_heads=2 does not split into 4" in out.stderr
+    assert "trainer.pipeline_parallel_size: the model's num_hidden_layers=2 does not split into 3" in out.stderr
+    assert "model.dtype: megatron-core's mixed-precision optimizer needs a GPU" in out.stderr
     assert "Traceback" not in out.stderr
 
 

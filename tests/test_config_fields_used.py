@@ -24,11 +24,7 @@ PKG = Path(__file__).resolve().parent.parent / "slimecli"
 NOT_USES = (PKG / "config" / "schema.py", PKG / "config" / "groups", PKG / "config" / "rules")
 
 # Fields with no reader in slimecli on purpose, each with the reason. Keep this short.
-ALLOWED_UNREAD: dict[str, str] = {
-    "trainer.tensor_parallel_size": "trainer=megatron only (its training loop is refused by pre-flight in this "
-                                    "release); the rules reject a value > 1 with trainer=torch",
-    "trainer.pipeline_parallel_size": "trainer=megatron only, like trainer.tensor_parallel_size",
-}
+ALLOWED_UNREAD: dict[str, str] = {}
 
 
 @cache

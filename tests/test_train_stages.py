@@ -19,6 +19,7 @@ from slimecli.config.schema import SlimeConfig
 from slimecli.rollout.sample import Sample
 from slimecli.train import checkpoint, stages
 from slimecli.train.losses import loss_weights
+from slimecli.train.policy import TorchPolicy
 from slimecli.train.stages import RankContext, StageTimer, StepBatch, StepTensors
 
 RTOL = 1e-4
@@ -44,6 +45,13 @@ class TinyLM(torch.nn.Module):
         h = torch.tanh(self.embed(input_ids))
         steps = torch.arange(1, input_ids.shape[1] + 1, dtype=h.dtype).view(1, -1, 1)
         return LMOutput(self.head(h.cumsum(1) / steps))
+
+
+def torch_policy(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
+      ctx: RankContext | None = None) -> TorchPolicy:
+    """The torch back-end around a test model, at ctx's data rank."""
+    ctx = ctx or CTX
+    return TorchPolicy(model, optimizer, data_rank=ctx.rank, data_size=ctx.world_size)
 
 
 def make_samples() -> list[Sample]:
@@ -130,7 +138,7 @@ OLD_LOGP = [-3.040399, -2.385517, -1.566945, -2.571432, -2.473761, -2.5498, -1.9
 
 def test_old_logp_recomputed_for_several_updates():
     model, batch = TinyLM(0), make_batch()
-    old = stages.old_logp(model, batch, make_cfg(global_batch_size=2).trainer, CTX, has_ref=False)
+    old = stages.old_logp(torch_policy(model), batch, make_cfg(global_batch_size=2).trainer, CTX, has_ref=False)
     assert [t.numel() for t in old] == [3, 2, 3, 2]
     close(flat(old), OLD_LOGP)
     close(flat(old), [v for s in batch.samples for v in direct_logp(model, s)])
@@ -138,35 +146,35 @@ def test_old_logp_recomputed_for_several_updates():
 
 def test_old_logp_none_on_policy_engine_values_when_asked():
     model, batch = TinyLM(0), make_batch()
-    assert stages.old_logp(model, batch, make_cfg().trainer, CTX, has_ref=False) is None  # one update
+    assert stages.old_logp(torch_policy(model), batch, make_cfg().trainer, CTX, has_ref=False) is None  # one update
     # KL reward shaping needs a base even with one update; TIS needs the recompute to compare with the engine
-    close(flat(stages.old_logp(model, batch, make_cfg(kl_coef=0.1).trainer, CTX, has_ref=True)), OLD_LOGP)
-    close(flat(stages.old_logp(model, batch, make_cfg(use_tis=True).trainer, CTX, has_ref=False)), OLD_LOGP)
-    engine = stages.old_logp(model, batch, make_cfg(use_rollout_logprobs=True).trainer, CTX, has_ref=False)
+    close(flat(stages.old_logp(torch_policy(model), batch, make_cfg(kl_coef=0.1).trainer, CTX, has_ref=True)), OLD_LOGP)
+    close(flat(stages.old_logp(torch_policy(model), batch, make_cfg(use_tis=True).trainer, CTX, has_ref=False)), OLD_LOGP)
+    engine = stages.old_logp(torch_policy(model), batch, make_cfg(use_rollout_logprobs=True).trainer, CTX, has_ref=False)
     assert flat(engine) == pytest.approx([v for s in batch.samples for v in s.rollout_log_probs])
 
 
 def test_old_logp_missing_engine_logprobs_is_an_error():
     batch = make_batch(s1={"rollout_log_probs": None})
     with pytest.raises(ValueError, match=r"sample 1 \(index 1\) has no engine log-probs.*trainer.use_rollout_logprobs"):
-        stages.old_logp(TinyLM(0), batch, make_cfg(use_rollout_logprobs=True).trainer, CTX, has_ref=False)
+        stages.old_logp(torch_policy(TinyLM(0)), batch, make_cfg(use_rollout_logprobs=True).trainer, CTX, has_ref=False)
     short = make_batch(s2={"rollout_log_probs": [-1.0]})  # one value for three tokens is missing too
     with pytest.raises(ValueError, match=r"sample 2 .*got 1 values"):
-        stages.old_logp(TinyLM(0), short, make_cfg(use_rollout_logprobs=True).trainer, CTX, has_ref=False)
+        stages.old_logp(torch_policy(TinyLM(0)), short, make_cfg(use_rollout_logprobs=True).trainer, CTX, has_ref=False)
 
 
 def test_scoring_shards_across_ranks_and_gathers_in_batch_order(monkeypatch):
     """Rank 0 of 2 scores samples 0 and 2; the all-gather brings rank 1's 1 and 3 back in place."""
     model, batch = TinyLM(0), make_batch()
-    rank1 = stages.score(model, batch.samples[1::2], CTX)
+    rank1 = stages.score(torch_policy(model), batch.samples[1::2], CTX)
     seen: list[int] = []
 
-    def gather(mine: list[torch.Tensor]) -> list[list[torch.Tensor]]:
-        seen.extend(t.numel() for t in mine)
-        return [mine, rank1]
+    def gather(mine: tuple[int, list[torch.Tensor]]) -> list[tuple[int, list[torch.Tensor]]]:
+        seen.extend(t.numel() for t in mine[1])
+        return [mine, (1, rank1)]
 
     monkeypatch.setattr(stages.dist, "all_gather_object", gather)
-    got = stages.score(model, batch.samples, dataclasses.replace(CTX, rank=0, world_size=2))
+    got = stages.score(torch_policy(model), batch.samples, dataclasses.replace(CTX, rank=0, world_size=2))
     assert seen == [3, 3]  # samples 0 and 2 only
     close(flat(got), OLD_LOGP)
 
@@ -178,7 +186,7 @@ REF_LOGP = [-2.980301, -2.351052, -2.02204, -1.718534, -3.29262, -3.232176, -3.2
 
 def test_ref_logp_scores_the_frozen_reference():
     ref, batch = TinyLM(1), make_batch()
-    got = stages.ref_logp(ref, batch, CTX)
+    got = stages.ref_logp(torch_policy(ref), batch, CTX)
     close(flat(got), REF_LOGP)
     close(flat(got), [v for s in batch.samples for v in direct_logp(ref, s)])
     assert stages.ref_logp(None, batch, CTX) is None
@@ -203,8 +211,8 @@ RPP_RETURNS = [0.782249, 0.862488, 0.954491, 0.011592, -0.081886, 0.389727, 0.50
 
 def test_advantages_reinforce_plus_plus_with_kl_shaping():
     batch, cfg = make_batch(), make_cfg(advantage_estimator="reinforce_plus_plus", kl_coef=0.1, gamma=0.9).trainer
-    old = stages.old_logp(TinyLM(0), batch, cfg, CTX, has_ref=True)
-    ref = stages.ref_logp(TinyLM(1), batch, CTX)
+    old = stages.old_logp(torch_policy(TinyLM(0)), batch, cfg, CTX, has_ref=True)
+    ref = stages.ref_logp(torch_policy(TinyLM(1)), batch, CTX)
     out = stages.advantages(batch, old, ref, cfg, 2)
     close(flat(out.advantages), RPP)
     close(flat(out.returns), RPP_RETURNS)
@@ -255,9 +263,9 @@ def run_update(global_batch_size: int, **trainer: Any) -> tuple[TinyLM, dict[str
     cfg = make_cfg(global_batch_size=global_batch_size, micro_batch_size=1, **trainer)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    old = stages.old_logp(model, batch, cfg.trainer, CTX, has_ref=False)
+    old = stages.old_logp(torch_policy(model), batch, cfg.trainer, CTX, has_ref=False)
     tensors = StepTensors(old, None, stages.advantages(batch, old, None, cfg.trainer, 2))
-    return model, stages.update(model, optimizer, scheduler, batch, tensors, cfg, CTX), tensors
+    return model, stages.update(torch_policy(model, optimizer), scheduler, batch, tensors, cfg, CTX), tensors
 
 
 CHECKSUM_ONE_UPDATE = (-8.78691, 79.336441)  # (row-weighted sum of the head, |embedding| sum) after the step
@@ -306,37 +314,37 @@ def test_update_tis_missing_engine_logprobs_is_an_error():
     model, batch = TinyLM(0), make_batch(s3={"rollout_log_probs": None})
     cfg = make_cfg(use_tis=True)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-    old = stages.old_logp(model, batch, cfg.trainer, CTX, has_ref=False)
+    old = stages.old_logp(torch_policy(model), batch, cfg.trainer, CTX, has_ref=False)
     tensors = StepTensors(old, None, stages.advantages(batch, old, None, cfg.trainer, 2))
     with pytest.raises(ValueError, match=r"sample 3 \(index 3\) has no engine log-probs.*trainer.use_tis"):
-        stages.update(model, optimizer, None, batch, tensors, cfg, CTX)
+        stages.update(torch_policy(model, optimizer), None, batch, tensors, cfg, CTX)
 
 
 # ---- sync_weights and save ----------------------------------------------------------------------------------
 def test_sync_weights_pushes_the_whole_state_with_its_version():
     model, pushed = TinyLM(0), []
     sink = SimpleNamespace(push_weights=lambda state, version: pushed.append((state, version)))
-    state = stages.sync_weights(model, sink, 7, is_main=True)
+    state = stages.sync_weights(torch_policy(model), sink, 7, is_main=True)
     assert sorted(state) == ["embed.weight", "head.bias", "head.weight"]
     assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
     assert len(pushed) == 1 and pushed[0][0] is state and pushed[0][1] == 7
-    assert stages.sync_weights(model, None, 8, is_main=False) is None  # other ranks hold no full copy
+    assert stages.sync_weights(torch_policy(model), None, 8, is_main=False) is None  # other ranks hold no full copy
 
 
 def test_save_writes_a_checkpoint_with_the_metrics_row(tmp_path):
     model = TinyLM(0)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    state = stages.sync_weights(model, None, 3, is_main=True)
+    state = stages.sync_weights(torch_policy(model), None, 3, is_main=True)
     row = {"reward/mean": 0.375, "time/step_s": 0.25, "note": "kept as text"}
-    path = stages.save(tmp_path, 3, model, optimizer, scheduler, state, make_cfg(), is_main=True,
+    path = stages.save(tmp_path, 3, torch_policy(model, optimizer), scheduler, state, make_cfg(), is_main=True,
                        data_position={"epoch": 0, "offset": 8}, metrics=row)
     ckpt = checkpoint.load(path)
     assert ckpt.step == 3 and ckpt.data_position == {"epoch": 0, "offset": 8}
     assert ckpt.metadata == {"optimizer": "adam", "metrics": row}
     assert all(torch.equal(ckpt.model_state[k], v) for k, v in state.items())
     with pytest.raises(ValueError, match="sync_weights"):
-        stages.save(tmp_path, 4, model, optimizer, scheduler, None, make_cfg(), is_main=True)
+        stages.save(tmp_path, 4, torch_policy(model, optimizer), scheduler, None, make_cfg(), is_main=True)
 
 
 def test_stage_timer_reports_every_stage():
@@ -393,7 +401,7 @@ def ragged_update(rank: int, world_size: int, port: int, tensors: StepTensors, o
         optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
         ctx = dataclasses.replace(CTX, micro_batch_size=1, rank=rank, world_size=world_size)
-        metrics = stages.update(model, optimizer, scheduler, forked_batch(), tensors, cfg, ctx)
+        metrics = stages.update(torch_policy(model, optimizer, ctx), scheduler, forked_batch(), tensors, cfg, ctx)
         state = {k: v.full_tensor() for k, v in model.state_dict().items()}
         if rank == 0:
             out.put((metrics, {k: v.tolist() for k, v in state.items()}))
@@ -422,7 +430,7 @@ def test_fsdp_update_with_forked_runs_matches_one_process():
     tensors = StepTensors(None, None, stages.advantages(batch, None, None, cfg.trainer, 2))
     optimizer = torch.optim.SGD(single.parameters(), lr=0.5)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    want = stages.update(single, optimizer, scheduler, forked_batch(), tensors, cfg,
+    want = stages.update(torch_policy(single, optimizer), scheduler, forked_batch(), tensors, cfg,
                          dataclasses.replace(CTX, micro_batch_size=1))
 
     queue = mp.get_context("spawn").SimpleQueue()

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from slimecli.config.errors import ConfigError, ConfigErrors
 from slimecli.config.groups.teacher import TeacherConfig
+from slimecli.config.groups.trainer import MEGATRON_ARCHITECTURES
 from slimecli.config.schema import SlimeConfig
 
 # No tokenizer packs more than this many characters into one token on average (English prose and code run
@@ -61,9 +62,6 @@ def machine_errors(cfg: SlimeConfig) -> list[ConfigError]:
         if importlib.util.find_spec("megatron") is None:
             errors.append(ConfigError("trainer", "megatron", "megatron-core is not installed",
                                       "pip install 'slimecli[megatron]' on a GPU machine, or use trainer=torch"))
-        errors.append(ConfigError("trainer", "megatron", "the megatron-core training loop is not in this release "
-                                  "(only its stateless Adam patch is: slimecli.train.optim.megatron_patch)",
-                                  "use trainer=torch"))
     if cfg.rollout.name == "sglang" and importlib.util.find_spec("sglang") is None:
         errors.append(ConfigError("rollout", "sglang", "sglang is not installed",
                                   "pip install 'slimecli[sglang]' on a GPU machine, or use rollout=local"))
@@ -164,7 +162,12 @@ def context_errors(cfg: SlimeConfig) -> list[ConfigError]:
 
 
 def model_errors(cfg: SlimeConfig) -> list[ConfigError]:
-    """Checks that read the model files (the teacher must share the student's tokenizer)."""
+    """Checks that read the model files (the teacher must share the student's tokenizer; trainer=megatron must
+    be able to convert and split the model)."""
+    if cfg.trainer.name == "megatron":
+        errors = megatron_model_errors(cfg)
+        if errors:
+            return errors
     teacher = cfg.teacher.model_path
     if cfg.teacher.name == "server" and teacher and not cfg.teacher.url:
         from slimecli.model.loading import check_tokenizers_compatible
@@ -174,6 +177,33 @@ def model_errors(cfg: SlimeConfig) -> list[ConfigError]:
         if problem:
             return [ConfigError("teacher.model_path", teacher, problem)]
     return []
+
+
+def megatron_model_errors(cfg: SlimeConfig) -> list[ConfigError]:
+    """The model's family converts to megatron-core and its heads and layers split over the TP and PP sizes."""
+    t = cfg.trainer
+    path = Path(materialize(cfg).model.resolved_path) / "config.json"
+    try:
+        hf = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return [ConfigError("model.path", str(path.parent), f"cannot read its config.json ({exc})")]
+    names = hf.get("architectures") or []
+    if not any(n in MEGATRON_ARCHITECTURES for n in names):
+        return [ConfigError("trainer", "megatron", f"the model is {names or hf.get('model_type')}; trainer=megatron "
+                            f"converts {', '.join(MEGATRON_ARCHITECTURES)}", "use trainer=torch for this model")]
+    heads = hf.get("num_attention_heads", 0)
+    splits = [("trainer.tensor_parallel_size", t.tensor_parallel_size, "num_attention_heads", heads),
+              ("trainer.tensor_parallel_size", t.tensor_parallel_size, "num_key_value_heads",
+               hf.get("num_key_value_heads") or heads),
+              ("trainer.pipeline_parallel_size", t.pipeline_parallel_size, "num_hidden_layers",
+               hf.get("num_hidden_layers", 0))]
+    errors = [ConfigError(key, size, f"the model's {field}={count} does not split into {size} equal parts",
+                          f"use a divisor of {count}")
+              for key, size, field, count in splits if size > 1 and count % size]
+    if cfg.model.dtype != "float32" and cuda_devices() == 0:
+        errors.append(ConfigError("model.dtype", cfg.model.dtype, "megatron-core's mixed-precision optimizer needs a "
+                                  "GPU; on the CPU trainer=megatron trains in float32", "set model.dtype=float32"))
+    return errors
 
 
 # ---- the machine: ports, GPUs, model files -------------------------------------------------------------------

@@ -62,6 +62,19 @@ def all_gather_object(obj: Any) -> list[Any]:
     return out
 
 
+def gather_by_data_rank(obj: Any, data_rank: int, data_size: int) -> list[Any]:
+    """One object per data rank (model replica), in data-rank order.
+
+    Under tensor or pipeline parallelism several processes hold the same replica; the first one with a
+    value (not None: a pipeline stage without the output passes None) speaks for it.
+    """
+    out: list[Any] = [None] * data_size
+    for rank_data, value in all_gather_object((data_rank, obj)):
+        if value is not None and out[rank_data] is None:
+            out[rank_data] = value
+    return out
+
+
 def collective_device() -> torch.device:
     """Where tensors for collectives must live: NCCL needs the rank's GPU, gloo takes CPU tensors."""
     if dist.is_initialized() and dist.get_backend() == "nccl":
@@ -70,11 +83,14 @@ def collective_device() -> torch.device:
 
 
 def all_reduce_sum(values: dict[str, float]) -> dict[str, float]:
-    """Sum scalar metrics over ranks."""
-    if not dist.is_initialized() or not values:
+    """Sum scalar metrics over ranks; a rank may lack keys (it reports nothing: a pipeline stage without the
+    loss, a tensor-parallel rank whose replica another rank speaks for), which count as 0 there."""
+    if not dist.is_initialized():
         return values
-    keys = sorted(values)
-    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=collective_device())
+    keys = sorted({k for rank_keys in all_gather_object(sorted(values)) for k in rank_keys})
+    if not keys:
+        return values
+    t = torch.tensor([float(values.get(k, 0.0)) for k in keys], dtype=torch.float64, device=collective_device())
     dist.all_reduce(t)
     return dict(zip(keys, t.tolist(), strict=True))
 

@@ -19,13 +19,7 @@ import torch
 
 from slimecli.config.schema import SlimeConfig
 from slimecli.train import dist, stages
-from slimecli.train.policy import (
-    full_state_dict,
-    load_full_optimizer_state,
-    load_full_state_dict,
-    load_policy,
-    unwrap,
-)
+from slimecli.train.backend import PolicyBackend
 from slimecli.train.registry import get_advantage_estimator, get_policy_loss, resolve_deprecated
 from slimecli.train.stages import RankContext, StageTimer, StepBatch, StepTensors
 
@@ -37,7 +31,7 @@ log = logging.getLogger("slimecli.train")
 class Trainer:
     def __init__(self, cfg: SlimeConfig, run_dir: Path):
         from slimecli.model.loading import load_tokenizer
-        from slimecli.train.optim.build import build_optimizer, build_scheduler
+        from slimecli.train.optim.build import build_scheduler
 
         if cfg.trainer.advantage_estimator == "gspo":
             log.warning("trainer.advantage_estimator=gspo is deprecated: it means advantage_estimator=grpo "
@@ -51,13 +45,12 @@ class Trainer:
         torch.manual_seed(cfg.run.seed + self.info.rank)
         self.tokenizer = load_tokenizer(cfg.model.resolved_tokenizer_path)
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        self.ctx = RankContext(pad_id, cfg.trainer.micro_batch_size, cfg.rollout.temperature, self.info.device,
-                               self.info.rank, self.info.world_size)
-        self.model = load_policy(cfg, self.info)
+        self.policy = make_policy(cfg, self.info)
         needs_ref = cfg.trainer.kl_loss_coef != 0 or cfg.trainer.kl_coef != 0
-        self.ref_model = load_policy(cfg, self.info, trainable=False) if needs_ref else None
-        self.optimizer = build_optimizer(unwrap(self.model).named_parameters(), cfg.optimizer)
-        self.scheduler = build_scheduler(self.optimizer, cfg.optimizer, cfg.trainer.max_steps)
+        self.ref_policy = make_policy(cfg, self.info, trainable=False) if needs_ref else None
+        self.ctx = RankContext(pad_id, cfg.trainer.micro_batch_size, cfg.rollout.temperature, self.info.device,
+                               self.policy.data_rank, self.policy.data_size)
+        self.scheduler = build_scheduler(self.policy.lr_optimizer(), cfg.optimizer, cfg.trainer.max_steps)
         self.step = 0  # completed steps
         self.restored_metrics: dict[str, Any] | None = None  # the resumed checkpoint's metrics row
         self.rollout = None
@@ -65,7 +58,7 @@ class Trainer:
             from slimecli.train.rank0 import RolloutCoordinator
 
             self.rollout = RolloutCoordinator(cfg, run_dir, self.tokenizer)
-            self.rollout.policy = unwrap(self.model)
+            self.rollout.policy = self.policy.shared_module()
 
     # ---- the run ----------------------------------------------------------------------------------
     def run(self) -> None:
@@ -81,7 +74,7 @@ class Trainer:
             assert self.rollout is not None
             self.rollout.wait_ready()
         if resumed:  # the engines start from model.path; give them the resumed weights
-            stages.sync_weights(self.model, self.rollout, self.step, self.info.is_main)
+            stages.sync_weights(self.policy, self.rollout, self.step, self.info.is_main)
         if self.info.is_main:
             metrics_log = MetricsLogger(self.run_dir, resume_step=self.step)
             self._log_lost_row(metrics_log)
@@ -97,7 +90,7 @@ class Trainer:
                 metrics = self.train_on(batch, timer)
                 self.step += 1
                 with timer.stage("sync_weights"):
-                    state = stages.sync_weights(self.model, self.rollout, self.step, self.info.is_main)
+                    state = stages.sync_weights(self.policy, self.rollout, self.step, self.info.is_main)
                 row = None
                 if self.info.is_main:
                     meter.update(batch.samples)
@@ -128,16 +121,16 @@ class Trainer:
         timer = timer or StageTimer()
         t = self.step_cfg.trainer
         with timer.stage("old_logp"):
-            old = stages.old_logp(self.model, batch, t, self.ctx, has_ref=self.ref_model is not None)
+            old = stages.old_logp(self.policy, batch, t, self.ctx, has_ref=self.ref_policy is not None)
         with timer.stage("ref_logp"):
-            ref = stages.ref_logp(self.ref_model, batch, self.ctx)
+            ref = stages.ref_logp(self.ref_policy, batch, self.ctx)
         with timer.stage("advantages"):
             adv = stages.advantages(batch, old, ref, t, self.cfg.rollout.n_samples_per_prompt)
         with timer.stage("update"):
             if self.rollout is not None:
                 self.rollout.before_update()
-            return stages.update(self.model, self.optimizer, self.scheduler, batch, StepTensors(old, ref, adv),
-                                 self.step_cfg, self.ctx)
+            return stages.update(self.policy, self.scheduler, batch, StepTensors(old, ref, adv), self.step_cfg,
+                                 self.ctx)
 
     def _should_save(self) -> bool:
         interval = self.cfg.trainer.save_interval
@@ -145,7 +138,7 @@ class Trainer:
 
     def _save(self, model_state: dict[str, torch.Tensor] | None, row: dict[str, Any] | None) -> None:
         data_position = self.rollout.source.state_dict() if self.rollout is not None else None
-        path = stages.save(self.run_dir, self.step, self.model, self.optimizer, self.scheduler, model_state, self.cfg,
+        path = stages.save(self.run_dir, self.step, self.policy, self.scheduler, model_state, self.cfg,
                            is_main=self.info.is_main, data_position=data_position, metrics=row)
         if path is not None:
             log.info("saved checkpoint step_%d", self.step)
@@ -160,7 +153,7 @@ class Trainer:
         """RUN/final: the trained policy as a Hugging Face checkpoint (serve it, distil from it, fine-tune it)."""
         from slimecli.train.hf_export import export_hf
 
-        state = full_state_dict(self.model, self.info.is_main)
+        state = self.policy.full_state_dict(self.info.is_main)
         if state is not None:
             path = export_hf(state, self.cfg.model.resolved_path, self.run_dir / "final")
             log.info("final model written to %s", path)
@@ -175,9 +168,9 @@ class Trainer:
         if path is None:
             return False
         ckpt = checkpoint.load(path)
-        load_full_state_dict(self.model, ckpt.model_state)
+        self.policy.load_full_state_dict(ckpt.model_state)
         if ckpt.optimizer_state is not None:
-            load_full_optimizer_state(self.model, self.optimizer, ckpt.optimizer_state)
+            self.policy.load_optimizer_state(ckpt.optimizer_state)
         if ckpt.scheduler_state is not None:
             self.scheduler.load_state_dict(ckpt.scheduler_state)
         if ckpt.rng is not None and self.info.is_main:
@@ -189,6 +182,20 @@ class Trainer:
         if self.info.is_main:
             log.info("resumed from %s at step %d", path, self.step)
         return True
+
+
+def make_policy(cfg: SlimeConfig, info: dist.DistInfo, trainable: bool = True) -> PolicyBackend:
+    """The back-end named by trainer.name: the policy (with its optimizer) or, not trainable, a frozen reference."""
+    if cfg.trainer.name == "megatron":
+        from slimecli.train.megatron.policy import MegatronPolicy
+
+        return MegatronPolicy(cfg, info, trainable=trainable)
+    from slimecli.train.optim.build import build_optimizer
+    from slimecli.train.policy import TorchPolicy, load_policy, unwrap
+
+    model = load_policy(cfg, info, trainable=trainable)
+    optimizer = build_optimizer(unwrap(model).named_parameters(), cfg.optimizer) if trainable else None
+    return TorchPolicy(model, optimizer, data_rank=info.rank, data_size=info.world_size)
 
 
 def _progress_text(step_mean: float | None, running: str) -> str:

@@ -1,4 +1,5 @@
-"""The policy model on a trainer rank: loading, wrapping (DDP or FSDP2), whole-model state, response logits."""
+"""trainer=torch: the policy model on a trainer rank (loading, wrapping in DDP or FSDP2, whole-model state,
+response logits) and TorchPolicy, its PolicyBackend."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from slimecli.config.schema import SlimeConfig
+from slimecli.train.backend import LossFn
 from slimecli.train.batch import PackedBatch
 from slimecli.train.dist import DistInfo
 
@@ -144,3 +146,85 @@ def no_sync_unless(model: torch.nn.Module, last: bool) -> Iterator[None]:
     ctx = model.no_sync() if isinstance(model, DistributedDataParallel) and not last else nullcontext()
     with ctx:
         yield
+
+
+def forward_logp(model: torch.nn.Module, packed: PackedBatch, temperature: float, *, with_entropy: bool = False,
+                 entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token log-probs [B, R] (and entropy) of the response tokens at the sampling temperature."""
+    from slimecli.train.losses import entropy_from_logits, log_probs_from_logits
+
+    logits = response_logits(model, packed)
+    logp = log_probs_from_logits(logits, packed.targets, temperature)  # chunked: no second [B, R, V] tensor
+    entropy = None
+    if with_entropy:  # without an entropy bonus it is only a metric: keep it out of the graph
+        with torch.enable_grad() if entropy_grad else torch.no_grad():
+            entropy = entropy_from_logits(logits, temperature)
+    return logp, entropy
+
+
+class TorchPolicy:
+    """trainer=torch: a Hugging Face model, plain, under DDP or under FSDP2; every rank is a data rank."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
+                 data_rank: int = 0, data_size: int = 1) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.data_rank = data_rank
+        self.data_size = data_size
+
+    @torch.no_grad()
+    def score(self, chunks: list[PackedBatch], temperature: float) -> list[torch.Tensor]:
+        return [forward_logp(unwrap(self.model), packed, temperature)[0] for packed in chunks]
+
+    def forward_backward(self, chunks: list[PackedBatch], temperature: float, loss_fn: LossFn, *,
+                         entropy_grad: bool) -> list[dict[str, float]]:
+        out = []
+        for c, packed in enumerate(chunks):
+            with no_sync_unless(self.model, c == len(chunks) - 1):
+                logp, entropy = forward_logp(self.model, packed, temperature, with_entropy=True,
+                                             entropy_grad=entropy_grad)
+                loss, metrics = loss_fn(c, logp, entropy)
+                # DDP and FSDP average gradients over ranks; the losses are weighted to be summed
+                (loss * self.data_size).backward()  # type: ignore[no-untyped-call]  # unannotated in torch
+            out.append({k: float(v) for k, v in metrics.items()})
+        return out
+
+    def _optimizer(self) -> torch.optim.Optimizer:
+        if self.optimizer is None:
+            raise ValueError("this policy is frozen (a reference model): it has no optimizer")
+        return self.optimizer
+
+    def optimizer_step(self, cfg: SlimeConfig) -> float:
+        from slimecli.train.optim.build import reset_optimizer_state
+
+        optimizer = self._optimizer()
+        clip = cfg.optimizer.clip_grad
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        if clip > 0:
+            norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
+        else:
+            grads = [p.grad for p in params if p.grad is not None]
+            norm = float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))) if grads else 0.0
+        if cfg.optimizer.reset_state_each_step:
+            reset_optimizer_state(optimizer)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return norm
+
+    def lr_optimizer(self) -> torch.optim.Optimizer:
+        return self._optimizer()
+
+    def full_state_dict(self, is_main: bool) -> dict[str, torch.Tensor] | None:
+        return full_state_dict(self.model, is_main)
+
+    def load_full_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        load_full_state_dict(self.model, state)
+
+    def optimizer_state(self, is_main: bool) -> dict[str, Any] | None:
+        return full_optimizer_state(self.model, self._optimizer(), is_main)
+
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        load_full_optimizer_state(self.model, self._optimizer(), state)
+
+    def shared_module(self) -> torch.nn.Module | None:
+        return None if is_sharded(self.model) else unwrap(self.model)

@@ -6,8 +6,9 @@ Each stage is a function with explicit inputs and outputs, so it can be tested o
 is timed into the step's metrics as ``time/<stage>_s`` (``StageTimer``). loop.py only orchestrates.
 
 Per-sample quantities are lists with one 1-D float tensor per sample (``response_length`` long).
-Scoring (old and reference log-probs) is sharded: every rank scores its own samples and the results are
-all-gathered, so the advantage stage sees the whole batch on every rank.
+Scoring (old and reference log-probs) is sharded: every data rank scores its own samples and the results are
+all-gathered, so the advantage stage sees the whole batch on every rank. The model work goes through a
+PolicyBackend (backend.py), so the stages are the same for trainer=torch and trainer=megatron.
 """
 
 from __future__ import annotations
@@ -27,16 +28,9 @@ from slimecli.config.schema import SlimeConfig
 from slimecli.rollout.sample import Sample
 from slimecli.train import advantages as adv_lib
 from slimecli.train import dist
+from slimecli.train.backend import PolicyBackend
 from slimecli.train.batch import PackedBatch, pack
-from slimecli.train.losses import (
-    entropy_from_logits,
-    kl_penalty,
-    log_probs_from_logits,
-    loss_weights,
-    pad_sequences,
-    policy_loss,
-)
-from slimecli.train.policy import full_optimizer_state, full_state_dict, no_sync_unless, response_logits, unwrap
+from slimecli.train.losses import kl_penalty, loss_weights, pad_sequences, policy_loss
 
 STAGES = ("rollout", "old_logp", "ref_logp", "advantages", "update", "sync_weights", "save")
 
@@ -63,7 +57,7 @@ class StepTensors:
 
 @dataclass(frozen=True)
 class RankContext:
-    """This rank's place in the data-parallel group and how samples are packed for a forward."""
+    """This rank's place among the data ranks (model replicas) and how samples are packed for a forward."""
 
     pad_id: int
     micro_batch_size: int
@@ -100,37 +94,24 @@ class StageTimer:
 
 
 # ---- log-probs -----------------------------------------------------------------------------------------
-def forward_logp(model: torch.nn.Module, packed: PackedBatch, temperature: float, *, with_entropy: bool = False,
-                 entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per-token log-probs [B, R] (and entropy) of the response tokens at the sampling temperature."""
-    logits = response_logits(model, packed)
-    logp = log_probs_from_logits(logits, packed.targets, temperature)  # chunked: no second [B, R, V] tensor
-    entropy = None
-    if with_entropy:  # without an entropy bonus it is only a metric: keep it out of the graph
-        with torch.enable_grad() if entropy_grad else torch.no_grad():
-            entropy = entropy_from_logits(logits, temperature)
-    return logp, entropy
-
-
 @torch.no_grad()
-def score(model: torch.nn.Module, samples: Sequence[Sample], ctx: RankContext) -> Tensors:
-    """Per-sample response log-probs (no gradient) of the whole batch, each rank scoring only its shard.
+def score(policy: PolicyBackend, samples: Sequence[Sample], ctx: RankContext) -> Tensors:
+    """Per-sample response log-probs (no gradient) of the whole batch, each data rank scoring only its shard.
 
-    Rank r scores samples r, r + world, ... (the samples it trains on), micro-batched; an all-gather
+    Data rank r scores samples r, r + n, ... (the samples it trains on), micro-batched; an all-gather
     puts the batch back together. A batch that does not split evenly is scored whole on every rank, so
     that FSDP ranks run the same number of forwards.
     """
     sharded = ctx.world_size > 1 and len(samples) % ctx.world_size == 0
     mine = list(samples[ctx.rank::ctx.world_size]) if sharded else list(samples)
-    out: Tensors = []
     mb = ctx.micro_batch_size
-    for i in range(0, len(mine), mb):
-        chunk = mine[i:i + mb]
-        logp, _ = forward_logp(model, pack(chunk, ctx.pad_id).to(ctx.device), ctx.temperature)
-        out.extend(logp[j, :s.response_length].float().cpu() for j, s in enumerate(chunk))
+    chunks = [mine[i:i + mb] for i in range(0, len(mine), mb)]
+    scored = policy.score([pack(chunk, ctx.pad_id).to(ctx.device) for chunk in chunks], ctx.temperature)
+    out: Tensors = [logp[j, :s.response_length].float().cpu()
+                    for chunk, logp in zip(chunks, scored, strict=True) for j, s in enumerate(chunk)]
     if not sharded:
         return out
-    shards = dist.all_gather_object(out)
+    shards = dist.gather_by_data_rank(out, ctx.rank, ctx.world_size)
     return [shards[i % ctx.world_size][i // ctx.world_size] for i in range(len(samples))]
 
 
@@ -188,7 +169,7 @@ def rollout(source: RolloutSource | None) -> StepBatch:
     return cast(StepBatch, dist.broadcast_object(batch))
 
 
-def old_logp(model: torch.nn.Module, batch: StepBatch, cfg: TrainerConfig, ctx: RankContext, *,
+def old_logp(policy: PolicyBackend, batch: StepBatch, cfg: TrainerConfig, ctx: RankContext, *,
              has_ref: bool) -> Tensors | None:
     """The behaviour policy's log-probs, when something needs them; None means on-policy (one update).
 
@@ -198,12 +179,12 @@ def old_logp(model: torch.nn.Module, batch: StepBatch, cfg: TrainerConfig, ctx: 
     if cfg.use_rollout_logprobs:
         return engine_log_probs(batch.samples, "trainer.use_rollout_logprobs")
     needed = len(update_slices(batch.samples, cfg)) > 1 or cfg.use_tis or (cfg.kl_coef != 0 and has_ref)
-    return score(unwrap(model), batch.samples, ctx) if needed else None
+    return score(policy, batch.samples, ctx) if needed else None
 
 
-def ref_logp(ref_model: torch.nn.Module | None, batch: StepBatch, ctx: RankContext) -> Tensors | None:
+def ref_logp(ref: PolicyBackend | None, batch: StepBatch, ctx: RankContext) -> Tensors | None:
     """The frozen reference's log-probs (KL loss or KL reward shaping); None without a reference."""
-    return score(ref_model, batch.samples, ctx) if ref_model is not None else None
+    return score(ref, batch.samples, ctx) if ref is not None else None
 
 
 def advantages(batch: StepBatch, old: Tensors | None, ref: Tensors | None, cfg: TrainerConfig,
@@ -221,13 +202,12 @@ def advantages(batch: StepBatch, old: Tensors | None, ref: Tensors | None, cfg: 
                                       student_logp=student)
 
 
-def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, batch: StepBatch,
-           tensors: StepTensors, cfg: SlimeConfig, ctx: RankContext) -> dict[str, float]:
-    """One optimizer update per trainer.global_batch_size rollouts (update_slices), over this rank's micro-batches;
-    the step's metrics."""
+def update(policy: PolicyBackend, scheduler: Any, batch: StepBatch, tensors: StepTensors, cfg: SlimeConfig,
+           ctx: RankContext) -> dict[str, float]:
+    """One optimizer update per trainer.global_batch_size rollouts (update_slices), over this data rank's
+    micro-batches; the step's metrics."""
     t = cfg.trainer
     samples = batch.samples
-    mb = t.micro_batch_size
     slices = update_slices(samples, t)
     updates = len(slices)
     rollout_lp = engine_log_probs(samples, "trainer.use_tis") if t.use_tis else None
@@ -237,31 +217,31 @@ def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: 
         step_weights: Tensors = [torch.zeros(0)] * len(samples)
         for k, w in zip(idx, loss_weights([samples[i] for i in idx], t.loss_reduction), strict=True):
             step_weights[k] = w
-        chunks = rank_chunks(idx, ctx.rank, ctx.world_size, mb)
-        for c, chunk in enumerate(chunks):
-            filler = not chunk  # this rank ran out of samples: a weightless forward keeps FSDP ranks in step
-            chunk = chunk or idx[:1]
-            packed = pack([samples[i] for i in chunk], ctx.pad_id).to(ctx.device)
-            width = packed.targets.shape[1]
+        # a rank that ran out of samples runs a weightless filler chunk: FSDP ranks stay in step
+        chunks = [(chunk or idx[:1], not chunk) for chunk in rank_chunks(idx, ctx.rank, ctx.world_size,
+                                                                         t.micro_batch_size)]
+        packs = [pack([samples[i] for i in chunk], ctx.pad_id).to(ctx.device) for chunk, _ in chunks]
 
-            def rows(values: Tensors, chunk: list[int] = chunk, width: int = width) -> torch.Tensor:
-                return _pad_to(pad_sequences([values[i] for i in chunk]), width).to(ctx.device)
+        def loss_fn(c: int, logp: torch.Tensor, entropy: torch.Tensor | None, idx: list[int] = idx,
+                    chunks: list[tuple[list[int], bool]] = chunks, packs: list[PackedBatch] = packs,
+                    step_weights: Tensors = step_weights) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            chunk, filler = chunks[c]
+            width = packs[c].targets.shape[1]
 
-            with no_sync_unless(model, c == len(chunks) - 1):
-                logp, entropy = forward_logp(model, packed, ctx.temperature, with_entropy=True,
-                                             entropy_grad=t.entropy_coef != 0)
-                loss, metrics = policy_loss(
-                    logp, rows(tensors.old_logp) if tensors.old_logp is not None else logp.detach(),
-                    rows(tensors.advantages.advantages), rows(step_weights), t, mask=packed.mask, entropy=entropy,
-                    ref_logp=rows(tensors.ref_logp) if tensors.ref_logp is not None else None,
-                    rollout_logp=rows(rollout_lp) if rollout_lp is not None else None)
-                # DDP averages gradients over ranks; torch's Tensor.backward is unannotated
-                (loss * (0.0 if filler else ctx.world_size)).backward()  # type: ignore[no-untyped-call]
-            if filler:
-                continue
+            def rows(values: Tensors) -> torch.Tensor:
+                return _pad_to(pad_sequences([values[i] for i in chunk]), width).to(logp.device)
+
+            loss, metrics = policy_loss(
+                logp, rows(tensors.old_logp) if tensors.old_logp is not None else logp.detach(),
+                rows(tensors.advantages.advantages), rows(step_weights), t, mask=packs[c].mask.to(logp.device),
+                entropy=entropy, ref_logp=rows(tensors.ref_logp) if tensors.ref_logp is not None else None,
+                rollout_logp=rows(rollout_lp) if rollout_lp is not None else None)
+            return (loss * 0.0, {}) if filler else (loss, metrics)
+
+        for metrics in policy.forward_backward(packs, ctx.temperature, loss_fn, entropy_grad=t.entropy_coef != 0):
             for name, value in metrics.items():
                 sums[name] = sums.get(name, 0.0) + float(value)
-        grad_norms.append(optimizer_step(model, optimizer, cfg))
+        grad_norms.append(policy.optimizer_step(cfg))
     out = {f"train/{k}": v / max(updates, 1) for k, v in dist.all_reduce_sum(sums).items()}
     out["train/grad_norm"] = sum(grad_norms) / max(len(grad_norms), 1)
     out["train/lr"] = scheduler.get_last_lr()[0]
@@ -270,37 +250,19 @@ def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: 
     return out
 
 
-def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: SlimeConfig) -> float:
-    """Clip (optimizer.clip_grad), step, zero the gradients; the gradient norm before clipping."""
-    from slimecli.train.optim.build import reset_optimizer_state
-
-    clip = cfg.optimizer.clip_grad
-    params = [p for p in model.parameters() if p.grad is not None]
-    if clip > 0:
-        norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
-    else:
-        grads = [p.grad for p in params if p.grad is not None]
-        norm = float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))) if grads else 0.0
-    if cfg.optimizer.reset_state_each_step:
-        reset_optimizer_state(optimizer)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return norm
-
-
-def sync_weights(model: torch.nn.Module, source: RolloutSource | None, version: int,
+def sync_weights(policy: PolicyBackend, source: RolloutSource | None, version: int,
                  is_main: bool) -> dict[str, torch.Tensor] | None:
-    """Gather the weights (a collective under FSDP) and give them to the engines; rank 0 gets them back."""
-    state = full_state_dict(model, is_main)
+    """Gather the weights (a collective when sharded) and give them to the engines; rank 0 gets them back."""
+    state = policy.full_state_dict(is_main)
     if source is not None and state is not None:
         source.push_weights(state, version)
     return state
 
 
-def save(run_dir: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+def save(run_dir: Path, step: int, policy: PolicyBackend, scheduler: Any,
          model_state: dict[str, torch.Tensor] | None, cfg: SlimeConfig, *, is_main: bool,
          data_position: Any = None, metrics: dict[str, Any] | None = None) -> Path | None:
-    """A checkpoint of step ``step`` (every rank calls: the optimizer state is a collective under FSDP).
+    """A checkpoint of step ``step`` (every rank calls: the optimizer state is a collective when sharded).
 
     ``metrics``: the step's metrics row, kept in the checkpoint so a resume can log it if a kill came
     between the save and the metrics line. Returns the checkpoint directory on rank 0.
@@ -309,7 +271,7 @@ def save(run_dir: Path, step: int, model: torch.nn.Module, optimizer: torch.opti
     from slimecli.train.optim.build import keeps_optimizer_state
 
     keeps_state = keeps_optimizer_state(cfg.optimizer)
-    optimizer_state = full_optimizer_state(model, optimizer, is_main) if keeps_state else None
+    optimizer_state = policy.optimizer_state(is_main) if keeps_state else None
     path = None
     if is_main:
         if model_state is None:

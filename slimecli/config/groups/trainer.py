@@ -3,6 +3,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+# Hugging Face model families that trainer=megatron converts (slimecli/train/megatron/convert.py)
+MEGATRON_ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM")
+
 
 @dataclass(frozen=True)
 class TrainerConfig:

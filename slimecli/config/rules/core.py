@@ -98,9 +98,13 @@ def batches(cfg: SlimeConfig) -> list[ConfigError]:
                                   f"must divide rollout.batch_size x rollout.n_samples_per_prompt = {samples}",
                                   "change rollout.batch_size, rollout.n_samples_per_prompt or trainer.global_batch_size"))
     world = t.nproc * cfg.cluster.nnodes
-    if t.global_batch_size % world:
+    model_parallel = t.tensor_parallel_size * t.pipeline_parallel_size if t.name == "megatron" else 1
+    replicas = world // model_parallel if model_parallel > 0 and world % model_parallel == 0 else world
+    if t.global_batch_size % replicas:
+        what = ("data-parallel replicas (trainer.nproc x cluster.nnodes / tensor x pipeline parallel"
+                if model_parallel > 1 else "trainer ranks (trainer.nproc x cluster.nnodes")
         errors.append(ConfigError("trainer.global_batch_size", t.global_batch_size,
-                                  f"must be divisible by the number of trainer ranks (trainer.nproc x cluster.nnodes = {world})"))
+                                  f"must be divisible by the number of {what} = {replicas})"))
     return errors
 
 

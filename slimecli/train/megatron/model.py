@@ -1,0 +1,180 @@
+"""A megatron-core GPTModel built from a Hugging Face checkpoint, its weights in and out (TP and PP aware).
+
+Every rank builds its own part (its pipeline stage's layers, its tensor-parallel slices) with CPU
+initialisation, then loads the HF weights converted (convert.py) and sliced for it. ``gather_hf_state`` is the
+way back: TP slices all-gathered, PP stages collected on rank 0, converted to HF names.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from slimecli.config.schema import SlimeConfig
+from slimecli.train.megatron.convert import Arch, arch_from_hf, hf_to_megatron, megatron_to_hf, shard, unshard
+
+log = logging.getLogger("slimecli.train.megatron")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def init_parallel(cfg: SlimeConfig) -> None:
+    """megatron-core's parallel_state for trainer.tensor_parallel_size x pipeline_parallel_size (x the rest as DP).
+
+    Once per process: the policy and a frozen reference share the groups.
+    """
+    from megatron.core import parallel_state as ps
+    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+
+    if not torch.cuda.is_available():
+        from slimecli.train.megatron import cpu
+
+        cpu.apply()
+    if ps.model_parallel_is_initialized():
+        return
+    t = cfg.trainer
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    if not dist.is_initialized():  # a world of one still needs a process group for megatron-core
+        import os
+
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        dist.init_process_group("gloo" if not torch.cuda.is_available() else "nccl", rank=0, world_size=1)
+    if world % (t.tensor_parallel_size * t.pipeline_parallel_size):
+        raise ValueError(f"{world} trainer ranks do not split into trainer.tensor_parallel_size="
+                         f"{t.tensor_parallel_size} x trainer.pipeline_parallel_size={t.pipeline_parallel_size}")
+    ps.initialize_model_parallel(tensor_model_parallel_size=t.tensor_parallel_size,
+                                 pipeline_model_parallel_size=t.pipeline_parallel_size)
+    model_parallel_cuda_manual_seed(cfg.run.seed)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def transformer_config(arch: Arch, cfg: SlimeConfig) -> Any:
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    t = cfg.trainer
+    dtype = DTYPES[cfg.model.dtype]
+    return TransformerConfig(
+        num_layers=arch.num_layers, hidden_size=arch.hidden_size, num_attention_heads=arch.num_heads,
+        num_query_groups=arch.num_kv_heads, kv_channels=arch.head_dim, ffn_hidden_size=arch.ffn_hidden_size,
+        normalization="RMSNorm", layernorm_epsilon=arch.rms_norm_eps, gated_linear_unit=True,
+        activation_func=torch.nn.functional.silu, add_bias_linear=False, add_qkv_bias=arch.qkv_bias,
+        qk_layernorm=arch.qk_norm, tensor_model_parallel_size=t.tensor_parallel_size,
+        pipeline_model_parallel_size=t.pipeline_parallel_size, sequence_parallel=False,
+        use_cpu_initialization=True, params_dtype=dtype, pipeline_dtype=dtype, bf16=dtype == torch.bfloat16,
+        fp16=dtype == torch.float16, hidden_dropout=0.0, attention_dropout=0.0, bias_dropout_fusion=False,
+        apply_rope_fusion=False, masked_softmax_fusion=False, persist_layer_norm=False,
+        gradient_accumulation_fusion=False, calculate_per_token_loss=True,
+        recompute_granularity="full" if t.gradient_checkpointing else None,
+        recompute_method="uniform" if t.gradient_checkpointing else None,
+        recompute_num_layers=1 if t.gradient_checkpointing else None)
+
+
+def build_model(cfg: SlimeConfig) -> tuple[torch.nn.Module, Arch, Any]:
+    """This rank's GPTModel part, with the HF checkpoint's weights loaded; (model, arch, TransformerConfig)."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.models.gpt.gpt_model import GPTModel
+    from transformers import AutoConfig
+
+    path = Path(cfg.model.resolved_path)
+    hf_config = AutoConfig.from_pretrained(path, trust_remote_code=cfg.model.trust_remote_code)
+    arch = arch_from_hf(hf_config, cfg.trainer.tensor_parallel_size)
+    config = transformer_config(arch, cfg)
+    spec = get_gpt_layer_local_spec(qk_layernorm=arch.qk_norm, normalization="RMSNorm")
+    model = GPTModel(config, spec, vocab_size=arch.padded_vocab_size, max_sequence_length=arch.max_positions,
+                     pre_process=ps.is_pipeline_first_stage(), post_process=ps.is_pipeline_last_stage(),
+                     share_embeddings_and_output_weights=arch.tied, position_embedding_type="rope",
+                     rotary_base=int(arch.rope_theta))
+    load_hf_state(model, _read_hf(path), arch)
+    return model, arch, config
+
+
+def _read_hf(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{path} has no *.safetensors weights (model.path)")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(load_file(f))
+    if "lm_head.weight" not in state and "model.embed_tokens.weight" in state:
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    return state
+
+
+def _layer_offset(arch: Arch) -> int:
+    """The global index of this pipeline stage's first layer (layers split evenly over the stages)."""
+    from megatron.core import parallel_state as ps
+
+    stage: int = ps.get_pipeline_model_parallel_rank()
+    return stage * (arch.num_layers // int(ps.get_pipeline_model_parallel_world_size()))
+
+
+def _global_name(local: str, offset: int) -> str:
+    """decoder.layers.<stage-local i>.x -> decoder.layers.<global i>.x"""
+    if not local.startswith("decoder.layers."):
+        return local
+    index, rest = local[len("decoder.layers."):].split(".", 1)
+    return f"decoder.layers.{int(index) + offset}.{rest}"
+
+
+def _tp_dim(param: torch.Tensor) -> int | None:
+    return int(getattr(param, "partition_dim", 0)) if getattr(param, "tensor_model_parallel", False) else None
+
+
+def load_hf_state(model: torch.nn.Module, hf: dict[str, torch.Tensor], arch: Arch) -> None:
+    """Load a whole HF state dict into this rank's part (its stage's layers, its TP slices)."""
+    from megatron.core import parallel_state as ps
+
+    whole = hf_to_megatron(hf, arch)
+    if arch.tied:  # the last stage keeps its own copy of the tied embedding as output_layer (PP > 1)
+        whole["output_layer.weight"] = whole["embedding.word_embeddings.weight"]
+    rank, size, offset = ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size(), _layer_offset(arch)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            source = whole.get(_global_name(name, offset))
+            if source is None:
+                raise KeyError(f"no weight for megatron-core parameter {name} in the converted checkpoint")
+            part = shard(name, source, _tp_dim(param), rank, size)
+            if part.shape != param.shape:
+                raise ValueError(f"{name}: converted slice {tuple(part.shape)} != parameter {tuple(param.shape)}")
+            param.copy_(part.to(param.dtype))
+
+
+def gather_hf_state(model: torch.nn.Module, arch: Arch, is_main: bool) -> dict[str, torch.Tensor] | None:
+    """The whole model in HF names on global rank 0's CPU (None elsewhere); every rank must call it."""
+    from megatron.core import parallel_state as ps
+
+    tp_group = ps.get_tensor_model_parallel_group()
+    tp_size = ps.get_tensor_model_parallel_world_size()
+    offset = _layer_offset(arch)
+    stage: dict[str, torch.Tensor] = {}
+    for name, param in model.named_parameters():
+        local = param.detach().contiguous()
+        parts = [local]
+        if tp_size > 1 and _tp_dim(param) is not None:
+            parts = [torch.empty_like(local) for _ in range(tp_size)]
+            dist.all_gather(parts, local, group=tp_group)
+        stage[_global_name(name, offset)] = unshard(name, [p.cpu() for p in parts], _tp_dim(param))
+    speaks = ps.get_data_parallel_rank() == 0 and ps.get_tensor_model_parallel_rank() == 0
+    stages: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(stage if speaks else None, stages, dst=0)
+    if not is_main or stages is None:
+        return None
+    whole: dict[str, torch.Tensor] = {}
+    for part in stages:
+        for name, tensor in (part or {}).items():
+            whole.setdefault(name, tensor)  # a tied output_layer copy never overrides the embedding
+    return megatron_to_hf(whole, arch)
