@@ -70,10 +70,11 @@ def worker(tp: int) -> None:
     base = materialize(SlimeConfig())
     cfg = dataclasses.replace(base, trainer=dataclasses.replace(base.trainer, name="megatron", nproc=tp,
                                                                 tensor_parallel_size=tp))
-    policy = make_policy(cfg, dist.init("gloo"))
+    info = dist.init("gloo")
+    policy = make_policy(cfg, info)
     module = policy.module  # type: ignore[attr-defined]  # MegatronPolicy
     size = sum(p.numel() * p.element_size() for p in module.parameters())
-    print(json.dumps({"rank": dist.init("gloo").rank, "bytes": size}), flush=True)
+    print(json.dumps({"rank": info.rank, "bytes": size}), flush=True)
     dist.shutdown()
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from slimecli.train import checkpoint
 from tests.helpers import wait_dead, wait_until
-from tests.helpers.train_e2e import descendants, kill_tree, metrics, run_train, start_train
+from tests.helpers.train_e2e import cmdline, descendants, kill_tree, metrics, run_train, start_train
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +65,7 @@ def test_engine_kill_stops_the_run(tmp_path):
     try:
         wait_until(lambda: len(metrics(run)) >= 2, 300, "two steps", proc=proc)
         children = descendants(proc.pid)
-        (engine_pid,) = [p for p in children if b"slimecli.rollout.engine" in _cmdline(p)]
+        (engine_pid,) = [p for p in children if b"slimecli.rollout.engine" in cmdline(p)]
         os.kill(engine_pid, signal.SIGKILL)
         code = proc.wait(timeout=30)  # the supervisor notices the death itself: no request has to time out
         output = proc.stdout.read()
@@ -76,13 +76,6 @@ def test_engine_kill_stops_the_run(tmp_path):
     assert "engine-0 was killed by SIGKILL" in output
     assert wait_dead(children, timeout=10) == []
 
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
 
 
 def test_stateless_adam_checkpoint_has_no_moments(tmp_path):
@@ -187,8 +180,8 @@ def test_trainer_rank_kill_stops_the_run_then_resumes(tmp_path):
     try:
         wait_until(lambda: checkpoint.latest_complete(run) is not None, 300, "a first checkpoint", proc=proc)
         children = descendants(proc.pid)
-        ranks = [p for p in children if b"-m\x00slimecli.train" in _cmdline(p) and b"torch.distributed.run" not in _cmdline(p)]
-        assert len(ranks) == 2, [(_cmdline(p)) for p in children]
+        ranks = [p for p in children if b"-m\x00slimecli.train" in cmdline(p) and b"torch.distributed.run" not in cmdline(p)]
+        assert len(ranks) == 2, [(cmdline(p)) for p in children]
         os.kill(ranks[1], signal.SIGKILL)
         code = proc.wait(timeout=60)
         output = proc.stdout.read()

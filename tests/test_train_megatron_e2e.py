@@ -9,7 +9,7 @@ import pytest
 
 from slimecli.train import checkpoint
 from tests.helpers import wait_until
-from tests.helpers.train_e2e import descendants, kill_tree, metrics, run_train, start_train
+from tests.helpers.train_e2e import cmdline, descendants, kill_tree, metrics, run_train, start_train
 
 pytest.importorskip("megatron.core")
 pytestmark = pytest.mark.slow
@@ -57,8 +57,8 @@ def test_resume_after_kill_of_a_trainer_rank(tmp_path):
     try:
         wait_until(lambda: (found := checkpoint.latest_complete(run)) is not None and found.name == "step_3", 300,
                    "checkpoint step_3", proc=proc)
-        ranks = [p for p in descendants(proc.pid) if b"-m\x00slimecli.train" in _cmdline(p)
-                 and b"torch.distributed.run" not in _cmdline(p)]
+        ranks = [p for p in descendants(proc.pid) if b"-m\x00slimecli.train" in cmdline(p)
+                 and b"torch.distributed.run" not in cmdline(p)]
         assert len(ranks) == 2, ranks
         os.kill(ranks[-1], signal.SIGKILL)
         code = proc.wait(timeout=60)
@@ -75,11 +75,3 @@ def test_resume_after_kill_of_a_trainer_rank(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert f"at step {done_before}" in out.stdout
     assert [r["step"] for r in metrics(run)] == list(range(1, 7))
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""

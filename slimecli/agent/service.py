@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,17 +21,12 @@ from slimecli.agent.parsers import get_parser
 from slimecli.agent.registry import resolve
 from slimecli.agent.render import Renderer
 from slimecli.agent.trajectory import TrajectoryManager
+from slimecli.net.ports import free_port
 
 if TYPE_CHECKING:
     from slimecli.config.schema import SlimeConfig
 
 log = logging.getLogger(__name__)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 class EngineProcess:

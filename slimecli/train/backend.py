@@ -33,9 +33,9 @@ class PolicyBackend(Protocol):
     def forward_backward(self, chunks: list[PackedBatch], temperature: float, loss_fn: LossFn, *,
                          entropy_grad: bool) -> list[dict[str, float]]:
         """Forward, loss and backward of one optimizer update's micro-batches; gradients are summed over the
-        micro-batches and the data ranks (the losses are already weighted for that). Returns the metrics this
-        rank reports (empty where another rank of the replica reports them), so a sum over ranks counts each
-        micro-batch once."""
+        micro-batches and the data ranks (the losses are already weighted for that). Returns each micro-batch's
+        metrics, with the same keys on every rank: zeros where another rank of the replica reports them, so a
+        sum over ranks counts each micro-batch once."""
         ...
 
     def optimizer_step(self, cfg: SlimeConfig) -> float:

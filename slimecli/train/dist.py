@@ -83,14 +83,11 @@ def collective_device() -> torch.device:
 
 
 def all_reduce_sum(values: dict[str, float]) -> dict[str, float]:
-    """Sum scalar metrics over ranks; a rank may lack keys (it reports nothing: a pipeline stage without the
-    loss, a tensor-parallel rank whose replica another rank speaks for), which count as 0 there."""
-    if not dist.is_initialized():
+    """Sum scalar metrics over ranks (every rank passes the same keys)."""
+    if not dist.is_initialized() or not values:
         return values
-    keys = sorted({k for rank_keys in all_gather_object(sorted(values)) for k in rank_keys})
-    if not keys:
-        return values
-    t = torch.tensor([float(values.get(k, 0.0)) for k in keys], dtype=torch.float64, device=collective_device())
+    keys = sorted(values)
+    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=collective_device())
     dist.all_reduce(t)
     return dict(zip(keys, t.tolist(), strict=True))
 

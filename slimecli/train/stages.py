@@ -236,7 +236,7 @@ def update(policy: PolicyBackend, scheduler: Any, batch: StepBatch, tensors: Ste
                 rows(tensors.advantages.advantages), rows(step_weights), t, mask=packs[c].mask.to(logp.device),
                 entropy=entropy, ref_logp=rows(tensors.ref_logp) if tensors.ref_logp is not None else None,
                 rollout_logp=rows(rollout_lp) if rollout_lp is not None else None)
-            return (loss * 0.0, {}) if filler else (loss, metrics)
+            return (loss * 0.0, {k: v * 0.0 for k, v in metrics.items()}) if filler else (loss, metrics)
 
         for metrics in policy.forward_backward(packs, ctx.temperature, loss_fn, entropy_grad=t.entropy_coef != 0):
             for name, value in metrics.items():

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import torch
 
 from slimecli.config.schema import SlimeConfig
+from slimecli.net.ports import free_port
 
 log = logging.getLogger("slimecli.train")
 GROUP_NAME = "slimecli_weight_update"
@@ -207,7 +208,7 @@ class GroupSync:
         tp = self.run(sizes())
         world = 1 + sum(tp)
         host = _address_towards(self.engines[0].base_url)
-        port = _free_port(host)
+        port = free_port(host)
         offsets = [1 + sum(tp[:i]) for i in range(len(tp))]
 
         async def join_all() -> Any:
@@ -301,7 +302,3 @@ def _address_towards(url: str) -> str:
         return str(s.getsockname()[0])
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])

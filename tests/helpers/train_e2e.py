@@ -60,3 +60,12 @@ def kill_tree(proc: subprocess.Popen) -> None:
             pass
     proc.wait()
     wait_dead(pids, timeout=10)
+
+
+def cmdline(pid: int) -> bytes:
+    """A process's NUL-separated command line (b"" once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""

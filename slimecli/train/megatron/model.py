@@ -41,7 +41,9 @@ def init_parallel(cfg: SlimeConfig) -> None:
         import os
 
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        from slimecli.net.ports import free_port
+
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
         dist.init_process_group("gloo" if not torch.cuda.is_available() else "nccl", rank=0, world_size=1)
     if world % (t.tensor_parallel_size * t.pipeline_parallel_size):
         raise ValueError(f"{world} trainer ranks do not split into trainer.tensor_parallel_size="
@@ -49,14 +51,6 @@ def init_parallel(cfg: SlimeConfig) -> None:
     ps.initialize_model_parallel(tensor_model_parallel_size=t.tensor_parallel_size,
                                  pipeline_model_parallel_size=t.pipeline_parallel_size)
     model_parallel_cuda_manual_seed(cfg.run.seed)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def transformer_config(arch: Arch, cfg: SlimeConfig) -> Any:

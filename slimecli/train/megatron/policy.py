@@ -134,10 +134,15 @@ class MegatronPolicy:
         from megatron.core import parallel_state as ps
 
         reported = self._run(chunks, temperature, loss_fn, forward_only=False, entropy_grad=entropy_grad)
-        speaks = ps.is_pipeline_last_stage() and ps.get_tensor_model_parallel_rank() == 0
-        if not speaks:
-            return [{} for _ in chunks]
-        return [{k: float(v) for k, v in metrics.items()} for metrics in reported]
+        keys = sorted({k for metrics in reported for k in metrics})  # empty before the last pipeline stage
+        if ps.get_pipeline_model_parallel_world_size() > 1:  # the last stage knows the metric names
+            box: list[Any] = [keys]
+            dist.broadcast_object_list(box, src=ps.get_pipeline_model_parallel_last_rank(),
+                                       group=ps.get_pipeline_model_parallel_group())
+            keys = box[0]
+        if not (ps.is_pipeline_last_stage() and ps.get_tensor_model_parallel_rank() == 0):
+            return [dict.fromkeys(keys, 0.0) for _ in chunks]  # another rank of this replica reports them
+        return [{k: float(metrics.get(k, 0.0)) for k in keys} for metrics in reported]
 
     # ---- update -----------------------------------------------------------------------------------------
     def _optimizer(self) -> Any:
