@@ -180,30 +180,40 @@ def model_errors(cfg: SlimeConfig) -> list[ConfigError]:
 
 
 def megatron_model_errors(cfg: SlimeConfig) -> list[ConfigError]:
-    """The model's family converts to megatron-core and its heads and layers split over the TP and PP sizes."""
+    """trainer=megatron: the model's family converts to megatron-core, its heads and layers split over TP and PP."""
     t = cfg.trainer
-    path = Path(materialize(cfg).model.resolved_path) / "config.json"
-    try:
-        hf = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        return [ConfigError("model.path", str(path.parent), f"cannot read its config.json ({exc})")]
-    names = hf.get("architectures") or []
-    if not any(n in MEGATRON_ARCHITECTURES for n in names):
-        return [ConfigError("trainer", "megatron", f"the model is {names or hf.get('model_type')}; trainer=megatron "
-                            f"converts {', '.join(MEGATRON_ARCHITECTURES)}", "use trainer=torch for this model")]
-    heads = hf.get("num_attention_heads", 0)
-    splits = [("trainer.tensor_parallel_size", t.tensor_parallel_size, "num_attention_heads", heads),
-              ("trainer.tensor_parallel_size", t.tensor_parallel_size, "num_key_value_heads",
-               hf.get("num_key_value_heads") or heads),
-              ("trainer.pipeline_parallel_size", t.pipeline_parallel_size, "num_hidden_layers",
-               hf.get("num_hidden_layers", 0))]
-    errors = [ConfigError(key, size, f"the model's {field}={count} does not split into {size} equal parts",
-                          f"use a divisor of {count}")
-              for key, size, field, count in splits if size > 1 and count % size]
+    errors = megatron_split_errors(Path(materialize(cfg).model.resolved_path), "model.path", "trainer",
+                                   ("trainer.tensor_parallel_size", t.tensor_parallel_size),
+                                   ("trainer.pipeline_parallel_size", t.pipeline_parallel_size))
     if cfg.model.dtype != "float32" and cuda_devices() == 0:
         errors.append(ConfigError("model.dtype", cfg.model.dtype, "megatron-core's mixed-precision optimizer needs a "
                                   "GPU; on the CPU trainer=megatron trains in float32", "set model.dtype=float32"))
     return errors
+
+
+def megatron_split_errors(model_dir: Path, path_key: str, user: str, tp: tuple[str, int],
+                          pp: tuple[str, int] | None = None) -> list[ConfigError]:
+    """The checkpoint at model_dir converts to megatron-core and splits over the TP (and PP) sizes."""
+    path = model_dir / "config.json"
+    try:
+        hf = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return [ConfigError(path_key, str(model_dir), f"cannot read its config.json ({exc})")]
+    names = hf.get("architectures") or []
+    backend = "trainer=megatron" if user == "trainer" else "teacher.backend=megatron"
+    if not any(n in MEGATRON_ARCHITECTURES for n in names):
+        fix = "use trainer=torch for this model" if user == "trainer" else "use teacher.backend=torch for this model"
+        return [ConfigError(user if user == "trainer" else "teacher.backend", "megatron",
+                            f"the model is {names or hf.get('model_type')}; {backend} converts "
+                            f"{', '.join(MEGATRON_ARCHITECTURES)}", fix)]
+    heads = hf.get("num_attention_heads", 0)
+    splits = [(tp[0], tp[1], "num_attention_heads", heads),
+              (tp[0], tp[1], "num_key_value_heads", hf.get("num_key_value_heads") or heads)]
+    if pp is not None:
+        splits.append((pp[0], pp[1], "num_hidden_layers", hf.get("num_hidden_layers", 0)))
+    return [ConfigError(key, size, f"the model's {field}={count} does not split into {size} equal parts",
+                        f"use a divisor of {count}")
+            for key, size, field, count in splits if size > 1 and count % size]
 
 
 # ---- the machine: ports, GPUs, model files -------------------------------------------------------------------
@@ -293,6 +303,12 @@ def engine_errors(cfg: SlimeConfig, ports: Iterable[int]) -> list[ConfigError]:
 def teacher_errors(t: TeacherConfig, path_key: str = "teacher.model_path") -> list[ConfigError]:
     """A teacher server started here: its weights, its port, one GPU per rank where ranks run on GPUs."""
     errors = weights_errors(path_key, t.model_path) + port_errors("teacher.port", t.host, [t.port])
+    if t.backend == "megatron":
+        if importlib.util.find_spec("megatron") is None:
+            errors.append(ConfigError("teacher.backend", "megatron", "megatron-core is not installed",
+                                      "pip install 'slimecli[megatron]', or use teacher.backend=torch"))
+        elif t.model_path and not errors:
+            errors += megatron_split_errors(Path(t.model_path), path_key, "teacher", ("teacher.tp", t.tp))
     ranks = t.tp * t.dp
     if ranks > 1:
         gpus = cuda_devices()

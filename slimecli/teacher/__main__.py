@@ -20,6 +20,7 @@ import torch.distributed as dist
 from aiohttp import web
 
 from slimecli.config.schema import SlimeConfig
+from slimecli.net.listen import app_runner, start_site
 from slimecli.teacher.ranks import exchanges, make_layout, serve_peer
 from slimecli.teacher.server import Front
 from slimecli.teacher.worker import TeacherWorker
@@ -61,7 +62,7 @@ async def warm_up(runner: web.AppRunner, cfg: SlimeConfig, vocab_size: int) -> N
 
 async def run_front(cfg: SlimeConfig, front: Front) -> None:
     t = cfg.teacher
-    runner = web.AppRunner(front.app(), handler_cancellation=True, access_log=None)
+    runner = app_runner(front.app())  # closes connections whose request head stalls (slimecli.net.listen)
     await runner.setup()
     front.start_background()
     if t.warmup:
@@ -73,7 +74,7 @@ async def run_front(cfg: SlimeConfig, front: Front) -> None:
             os._exit(1)  # torchrun then stops the other ranks
         log.info("warm-up request ok")
         front.reset_counters()
-    await web.TCPSite(runner, t.host, t.port).start()
+    await start_site(runner, t.host, t.port)  # a cap on open connections
     log.info("teacher server on http://%s:%d  model=%s vocab=%d tp=%d dp=%d", t.host, t.port, front.model_path,
              front.vocab_size, t.tp, t.dp)
     await asyncio.Event().wait()
@@ -105,7 +106,8 @@ def main(argv: list[str] | None = None) -> None:
     layout = make_layout(t.tp, t.dp)
     worker = TeacherWorker(tp=t.tp, tp_rank=layout.tp_rank, group=layout.tp_groups[layout.dp_index],
                            dtype=t.dtype or cfg.model.dtype, sample_chunk_size=t.sample_chunk_size,
-                           label_chunk_size=t.label_chunk_size, seed=t.seed + 1009 * layout.dp_index + layout.tp_rank)
+                           label_chunk_size=t.label_chunk_size, seed=t.seed + 1009 * layout.dp_index + layout.tp_rank,
+                           backend=t.backend, trust_remote_code=cfg.model.trust_remote_code)
     path = teacher_model_path(cfg)
     worker.load(path)
     if layout.rank == 0:

@@ -9,6 +9,7 @@ rank of the group runs it (the TP collectives inside). Messages are small dicts:
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from slimecli.teacher.worker import TeacherWorker
+from slimecli.teacher.worker import RequestInvalid, TeacherWorker
 
 log = logging.getLogger("slimecli.teacher")
 
@@ -66,7 +67,14 @@ def handle(worker: TeacherWorker, msg: dict[str, Any]) -> dict[str, Any]:
         if op == "noop":
             return {"ok": True}
         return {"ok": False, "error": f"unknown op {op!r}"}
+    except RequestInvalid as exc:  # every rank of the group raised it, before any collective
+        return {"ok": False, "status": 400, "error": str(exc)}
     except Exception as exc:  # reported to the front as a failed request
+        if worker.in_collective:  # the TP peers are inside a collective this rank will never join
+            log.critical("teacher rank failed inside a TP collective on %s: %s; stopping so that the group does "
+                         "not hang", op, exc, exc_info=True)
+            logging.shutdown()
+            os._exit(70)
         log.exception("teacher rank failed on %s", op)
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
 

@@ -15,6 +15,9 @@ class TeacherConfig:
     port: int = 7999
     tp: int = 1
     dp: int = 1
+    # torch: the model body replicated on every rank, the output layer split by vocabulary;
+    # megatron: the whole model tensor-parallel through megatron-core (each rank holds ~1/tp of the weights).
+    backend: Literal["torch", "megatron"] = "torch"
     temperature: float = 1.0
     max_length: int = 0  # 0 = no limit
     warmup: bool = True

@@ -3,7 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-# Hugging Face model families that trainer=megatron converts (slimecli/train/megatron/convert.py)
+# Hugging Face model families that trainer=megatron converts (slimecli/model/megatron/convert.py)
 MEGATRON_ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM")
 
 

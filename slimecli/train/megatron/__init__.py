@@ -1,1 +1,1 @@
-"""trainer=megatron: the megatron-core back-end (policy.py), its HF converter, vocab-parallel log-probs and CPU shim."""
+"""trainer=megatron: the megatron-core policy back-end (policy.py) and its vocab-parallel log-probs."""

@@ -19,10 +19,10 @@ import torch
 import torch.distributed as dist
 
 from slimecli.config.schema import SlimeConfig
+from slimecli.model.megatron.build import GPTSpec, build_model, gather_hf_state, init_parallel, load_hf_state
 from slimecli.train.backend import LossFn
 from slimecli.train.batch import PackedBatch
 from slimecli.train.dist import DistInfo
-from slimecli.train.megatron.model import build_model, gather_hf_state, init_parallel, load_hf_state
 from slimecli.train.megatron.vocab import log_probs_and_entropy
 
 log = logging.getLogger("slimecli.train.megatron")
@@ -32,8 +32,9 @@ class MegatronPolicy:
     def __init__(self, cfg: SlimeConfig, info: DistInfo, trainable: bool = True) -> None:
         from megatron.core import parallel_state as ps
 
-        init_parallel(cfg)
-        module, self.arch, self.config = build_model(cfg)
+        t = cfg.trainer
+        init_parallel(t.tensor_parallel_size, t.pipeline_parallel_size, cfg.run.seed)
+        module, self.arch, self.config = build_model(gpt_spec(cfg))
         module.to(info.device)
         self.device = info.device
         self.data_rank = ps.get_data_parallel_rank()
@@ -203,6 +204,12 @@ class MegatronPolicy:
 
     def shared_module(self) -> torch.nn.Module | None:
         return None  # sharded weights: the engines get a gathered copy
+
+
+def gpt_spec(cfg: SlimeConfig) -> GPTSpec:
+    t = cfg.trainer
+    return GPTSpec(cfg.model.resolved_path, t.tensor_parallel_size, t.pipeline_parallel_size, cfg.model.dtype,
+                   cfg.model.trust_remote_code, t.gradient_checkpointing)
 
 
 def _same_shape(chunks: list[PackedBatch]) -> list[PackedBatch]:

@@ -2,99 +2,109 @@
 
 Every rank builds its own part (its pipeline stage's layers, its tensor-parallel slices) with CPU
 initialisation, then loads the HF weights converted (convert.py) and sliced for it. ``gather_hf_state`` is the
-way back: TP slices all-gathered, PP stages collected on rank 0, converted to HF names.
+way back: TP slices all-gathered, PP stages collected on rank 0, converted to HF names. Shared by the trainer
+(trainer=megatron) and the teacher server (teacher.backend=megatron).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from slimecli.config.schema import SlimeConfig
-from slimecli.train.megatron.convert import Arch, arch_from_hf, hf_to_megatron, megatron_to_hf, shard, unshard
+from slimecli.model.megatron.convert import Arch, arch_from_hf, hf_to_megatron, megatron_to_hf, shard, unshard
 
-log = logging.getLogger("slimecli.train.megatron")
+log = logging.getLogger("slimecli.megatron")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def init_parallel(cfg: SlimeConfig) -> None:
-    """megatron-core's parallel_state for trainer.tensor_parallel_size x pipeline_parallel_size (x the rest as DP).
+@dataclass(frozen=True)
+class GPTSpec:
+    """What to build: the checkpoint and how it is split."""
 
-    Once per process: the policy and a frozen reference share the groups.
+    path: str
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    dtype: str = "float32"
+    trust_remote_code: bool = False
+    gradient_checkpointing: bool = False
+
+
+def init_parallel(tensor_parallel_size: int, pipeline_parallel_size: int, seed: int) -> None:
+    """megatron-core's parallel_state for TP x PP (x the rest of the world as DP).
+
+    Once per process: a policy and a frozen reference share the groups. Applies the CPU shim where no GPU exists.
     """
     from megatron.core import parallel_state as ps
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 
     if not torch.cuda.is_available():
-        from slimecli.train.megatron import cpu
+        from slimecli.model.megatron import cpu
 
         cpu.apply()
     if ps.model_parallel_is_initialized():
         return
-    t = cfg.trainer
-    world = dist.get_world_size() if dist.is_initialized() else 1
     if not dist.is_initialized():  # a world of one still needs a process group for megatron-core
-        import os
-
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         from slimecli.net.ports import free_port
 
         os.environ.setdefault("MASTER_PORT", str(free_port()))
         dist.init_process_group("gloo" if not torch.cuda.is_available() else "nccl", rank=0, world_size=1)
-    if world % (t.tensor_parallel_size * t.pipeline_parallel_size):
-        raise ValueError(f"{world} trainer ranks do not split into trainer.tensor_parallel_size="
-                         f"{t.tensor_parallel_size} x trainer.pipeline_parallel_size={t.pipeline_parallel_size}")
-    ps.initialize_model_parallel(tensor_model_parallel_size=t.tensor_parallel_size,
-                                 pipeline_model_parallel_size=t.pipeline_parallel_size)
-    model_parallel_cuda_manual_seed(cfg.run.seed)
+    world = dist.get_world_size()
+    if world % (tensor_parallel_size * pipeline_parallel_size):
+        raise ValueError(f"{world} ranks do not split into tensor parallel size {tensor_parallel_size} x "
+                         f"pipeline parallel size {pipeline_parallel_size}")
+    ps.initialize_model_parallel(tensor_model_parallel_size=tensor_parallel_size,
+                                 pipeline_model_parallel_size=pipeline_parallel_size)
+    model_parallel_cuda_manual_seed(seed)
 
 
-def transformer_config(arch: Arch, cfg: SlimeConfig) -> Any:
+def transformer_config(arch: Arch, spec: GPTSpec) -> Any:
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    t = cfg.trainer
-    dtype = DTYPES[cfg.model.dtype]
+    dtype = DTYPES[spec.dtype]
+    recompute = spec.gradient_checkpointing
     return TransformerConfig(
         num_layers=arch.num_layers, hidden_size=arch.hidden_size, num_attention_heads=arch.num_heads,
         num_query_groups=arch.num_kv_heads, kv_channels=arch.head_dim, ffn_hidden_size=arch.ffn_hidden_size,
         normalization="RMSNorm", layernorm_epsilon=arch.rms_norm_eps, gated_linear_unit=True,
         activation_func=torch.nn.functional.silu, add_bias_linear=False, add_qkv_bias=arch.qkv_bias,
-        qk_layernorm=arch.qk_norm, tensor_model_parallel_size=t.tensor_parallel_size,
-        pipeline_model_parallel_size=t.pipeline_parallel_size, sequence_parallel=False,
+        qk_layernorm=arch.qk_norm, tensor_model_parallel_size=spec.tensor_parallel_size,
+        pipeline_model_parallel_size=spec.pipeline_parallel_size, sequence_parallel=False,
         use_cpu_initialization=True, params_dtype=dtype, pipeline_dtype=dtype, bf16=dtype == torch.bfloat16,
         fp16=dtype == torch.float16, hidden_dropout=0.0, attention_dropout=0.0, bias_dropout_fusion=False,
         apply_rope_fusion=False, masked_softmax_fusion=False, persist_layer_norm=False,
         gradient_accumulation_fusion=False, calculate_per_token_loss=True,
-        recompute_granularity="full" if t.gradient_checkpointing else None,
-        recompute_method="uniform" if t.gradient_checkpointing else None,
-        recompute_num_layers=1 if t.gradient_checkpointing else None)
+        recompute_granularity="full" if recompute else None, recompute_method="uniform" if recompute else None,
+        recompute_num_layers=1 if recompute else None)
 
 
-def build_model(cfg: SlimeConfig) -> tuple[torch.nn.Module, Arch, Any]:
+def build_model(spec: GPTSpec) -> tuple[torch.nn.Module, Arch, Any]:
     """This rank's GPTModel part, with the HF checkpoint's weights loaded; (model, arch, TransformerConfig)."""
     from megatron.core import parallel_state as ps
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.models.gpt.gpt_model import GPTModel
     from transformers import AutoConfig
 
-    path = Path(cfg.model.resolved_path)
-    hf_config = AutoConfig.from_pretrained(path, trust_remote_code=cfg.model.trust_remote_code)
-    arch = arch_from_hf(hf_config, cfg.trainer.tensor_parallel_size)
-    config = transformer_config(arch, cfg)
-    spec = get_gpt_layer_local_spec(qk_layernorm=arch.qk_norm, normalization="RMSNorm")
-    model = GPTModel(config, spec, vocab_size=arch.padded_vocab_size, max_sequence_length=arch.max_positions,
+    path = Path(spec.path)
+    hf_config = AutoConfig.from_pretrained(path, trust_remote_code=spec.trust_remote_code)
+    arch = arch_from_hf(hf_config, spec.tensor_parallel_size)
+    config = transformer_config(arch, spec)
+    layers = get_gpt_layer_local_spec(qk_layernorm=arch.qk_norm, normalization="RMSNorm")
+    model = GPTModel(config, layers, vocab_size=arch.padded_vocab_size, max_sequence_length=arch.max_positions,
                      pre_process=ps.is_pipeline_first_stage(), post_process=ps.is_pipeline_last_stage(),
                      share_embeddings_and_output_weights=arch.tied, position_embedding_type="rope",
                      rotary_base=int(arch.rope_theta))
-    load_hf_state(model, _read_hf(path), arch)
+    load_hf_state(model, read_hf(path), arch)
     return model, arch, config
 
 
-def _read_hf(path: Path) -> dict[str, torch.Tensor]:
+def read_hf(path: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
     files = sorted(path.glob("*.safetensors"))

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-log = logging.getLogger("slimecli.train.megatron")
+log = logging.getLogger("slimecli.megatron")
 
 # the megatron-core modules whose CUDA calls are redirected (found by running a training step on CPU)
 MODULES = (
@@ -163,4 +163,4 @@ def apply() -> None:
         if hasattr(module, "clip_grad_by_total_norm_fp32"):
             module.clip_grad_by_total_norm_fp32 = _clip_by_total_norm  # type: ignore[attr-defined]
     _applied = True
-    log.warning("no GPU: megatron-core runs on the CPU (its CUDA calls redirected by slimecli.train.megatron.cpu)")
+    log.warning("no GPU: megatron-core runs on the CPU (its CUDA calls redirected by slimecli.model.megatron.cpu)")

@@ -1,0 +1,2 @@
+"""megatron-core models from HF checkpoints (trainer=megatron, teacher.backend=megatron): the converter, the
+builder and the CPU shim."""
