@@ -173,6 +173,14 @@ def test_parallel_sizes_consistent():
     assert any(m.startswith("trainer.nproc: world size 3 is not divisible by tensor x pipeline parallel = 2") for m in msgs)
 
 
+def test_sequence_parallel_needs_megatron_tensor_parallelism():
+    want = "trainer.sequence_parallel: sequence parallelism splits what tensor parallelism replicates"
+    for overrides in (["trainer.sequence_parallel=true"], ["trainer=megatron", "trainer.sequence_parallel=true"]):
+        assert any(m.startswith(want) for m in errors_of(overrides)), overrides
+    ok = ["trainer=megatron", "trainer.nproc=2", "trainer.tensor_parallel_size=2", "trainer.sequence_parallel=true"]
+    assert load(ok).trainer.sequence_parallel is True
+
+
 def test_model_path_must_be_hf_checkpoint(tmp_path):
     assert f"model.path: directory does not exist (got '{tmp_path}/nope')" in errors_of([f"model.path={tmp_path}/nope"])
     assert f"model.path: not a Hugging Face checkpoint (no config.json) (got '{tmp_path}')" in errors_of(

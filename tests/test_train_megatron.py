@@ -45,11 +45,12 @@ def odd_vocab_model(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     return out
 
 
-def megatron_result(model: Path, out: Path, tp: int, pp: int, optimizer: str = "adam") -> dict[str, Any]:
+def megatron_result(model: Path, out: Path, tp: int, pp: int, optimizer: str = "adam",
+                    sequence_parallel: bool = False) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
             "--nproc-per-node", str(tp * pp), str(ROOT / "tests" / "helpers" / "megatron_check.py"), str(out),
-            str(model), str(tp), str(pp), optimizer]
+            str(model), str(tp), str(pp), optimizer, *(["sp"] if sequence_parallel else [])]
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return json.loads((out / "result.json").read_text())
@@ -78,6 +79,13 @@ def test_the_converted_model_scores_and_updates_like_the_hf_model(odd_vocab_mode
 def test_tensor_parallel_2_matches_the_torch_trainer(odd_vocab_model, torch_result, tmp_path):
     """TP=2 pads the vocabulary to 4094; log-probs, the clipped gradient norm and the updated weights agree."""
     assert_same(megatron_result(odd_vocab_model, tmp_path, tp=2, pp=1), torch_result)
+
+
+def test_sequence_parallel_matches_the_torch_trainer(odd_vocab_model, torch_result, tmp_path):
+    """TP=2 with the sequence split too (inputs padded to even lengths, norm gradients all-reduced over TP)."""
+    result = megatron_result(odd_vocab_model, tmp_path, tp=2, pp=1, sequence_parallel=True)
+    assert result["sequence_parallel"] is True
+    assert_same(result, torch_result)
 
 
 def test_pipeline_parallel_2_matches_the_torch_trainer(odd_vocab_model, torch_result, tmp_path):

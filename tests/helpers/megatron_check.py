@@ -1,6 +1,6 @@
 """Run under torchrun (gloo): one scoring pass and one optimizer update through trainer=megatron's back-end.
 
-    torchrun --nproc-per-node N tests/helpers/megatron_check.py OUT MODEL_DIR TP PP OPTIMIZER
+    torchrun --nproc-per-node N tests/helpers/megatron_check.py OUT MODEL_DIR TP PP OPTIMIZER [sp]
 
 Rank 0 writes OUT/result.json: the scored log-probs, the update's metrics and the whole model after the
 update (HF names, as lists). The pytest side runs the same batch through trainer=torch in its own process
@@ -23,13 +23,15 @@ from slimecli.train.stages import StepBatch
 TEMPERATURE = 0.7
 
 
-def check_cfg(model_dir: str, tp: int = 1, pp: int = 1, optimizer: str = "adam", name: str = "megatron") -> SlimeConfig:
+def check_cfg(model_dir: str, tp: int = 1, pp: int = 1, optimizer: str = "adam", name: str = "megatron",
+              sequence_parallel: bool = False) -> SlimeConfig:
     base = SlimeConfig()
     return dataclasses.replace(
         base,
         model=dataclasses.replace(base.model, path=model_dir),
         trainer=dataclasses.replace(base.trainer, name=name, tensor_parallel_size=tp, pipeline_parallel_size=pp,
-                                    global_batch_size=4, micro_batch_size=2, nproc=tp * pp),
+                                    global_batch_size=4, micro_batch_size=2, nproc=tp * pp,
+                                    sequence_parallel=sequence_parallel),
         rollout=dataclasses.replace(base.rollout, batch_size=2, n_samples_per_prompt=2, temperature=TEMPERATURE),
         optimizer=dataclasses.replace(base.optimizer, name=optimizer, lr=1e-2, clip_grad=0.5))
 
@@ -60,16 +62,19 @@ def run(cfg: SlimeConfig, batch: StepBatch) -> dict[str, object]:
     adv = stages.advantages(batch, None, None, cfg.trainer, cfg.rollout.n_samples_per_prompt)
     metrics = stages.update(policy, scheduler, batch, StepTensors(None, None, adv), cfg, ctx)
     state = policy.full_state_dict(info.is_main)
+    config = getattr(policy, "config", None)  # megatron-core's TransformerConfig (trainer=megatron)
     return {"rank": info.rank, "logp": [t.tolist() for t in scored], "metrics": metrics,
+            "sequence_parallel": bool(getattr(config, "sequence_parallel", False)),
             "state": {k: v.tolist() for k, v in state.items()} if state is not None else None}
 
 
 def main() -> int:
     out, model_dir, tp, pp, optimizer = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    sequence_parallel = sys.argv[6:] == ["sp"]
     from transformers import AutoConfig
 
     vocab = AutoConfig.from_pretrained(model_dir).vocab_size
-    result = run(check_cfg(model_dir, tp, pp, optimizer), fixed_batch(vocab))
+    result = run(check_cfg(model_dir, tp, pp, optimizer, sequence_parallel=sequence_parallel), fixed_batch(vocab))
     if result["rank"] == 0:
         Path(out).mkdir(parents=True, exist_ok=True)
         (Path(out) / "result.json").write_text(json.dumps(result))

@@ -44,6 +44,9 @@ class TrainerConfig:
     save_interval: int = 0  # 0 -> only at the end
     keep_checkpoints: int = 2
     gradient_checkpointing: bool = False
+    # trainer=megatron with tensor_parallel_size > 1: norms, dropout and residuals split along the sequence over
+    # the TP ranks too (activation memory / tp outside attention and MLP; inputs padded to a multiple of tp)
+    sequence_parallel: bool = False
     # how new weights reach the engines: disk (an HF dir + update_weights_from_disk; any engine),
     # shared_memory (a tmpfs segment; embedded engines on this host), nccl (SGLang's weight-update group)
     weight_sync: Literal["disk", "shared_memory", "nccl"] = "disk"

@@ -174,6 +174,10 @@ def parallel(cfg: SlimeConfig) -> list[ConfigError]:
     elif world % model_parallel:
         errors.append(ConfigError("trainer.nproc", t.nproc,
                                   f"world size {world} is not divisible by tensor x pipeline parallel = {model_parallel}"))
+    if t.sequence_parallel and (t.name != "megatron" or t.tensor_parallel_size < 2):
+        errors.append(ConfigError("trainer.sequence_parallel", True, "sequence parallelism splits what tensor "
+                                  "parallelism replicates: it needs trainer=megatron and tensor_parallel_size > 1",
+                                  "set trainer=megatron trainer.tensor_parallel_size=2 (or more), or drop it"))
     if c.nnodes > 1 and not cfg.run.dir:
         errors.append(ConfigError("run.dir", None, "a multi-node run needs run.dir: one directory shared by every node",
                                   "set run.dir to a path on a shared file system"))

@@ -33,6 +33,7 @@ class GPTSpec:
     dtype: str = "float32"
     trust_remote_code: bool = False
     gradient_checkpointing: bool = False
+    sequence_parallel: bool = False  # activations outside attention/MLP split along the sequence over TP
 
 
 def init_parallel(tensor_parallel_size: int, pipeline_parallel_size: int, seed: int) -> None:
@@ -75,7 +76,7 @@ def transformer_config(arch: Arch, spec: GPTSpec) -> Any:
         normalization="RMSNorm", layernorm_epsilon=arch.rms_norm_eps, gated_linear_unit=True,
         activation_func=torch.nn.functional.silu, add_bias_linear=False, add_qkv_bias=arch.qkv_bias,
         qk_layernorm=arch.qk_norm, tensor_model_parallel_size=spec.tensor_parallel_size,
-        pipeline_model_parallel_size=spec.pipeline_parallel_size, sequence_parallel=False,
+        pipeline_model_parallel_size=spec.pipeline_parallel_size, sequence_parallel=spec.sequence_parallel,
         use_cpu_initialization=True, params_dtype=dtype, pipeline_dtype=dtype, bf16=dtype == torch.bfloat16,
         fp16=dtype == torch.float16, hidden_dropout=0.0, attention_dropout=0.0, bias_dropout_fusion=False,
         apply_rope_fusion=False, masked_softmax_fusion=False, persist_layer_norm=False,
@@ -87,7 +88,6 @@ def transformer_config(arch: Arch, spec: GPTSpec) -> Any:
 def build_model(spec: GPTSpec) -> tuple[torch.nn.Module, Arch, Any]:
     """This rank's GPTModel part, with the HF checkpoint's weights loaded; (model, arch, TransformerConfig)."""
     from megatron.core import parallel_state as ps
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.models.gpt.gpt_model import GPTModel
     from transformers import AutoConfig
 
@@ -95,13 +95,43 @@ def build_model(spec: GPTSpec) -> tuple[torch.nn.Module, Arch, Any]:
     hf_config = AutoConfig.from_pretrained(path, trust_remote_code=spec.trust_remote_code)
     arch = arch_from_hf(hf_config, spec.tensor_parallel_size)
     config = transformer_config(arch, spec)
-    layers = get_gpt_layer_local_spec(qk_layernorm=arch.qk_norm, normalization="RMSNorm")
-    model = GPTModel(config, layers, vocab_size=arch.padded_vocab_size, max_sequence_length=arch.max_positions,
+    model = GPTModel(config, layer_specs(arch, config), vocab_size=arch.padded_vocab_size, max_sequence_length=arch.max_positions,
                      pre_process=ps.is_pipeline_first_stage(), post_process=ps.is_pipeline_last_stage(),
                      share_embeddings_and_output_weights=arch.tied, position_embedding_type="rope",
                      rotary_base=int(arch.rope_theta))
     load_hf_state(model, read_hf(path), arch)
     return model, arch, config
+
+
+class SequenceParallelRMSNorm(torch.nn.RMSNorm):
+    """torch's RMSNorm, its weight marked the way megatron-core's fused norms mark theirs.
+
+    With sequence parallelism each TP rank normalises its own slice of the sequence, so the weight's gradient
+    is partial and megatron-core all-reduces the parameters marked ``sequence_parallel`` over TP (in
+    finalize_model_grads). The local spec's torch norm refuses sequence parallelism for want of that mark;
+    the fused norms that carry it need apex or Transformer Engine (GPU only).
+    """
+
+    def __init__(self, config: Any, hidden_size: int, eps: float = 1e-5, **_: Any) -> None:
+        super().__init__(hidden_size, eps=eps)
+        self.weight.sequence_parallel = bool(config.sequence_parallel)  # type: ignore[attr-defined]
+
+
+def layer_specs(arch: Arch, config: Any) -> Any:
+    """megatron-core's local (no Transformer Engine) spec; with sequence parallelism, the norms above instead."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
+
+    spec = get_gpt_layer_local_spec(qk_layernorm=arch.qk_norm, normalization="RMSNorm")
+    if not config.sequence_parallel:
+        return spec
+    layer = spec.submodules
+    layer.input_layernorm = layer.pre_mlp_layernorm = SequenceParallelRMSNorm
+    if arch.qk_norm:  # q/k norms see whole sequences; megatron-core all-reduces them over TP by name
+        layer.self_attention.submodules.q_layernorm = SequenceParallelRMSNorm
+        layer.self_attention.submodules.k_layernorm = SequenceParallelRMSNorm
+    return TransformerBlockSubmodules(layer_specs=[spec] * get_num_layers_to_build(config),
+                                      layer_norm=SequenceParallelRMSNorm)
 
 
 def read_hf(path: Path) -> dict[str, torch.Tensor]:

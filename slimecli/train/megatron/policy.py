@@ -85,7 +85,11 @@ class MegatronPolicy:
         from megatron.core import parallel_state as ps
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
-        inputs = _same_shape(chunks) if ps.get_pipeline_model_parallel_world_size() > 1 else chunks
+        inputs = chunks
+        if ps.get_pipeline_model_parallel_world_size() > 1:
+            inputs = _same_shape(chunks)
+        if self.config.sequence_parallel:  # the sequence splits into TP equal slices
+            inputs = _pad_length(inputs, ps.get_tensor_model_parallel_world_size())
         scored: list[torch.Tensor] = []
 
         def forward_step(data_iterator: Any, model: torch.nn.Module) -> tuple[torch.Tensor, Any]:
@@ -209,17 +213,26 @@ class MegatronPolicy:
 def gpt_spec(cfg: SlimeConfig) -> GPTSpec:
     t = cfg.trainer
     return GPTSpec(cfg.model.resolved_path, t.tensor_parallel_size, t.pipeline_parallel_size, cfg.model.dtype,
-                   cfg.model.trust_remote_code, t.gradient_checkpointing)
+                   cfg.model.trust_remote_code, t.gradient_checkpointing, t.sequence_parallel)
 
 
 def _same_shape(chunks: list[PackedBatch]) -> list[PackedBatch]:
     """Pipeline stages exchange [S, B, H] activations of one shape: pad every micro-batch's input to the largest."""
     rows = max(c.input_ids.shape[0] for c in chunks)
     width = max(c.input_ids.shape[1] for c in chunks)
-    out = []
-    for c in chunks:
-        ids = c.input_ids
-        padded = ids.new_zeros(rows, width)
-        padded[:ids.shape[0], :ids.shape[1]] = ids
-        out.append(replace(c, input_ids=padded))
-    return out
+    return [_pad(c, rows, width) for c in chunks]
+
+
+def _pad_length(chunks: list[PackedBatch], multiple: int) -> list[PackedBatch]:
+    """Right-pad every input to a length that is a multiple of `multiple` (causal: the padding is never seen)."""
+    return [_pad(c, c.input_ids.shape[0], -(-c.input_ids.shape[1] // multiple) * multiple) for c in chunks]
+
+
+def _pad(c: PackedBatch, rows: int, width: int) -> PackedBatch:
+    ids = c.input_ids
+    if tuple(ids.shape) == (rows, width):
+        return c
+    padded = ids.new_zeros(rows, width)
+    padded[:ids.shape[0], :ids.shape[1]] = ids
+    return replace(c, input_ids=padded)
+
