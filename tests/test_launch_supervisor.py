@@ -197,3 +197,33 @@ def test_a_child_whose_parent_died_before_the_signal_was_set_does_not_run(tmp_pa
     assert proc.returncode == 128 + signal.SIGTERM and not marker.exists()
     assert subprocess.run(pdeathsig.command([PY, "-c", f"open({str(marker)!r}, 'w')"])).returncode == 0
     assert marker.exists()
+
+
+def test_quiet_console_shows_only_what_servers_warn_about(tmp_path):
+    """verbose=False (observe.verbose=false): a server's routine lines go to its log only; its warnings, and
+    everything a worker prints, still reach the console."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    port = free_port()
+    chatty = textwrap.dedent(f"""
+        import http.server, sys
+        print("engine INFO step line", flush=True)
+        print("engine WARNING something to see", flush=True)
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+            def log_message(self, *a): pass
+        http.server.HTTPServer(("127.0.0.1", {port}), H).serve_forever()
+    """)
+    specs = [ProcessSpec(name="srv", argv=[PY, "-c", chatty], kind="server", probe=Probe(f"http://127.0.0.1:{port}/"),
+                         start_timeout_s=30),
+             worker_spec("work", "print('worker says hello')")]
+    out = StringIO()
+    code = Supervisor(specs, tmp_path / "logs", console=Console(file=out, width=200), grace_s=3, verbose=False).run()
+    assert code == 0
+    shown = out.getvalue()
+    assert "something to see" in shown and "worker says hello" in shown
+    assert "step line" not in shown
+    assert "engine INFO step line" in (tmp_path / "logs" / "srv.log").read_text()

@@ -39,8 +39,8 @@ def test_round_trip_restores_model_optimizer_scheduler_and_data(tmp_path):
                   scheduler_state=sched.state_dict(), data_position={"epoch": 1, "offset": 17},
                   metadata={"optimizer": "adamw"})
     assert path == tmp_path / "checkpoints" / "step_5"
-    assert sorted(p.name for p in path.iterdir()) == ["COMPLETE", "meta.json", "model.safetensors", "optimizer.pt",
-                                                      "rng.pt", "scheduler.pt"]
+    assert sorted(p.name for p in path.iterdir()) == ["COMPLETE", "manifest.json", "meta.json", "model.safetensors",
+                                                      "optimizer.pt", "rng.pt", "scheduler.pt"]
     ck = C.load(tmp_path)  # a run dir resolves to its latest complete checkpoint
     assert ck.step == 5 and ck.path == path
     assert ck.data_position == {"epoch": 1, "offset": 17} and ck.metadata == {"optimizer": "adamw"}

@@ -7,6 +7,7 @@ together instead of Hydra stopping at the first one.
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import tempfile
@@ -16,12 +17,14 @@ from pathlib import Path
 from typing import Any, cast
 
 from slimecli.config import recipes as recipe_lib
+from slimecli.config.convert import MAX_DEPTH, nesting_depth
 from slimecli.config.errors import ConfigError, ConfigErrors, allowed_hint, did_you_mean
 from slimecli.config.paths import conf_dir, group_members
 from slimecli.config.schema import GROUPS, SlimeConfig
 
 AGENT_ENV = "SWE_AGENT"
 AGENT_ENV_CHOICES = ("claude_code", "codex")
+MAX_OVERRIDE_CHARS = 100_000
 
 
 @dataclass
@@ -31,17 +34,50 @@ class _Parsed:
     values: list[tuple[str, Any]]
 
 
+def _parse_one(parser: Any, text: str, errors: list[ConfigError]) -> Any:
+    """One override parsed by Hydra's grammar, or None after recording why it cannot be."""
+    from hydra.errors import OverrideParseException
+
+    if len(text) > MAX_OVERRIDE_CHARS:
+        errors.append(ConfigError(text.partition("=")[0], f"{len(text)} characters",
+                                  f"override too long (at most {MAX_OVERRIDE_CHARS} characters)"))
+        return None
+    try:
+        (ov,) = parser.parse_overrides([text])
+    except OverrideParseException as exc:
+        errors.append(ConfigError(text, text, "cannot parse override", str(exc).splitlines()[0]))
+        return None
+    except ValueError as exc:  # Python's int digit limit: "Exceeds the limit (4300 digits) ..."
+        errors.append(ConfigError(text.partition("=")[0], text.partition("=")[2], "cannot read the value",
+                                  str(exc).splitlines()[0]))
+        return None
+    except RecursionError:
+        errors.append(ConfigError(text.partition("=")[0], text.partition("=")[2],
+                                  f"value nested too deep (at most {MAX_DEPTH} levels)"))
+        return None
+    if ov.is_sweep_override():
+        errors.append(ConfigError(ov.key_or_group, text.partition("=")[2], "sweeps are not supported here",
+                                  "run one command per value"))
+        return None
+    try:
+        value = ov.value()
+    except (ValueError, RecursionError) as exc:
+        errors.append(ConfigError(ov.key_or_group, text.partition("=")[2], "cannot read the value", str(exc)[:200]))
+        return None
+    if nesting_depth(value) > MAX_DEPTH:
+        errors.append(ConfigError(ov.key_or_group, value, f"value nested too deep (at most {MAX_DEPTH} levels)"))
+        return None
+    return ov
+
+
 def _parse(overrides: list[str], recipe_dirs: tuple[str, ...], errors: list[ConfigError]) -> _Parsed:
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import OverrideParseException
 
     parser = OverridesParser.create()
     parsed = _Parsed({}, None, [])
     for text in overrides:
-        try:
-            (ov,) = parser.parse_overrides([text])
-        except OverrideParseException as exc:
-            errors.append(ConfigError(text, text, "cannot parse override", str(exc).splitlines()[0]))
+        ov = _parse_one(parser, text, errors)
+        if ov is None:
             continue
         key = ov.key_or_group
         if ov.is_delete():
@@ -78,7 +114,14 @@ def _env_agent(errors: list[ConfigError]) -> str | None:
     return value
 
 
-def _hydra_compose(groups: dict[str, str], recipe: recipe_lib.Recipe | None) -> dict[str, Any]:
+def _hydra_compose(groups: dict[str, str], recipe: recipe_lib.Recipe | None, recipe_text: str,
+                   errors: list[ConfigError]) -> dict[str, Any]:
+    """Hydra's composition of the primary config, the group choices and the recipe (already checked).
+
+    Whatever Hydra or OmegaConf still refuse (an interpolation that cannot be resolved, an unset
+    ${oc.env:...}) becomes a config error naming the key and the file; the result is then the primary
+    config alone, so the other checks can still run.
+    """
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
@@ -88,11 +131,16 @@ def _hydra_compose(groups: dict[str, str], recipe: recipe_lib.Recipe | None) -> 
         if recipe is not None:
             tmp = Path(tempfile.mkdtemp(prefix="slimecli-recipe-"))
             (tmp / "recipe").mkdir()
-            os.symlink(recipe.path, tmp / "recipe" / f"{recipe.name}.yaml")
-            overrides += [f"hydra.searchpath=[file://{tmp}]", f"+recipe={recipe.name}"]
+            (tmp / "recipe" / "recipe.yaml").write_text(recipe_text, encoding="utf-8")
+            overrides += [f"hydra.searchpath=[file://{tmp}]", "+recipe=recipe"]
         with initialize_config_dir(config_dir=str(conf_dir()), version_base=None, job_name="slimecli"):
             cfg = compose(config_name="config", overrides=overrides)
         data = OmegaConf.to_container(cfg, resolve=True)
+    except Exception as exc:  # noqa: BLE001 - Hydra and OmegaConf raise many kinds; each is a config error
+        if recipe is None:
+            raise
+        errors.append(_composition_error(exc, recipe))
+        return _hydra_compose(groups, None, "", errors)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -103,7 +151,78 @@ def _hydra_compose(groups: dict[str, str], recipe: recipe_lib.Recipe | None) -> 
     return cast(dict[str, Any], data)
 
 
-def _set_path(data: dict[str, Any], path: str, value: Any, errors: list[ConfigError]) -> None:
+def _composition_error(exc: Exception, recipe: recipe_lib.Recipe) -> ConfigError:
+    key = getattr(exc, "full_key", None)
+    message = (str(getattr(exc, "msg", "") or exc).strip().splitlines() or [type(exc).__name__])[0]
+    message = message.replace("recipe/recipe", f"recipe/{recipe.name}")
+    if key:
+        return ConfigError(str(key), None, f"cannot resolve: {message}", f"in recipe {recipe.path}")
+    return ConfigError(f"recipe {recipe.path}", recipe.name, f"cannot compose: {message}")
+
+
+def _resolve_interpolations(data: dict[str, Any], before: dict[str, Any], paths: list[str],
+                            errors: list[ConfigError]) -> None:
+    """Override values like `run.name=${oc.env:USER}-x` are resolved against the composed config, as Hydra would.
+
+    A value that cannot be resolved is reported once and the key keeps its value from ``before`` (so
+    the schema check does not report it again as a string of the wrong type).
+    """
+    from omegaconf import OmegaConf
+
+    try:
+        conf = OmegaConf.create(data)
+    except Exception:  # noqa: BLE001 - a value OmegaConf cannot hold was already reported by _set_path or build
+        return
+    for path in paths:
+        try:
+            node = OmegaConf.select(conf, path, throw_on_missing=True)
+            value = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+        except Exception as exc:  # noqa: BLE001 - every OmegaConf resolution error is the user's value
+            message = "it refers to itself" if isinstance(exc, RecursionError) else (
+                str(getattr(exc, "msg", "") or exc).strip().splitlines() or [type(exc).__name__])[0]
+            errors.append(ConfigError(path, _get(data, path), f"cannot resolve the interpolation: {message}"))
+            try:
+                value = _get(before, path)
+            except (KeyError, TypeError):  # an added key: drop it
+                _drop(data, path)
+                continue
+        _put(data, path, value)
+
+
+def _get(data: dict[str, Any], path: str) -> Any:
+    node: Any = data
+    for part in path.split("."):
+        node = node[part]
+    return node
+
+
+def _drop(data: dict[str, Any], path: str) -> None:
+    *parents, last = path.split(".")
+    node: Any = data
+    for part in parents:
+        node = node[part]
+    node.pop(last, None)
+
+
+def _put(data: dict[str, Any], path: str, value: Any) -> None:
+    *parents, last = path.split(".")
+    node: Any = data
+    for part in parents:
+        node = node[part]
+    node[last] = value
+
+
+def _has_interpolation(value: Any) -> bool:
+    if isinstance(value, str):
+        return "${" in value
+    if isinstance(value, dict):
+        return any(_has_interpolation(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_has_interpolation(v) for v in value)
+    return False
+
+
+def _set_path(data: dict[str, Any], path: str, value: Any, errors: list[ConfigError]) -> bool:
     node: Any = data
     parts = path.split(".")
     for i, part in enumerate(parts[:-1]):
@@ -112,12 +231,13 @@ def _set_path(data: dict[str, Any], path: str, value: Any, errors: list[ConfigEr
             keys = list(node) if isinstance(node, dict) else []
             errors.append(ConfigError(path, value, "unknown key",
                                       did_you_mean(part, keys, f"{where}." if where else "")))
-            return
+            return False
         node = node[part]
     if not isinstance(node, dict):
         errors.append(ConfigError(path, value, "cannot set a key inside a non-mapping value"))
-        return
+        return False
     node[parts[-1]] = value
+    return True
 
 
 def _implied_groups(data: dict[str, Any], parsed: _Parsed, env_agent: str | None, uses_agent: bool) -> dict[str, str]:
@@ -150,12 +270,26 @@ def compose_dict(overrides: list[str], recipe_dirs: tuple[str, ...] = (), uses_a
     errors: list[ConfigError] = []
     parsed = _parse(list(overrides), recipe_dirs, errors)
     env_agent = _env_agent(errors)
-    data = _hydra_compose(parsed.groups, parsed.recipe)
+    recipe_text = ""
+    if parsed.recipe is not None:
+        recipe_text, recipe_errors = recipe_lib.check(parsed.recipe)
+        if recipe_errors:
+            errors.extend(recipe_errors)
+            parsed.recipe = None
+    compose_errors: list[ConfigError] = []
+    data = _hydra_compose(parsed.groups, parsed.recipe, recipe_text, compose_errors)
     implied = _implied_groups(data, parsed, env_agent, uses_agent)
     if implied:
-        data = _hydra_compose({**parsed.groups, **implied}, parsed.recipe)
+        compose_errors.clear()
+        data = _hydra_compose({**parsed.groups, **implied}, parsed.recipe, recipe_text, compose_errors)
+    errors.extend(compose_errors)
+    interpolated = []
+    before = copy.deepcopy(data)
     for path, value in parsed.values:
-        _set_path(data, path, value, errors)
+        if _set_path(data, path, value, errors) and _has_interpolation(value):
+            interpolated.append(path)
+    if interpolated:
+        _resolve_interpolations(data, before, interpolated, errors)
     return data, errors
 
 

@@ -20,6 +20,34 @@ if TYPE_CHECKING:
 _MISSING = object()
 T = TypeVar("T", bound="DataclassInstance")
 
+# A float field accepts inf/-inf only when its dataclass field says so: field(metadata={NON_FINITE: True}).
+# NaN is refused everywhere. Ints must fit in 64 bits (they end in C code: torch, ports, sizes).
+NON_FINITE = "non_finite"
+INT_BOUND = 2**63
+MAX_DEPTH = 32  # how deep a config value may nest (lists and mappings inside each other)
+
+
+def nesting_depth(value: Any, limit: int = MAX_DEPTH) -> int:
+    """How deep lists/tuples/mappings nest in ``value`` (a scalar is 0), counting no further than ``limit + 1``.
+
+    Iterative, so a value nested thousands deep cannot exhaust the stack.
+    """
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children = list(node.values())
+        elif isinstance(node, (list, tuple)):
+            children = list(node)
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+        if deepest > limit:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
 
 @cache
 def field_types(cls: type) -> dict[str, Any]:
@@ -40,8 +68,11 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def _convert(value: Any, tp: Any, path: str, errors: list[ConfigError]) -> Any:
-    """Check `value` against `tp`; return the converted value or _MISSING after recording an error."""
+def _convert(value: Any, tp: Any, path: str, errors: list[ConfigError], non_finite: bool = False) -> Any:
+    """Check `value` against `tp`; return the converted value or _MISSING after recording an error.
+
+    ``non_finite``: the field accepts inf/-inf (NaN never).
+    """
     origin = typing.get_origin(tp)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
@@ -60,7 +91,7 @@ def _convert(value: Any, tp: Any, path: str, errors: list[ConfigError]) -> Any:
             if arg is type(None):
                 continue
             trial.clear()
-            out = _convert(value, arg, path, trial)
+            out = _convert(value, arg, path, trial, non_finite)
             if not trial:
                 return out
         errors.extend(trial if len([a for a in args if a is not type(None)]) == 1 else
@@ -82,14 +113,15 @@ def _convert(value: Any, tp: Any, path: str, errors: list[ConfigError]) -> Any:
         if len(value) != len(args):
             errors.append(ConfigError(path, value, f"expected {len(args)} items ({_type_name(tp)})"))
             return _MISSING
-        items = [_convert(v, a, f"{path}[{i}]", errors) for i, (v, a) in enumerate(zip(value, args, strict=True))]
+        items = [_convert(v, a, f"{path}[{i}]", errors, non_finite)
+                 for i, (v, a) in enumerate(zip(value, args, strict=True))]
         return _MISSING if any(i is _MISSING for i in items) else tuple(items)
     if origin is list:
         (arg,) = typing.get_args(tp)
         if not isinstance(value, (list, tuple)):
             errors.append(ConfigError(path, value, f"expected a list {_type_name(tp)}"))
             return _MISSING
-        items = [_convert(v, arg, f"{path}[{i}]", errors) for i, v in enumerate(value)]
+        items = [_convert(v, arg, f"{path}[{i}]", errors, non_finite) for i, v in enumerate(value)]
         return _MISSING if any(i is _MISSING for i in items) else tuple(items)
     if origin is dict:
         if not isinstance(value, dict):
@@ -105,15 +137,15 @@ def _convert(value: Any, tp: Any, path: str, errors: list[ConfigError]) -> Any:
         return _MISSING
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
+            if not -INT_BOUND <= value < INT_BOUND:
+                errors.append(ConfigError(path, value, "integer out of range (it must fit in 64 bits)"))
+                return _MISSING
             return value
         errors.append(ConfigError(path, value, "expected int"))
         return _MISSING
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if isinstance(value, float) and math.isnan(value):
-                errors.append(ConfigError(path, value, "expected a number, not NaN"))
-                return _MISSING
-            return float(value)
+            return _finite_float(value, path, errors, non_finite)
         errors.append(ConfigError(path, value, "expected float"))
         return _MISSING
     if tp is str:
@@ -124,10 +156,27 @@ def _convert(value: Any, tp: Any, path: str, errors: list[ConfigError]) -> Any:
     raise TypeError(f"unsupported schema type {tp!r} at {path}")
 
 
+def _finite_float(value: int | float, path: str, errors: list[ConfigError], non_finite: bool) -> Any:
+    try:
+        number = float(value)
+    except OverflowError:  # an int too large for a float
+        errors.append(ConfigError(path, value, "number out of range"))
+        return _MISSING
+    if math.isnan(number):
+        errors.append(ConfigError(path, value, "expected a number, not NaN"))
+        return _MISSING
+    if math.isinf(number) and not non_finite:
+        errors.append(ConfigError(path, value, "must be a finite number",
+                                  "a literal like 1e999 overflows to infinity; use a value in the float range"))
+        return _MISSING
+    return number
+
+
 def build(cls: type[T], data: dict[str, Any], prefix: str, errors: list[ConfigError]) -> T | None:
     """Build `cls` from `data`; unknown keys and bad values go to `errors` (None: it could not be built)."""
     hints = field_types(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    names = list(fields)
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         path = f"{prefix}.{key}" if prefix else str(key)
@@ -135,7 +184,7 @@ def build(cls: type[T], data: dict[str, Any], prefix: str, errors: list[ConfigEr
             errors.append(ConfigError(path, value, "unknown key",
                                       did_you_mean(str(key), names, f"{prefix}." if prefix else "")))
             continue
-        out = _convert(value, hints[key], path, errors)
+        out = _convert(value, hints[key], path, errors, bool(fields[key].metadata.get(NON_FINITE)))
         if out is not _MISSING:
             kwargs[key] = out
     try:

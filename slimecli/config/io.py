@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from slimecli.config.convert import build, to_plain
-from slimecli.config.errors import ConfigError, ConfigErrors
+from slimecli.config.convert import MAX_DEPTH, build, nesting_depth, to_plain
+from slimecli.config.errors import NO_VALUE, ConfigError, ConfigErrors
 from slimecli.config.schema import SlimeConfig
 
 
@@ -30,9 +30,12 @@ def save_frozen(cfg: SlimeConfig, path: str | Path) -> Path:
 def load_frozen(path: str | Path) -> SlimeConfig:
     """Read a resolved config; it is type-checked again but never re-composed."""
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigErrors([ConfigError(str(path), None, f"cannot read the run config: {exc}")]) from None
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError, ValueError, RecursionError) as exc:  # ValueError: not UTF-8, huge ints
+        problem = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ConfigErrors([ConfigError(str(path), NO_VALUE, f"cannot read the run config: {problem}")]) from None
+    if nesting_depth(data, MAX_DEPTH + 2) > MAX_DEPTH + 2:  # the file and its sections are two levels
+        raise ConfigErrors([ConfigError(str(path), NO_VALUE, f"values nest deeper than {MAX_DEPTH} levels")])
     if not isinstance(data, dict):
         raise ConfigErrors([ConfigError(str(path), data, "the run config must be a mapping")])
     errors: list[ConfigError] = []

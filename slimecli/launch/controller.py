@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from rich.console import Console
+from pathlib import Path
 
+from rich.console import Console
+from rich.markup import escape
+
+from slimecli.config.errors import NO_VALUE, ConfigError, ConfigErrors
 from slimecli.config.schema import SlimeConfig
 from slimecli.launch.plan import build_plan
 from slimecli.launch.preflight import check, materialize
@@ -22,6 +26,20 @@ def run(cfg: SlimeConfig, argv: list[str], overrides: list[str], console: Consol
             console.print(f"  [yellow]config changed[/] {line}")
     else:
         console.print(f"[bold]run directory[/] {run_dir.path}")
+    _check_checkpoints(run_dir.path, console)
     specs = build_plan(cfg, run_dir.path)
     write_plan(run_dir, specs)
-    return Supervisor(specs, run_dir.log_dir, console=console).run()
+    return Supervisor(specs, run_dir.log_dir, console=console, verbose=cfg.observe.verbose).run()
+
+
+def _check_checkpoints(path: Path, console: Console) -> None:
+    """Before anything starts: which checkpoint the trainer will resume from (damaged ones are named and
+    skipped), or exit 2 naming the damaged files when the run has checkpoints but none is usable."""
+    from slimecli.launch.manifest import CheckpointDamaged, newest_usable
+
+    try:
+        newest_usable(path, warn=lambda message: console.print(f"[yellow]warning[/] {escape(message)}"))
+    except CheckpointDamaged as exc:
+        raise ConfigErrors([ConfigError(str(ckpt), NO_VALUE, f"damaged checkpoint: {why}",
+                                        "delete the damaged checkpoint directories to start the run over, "
+                                        "or pick another run.dir") for ckpt, why in exc.damaged]) from None

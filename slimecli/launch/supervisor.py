@@ -9,6 +9,7 @@ SIGTERM stops every child's process group (TERM, then KILL after a grace period)
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -23,6 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from slimecli.launch import pdeathsig
+from slimecli.launch.failure import strip_prefix, summary
 from slimecli.launch.spec import ProcessSpec
 from slimecli.launch.watchdog import PARENT_ENV
 from slimecli.process import terminate_groups
@@ -53,16 +55,25 @@ class Child:
         first = next((i for i, line in enumerate(lines) if "Traceback (most recent call last)" in line), None)
         if first is not None and first < len(lines) - n:
             block = lines[first:first + 40]
-            end = next((i for i, line in enumerate(block) if i and not line.lstrip("[rank0123456789]: ").startswith(" ")
+            end = next((i for i, line in enumerate(block) if i and not strip_prefix(line).startswith(" ")
                         and "Traceback" not in line), len(block) - 1)
             shown = block[:end + 1] + ["..."] + shown
         return "\n".join(f"    {line}" for line in shown)
 
+    def failure(self, what: str) -> str:
+        """What the user reads last: the tail of the log, then one line naming the child, why and where its log is."""
+        return f"{self.tail_text()}\n{summary(self.spec.name, what, list(self.tail), self.log_path)}"
+
+
+# A server's line that reaches the console even when not verbose: what the user has to see.
+_NOTABLE = re.compile(r"\b(WARNING|ERROR|CRITICAL|FATAL)\b|Traceback|Error:")
+
 
 class Supervisor:
     def __init__(self, specs: list[ProcessSpec], log_dir: str | Path, console: Console | None = None,
-                 grace_s: float = 10.0, poll_s: float = 0.2):
+                 grace_s: float = 10.0, poll_s: float = 0.2, verbose: bool = True):
         self.specs = specs
+        self.verbose = verbose  # False: servers' routine lines go to their logs only (warnings still print)
         self.log_dir = Path(log_dir)
         self.console = console or Console(highlight=False, soft_wrap=True)
         self.grace_s = grace_s
@@ -137,7 +148,7 @@ class Supervisor:
                 log.write(raw)
                 line = raw.decode("utf-8", "replace").rstrip("\n")
                 child.tail.append(line)
-                if self._tearing_down:
+                if self._tearing_down or not (self.verbose or child.spec.kind != "server" or _NOTABLE.search(line)):
                     continue
                 with self._print_lock:
                     self.console.print(f"[{child.colour}]{child.spec.name:>10} |[/] {escape(line)}")
@@ -155,7 +166,7 @@ class Supervisor:
             time.sleep(0.5)
         raise LaunchError(f"{child.spec.name} was not ready within {child.spec.start_timeout_s:.0f}s "
                           f"({probe.url} never answered {probe.status}); last lines of {child.log_path}:\n"
-                          f"{child.tail_text()}")
+                          + child.failure(f"not ready within {child.spec.start_timeout_s:.0f}s"))
 
     def _check_alive(self) -> None:
         for child in self.children:
@@ -167,8 +178,9 @@ class Supervisor:
             if child.pump is not None:
                 child.pump.join(timeout=2)
             what = "exited" if code >= 0 else f"was killed by {signal.Signals(-code).name}"
+            short = f"exit code {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
             raise LaunchError(f"{child.spec.name} {what} (exit code {code}); last lines of {child.log_path}:\n"
-                              f"{child.tail_text()}")
+                              + child.failure(short))
 
     def _watch(self) -> None:
         workers = [c for c in self.children if c.spec.kind == "worker"]

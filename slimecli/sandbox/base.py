@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +24,8 @@ from typing import IO, ClassVar
 
 from slimecli.config.groups.sandbox import SandboxConfig
 from slimecli.process import exit_status, kill_group, wait_gone
+from slimecli.sandbox import strays
+from slimecli.sandbox.pipes import DRAIN_S, Pipes
 from slimecli.sandbox.quota import DiskQuota
 
 KEEP_ENV = ("LANG", "LC_ALL", "TZ")
@@ -183,27 +184,49 @@ class Sandbox(ABC):
 
     async def exec(self, argv: Sequence[str], timeout_s: float, env: dict[str, str] | None = None,
                    cwd: str | Path | None = None) -> ExecResult:
-        """Run to completion, or kill the whole tree at the time limit (or when the disk quota is spent)."""
+        """Run to completion, or kill the whole tree at the time limit (or when the disk quota is spent).
+
+        The limit covers the output too: a child that detached from the command's process group and keeps
+        its stdout open is killed at the limit (it holds the command's pipe), and whatever was read is kept.
+        """
         if self.violation:
             return ExecResult(None, "", f"sandbox: killed ({self.violation} limit)\n", killed_for=self.violation)
         launch = self._prepare(argv, env, cwd)
-        proc = await asyncio.create_subprocess_exec(
-            *launch.argv, cwd=launch.cwd, env=launch.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, start_new_session=True, pass_fds=launch.pass_fds)
+        pipes = Pipes()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *launch.argv, cwd=launch.cwd, env=launch.env, stdin=subprocess.DEVNULL, stdout=pipes.write_ends[0],
+                stderr=pipes.write_ends[1], start_new_session=True, pass_fds=launch.pass_fds)
+        except BaseException:
+            pipes.close()
+            raise
+        pipes.started()
         self._running[proc.pid] = proc
         self._spawned(proc.pid)
+        waiter: asyncio.Future[object] = asyncio.ensure_future(proc.wait())
+        over = False
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
-        except (TimeoutError, asyncio.CancelledError) as exc:
+            readers = await pipes.readers()
+            _, pending = await asyncio.wait([waiter, *readers], timeout=timeout_s)
+            over = bool(pending)
+            if over:  # over the limit: the command, its group, then whatever still holds its pipes
+                await asyncio.to_thread(self._kill_tree, proc.pid)
+                await asyncio.to_thread(strays.kill_holders, pipes.inodes)
+                await asyncio.wait(pending, timeout=DRAIN_S)
+        except asyncio.CancelledError:
             await asyncio.to_thread(self._kill_tree, proc.pid)
-            out, err = await proc.communicate()
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            return ExecResult(None, out.decode(errors="replace"), err.decode(errors="replace"), True, "timeout")
+            await asyncio.to_thread(strays.kill_holders, pipes.inodes)
+            raise
         finally:
             self._running.pop(proc.pid, None)
-        await asyncio.to_thread(self._kill_tree, proc.pid, 0.2)  # leftovers where there is no namespace
-        text_out, text_err = out.decode(errors="replace"), err.decode(errors="replace")
+            pipes.close()
+            if not waiter.done():
+                waiter.cancel()
+        if not over:
+            await asyncio.to_thread(self._kill_tree, proc.pid, 0.2)  # leftovers where there is no namespace
+        text_out, text_err = pipes.text()
+        if over:
+            return ExecResult(None, text_out, text_err, True, "timeout")
         if self.violation:
             return ExecResult(None, text_out, text_err, killed_for=self.violation)
         return ExecResult(exit_status(proc.returncode or 0), text_out, text_err)
@@ -298,7 +321,7 @@ class Sandbox(ABC):
         for pid in list(self._running):
             self._kill_tree(pid, 0.0)
         self._release()
-        shutil.rmtree(self.root, ignore_errors=True)
+        strays.remove_root(self.root)
 
     def __enter__(self) -> Sandbox:
         return self

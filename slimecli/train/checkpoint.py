@@ -7,15 +7,19 @@ half-written by a kill is never resumed from. Layout of one checkpoint:
   scheduler.pt        lr-scheduler state (optional)
   rng.pt              python, numpy, torch (and CUDA) RNG states
   meta.json           step, data position, free metadata
+  manifest.json       every file above with its size and SHA-256 (slimecli.launch.manifest)
   COMPLETE
+
+On resume a checkpoint counts only when its files match its manifest; a damaged one is skipped with a
+warning naming it and the previous one is used (CheckpointDamaged when none is left).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
-import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,9 +29,13 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-CHECKPOINTS = "checkpoints"
-COMPLETE = "COMPLETE"
-_STEP_DIR = re.compile(r"^step_(\d+)$")
+from slimecli.launch import manifest
+from slimecli.launch.manifest import CHECKPOINTS, COMPLETE, CheckpointDamaged, checkpoints_dir, is_complete, step_dirs
+
+__all__ = ["CHECKPOINTS", "COMPLETE", "Checkpoint", "CheckpointDamaged", "checkpoints_dir", "is_complete",
+           "latest_complete", "load", "prune", "save", "step_dirs"]
+log = logging.getLogger(__name__)
+SHARDED = "sharded"
 _ALIASES_KEY = "slimecli_aliases"
 
 
@@ -41,10 +49,7 @@ class Checkpoint:
     rng: dict[str, Any] | None = None
     data_position: Any = None
     metadata: dict[str, Any] = field(default_factory=dict)
-
-
-def checkpoints_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / CHECKPOINTS
+    sharded: Path | None = None  # a back-end's own sharded checkpoint (trainer=megatron: megatron-core's format)
 
 
 def rng_state() -> dict[str, Any]:
@@ -131,38 +136,32 @@ def _remove(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def step_dirs(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """All step_<N> dirs, complete or not, by step."""
-    root = checkpoints_dir(run_dir)
-    if not root.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _STEP_DIR.match(p.name))]
-    return sorted(found)
-
-
-def is_complete(path: str | Path) -> bool:
-    return (Path(path) / COMPLETE).is_file()
+def sharded_dir(run_dir: str | Path, step: int) -> Path:
+    """Where the ranks write a back-end's sharded checkpoint of ``step`` before rank 0 moves it into place."""
+    return checkpoints_dir(run_dir) / f".sharded-step_{step}"
 
 
 def latest_complete(run_dir: str | Path) -> Path | None:
-    """The newest checkpoint with its COMPLETE marker; half-written dirs are ignored."""
-    complete = [p for _, p in step_dirs(run_dir) if is_complete(p)]
-    return complete[-1] if complete else None
+    """The newest checkpoint with its COMPLETE marker whose files match its manifest; half-written dirs are
+    ignored, damaged ones skipped with a warning (CheckpointDamaged when there are some but none is usable)."""
+    return manifest.newest_usable(run_dir)
 
 
 def save(run_dir: str | Path, step: int, model_state: dict[str, torch.Tensor], *,
          optimizer_state: dict[str, Any] | None = None, scheduler_state: dict[str, Any] | None = None,
          data_position: Any = None, metadata: dict[str, Any] | None = None, keep: int = 2,
-         rng: dict[str, Any] | None = None) -> Path:
+         rng: dict[str, Any] | None = None, sharded: Path | None = None) -> Path:
     """Write RUN/checkpoints/step_<step>/ atomically and keep only the newest ``keep`` (<= 0: keep all).
 
     ``data_position`` and ``metadata`` must be JSON-serialisable. ``rng`` defaults to the current states.
-    Call from one process (rank 0) after gathering the full model state.
+    Call from one process (rank 0) after gathering the full model state. ``sharded``: a directory the ranks
+    wrote together (sharded_dir(run_dir, step)), moved in as SHARDED before the manifest is written.
     """
     root = checkpoints_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
-    for stale in root.glob(".tmp-step_*"):  # left by a killed writer
-        shutil.rmtree(stale, ignore_errors=True)
+    for stale in [*root.glob(".tmp-step_*"), *root.glob(".sharded-step_*")]:  # left by a killed writer
+        if sharded is None or stale.resolve() != sharded.resolve():
+            shutil.rmtree(stale, ignore_errors=True)
     final = root / f"step_{step}"
     tmp = root / f".tmp-step_{step}-{os.getpid()}"
     tmp.mkdir()
@@ -174,8 +173,11 @@ def save(run_dir: str | Path, step: int, model_state: dict[str, torch.Tensor], *
         if scheduler_state is not None:
             _torch_save(scheduler_state, tmp / "scheduler.pt")
         _torch_save(rng if rng is not None else rng_state(), tmp / "rng.pt")
+        if sharded is not None:
+            os.rename(sharded, tmp / SHARDED)
         meta = {"step": step, "data_position": data_position, "metadata": metadata or {}}
         _write(tmp / "meta.json", json.dumps(meta, indent=2))
+        manifest.write(tmp)
         _write(tmp / COMPLETE, f"{step}\n")
         _fsync_dir(tmp)
         if final.exists():  # the same step saved again (a resumed run): replace it
@@ -190,45 +192,87 @@ def save(run_dir: str | Path, step: int, model_state: dict[str, torch.Tensor], *
 
 
 def prune(run_dir: str | Path, keep: int) -> None:
-    """Keep the newest ``keep`` complete checkpoints; drop older ones and incomplete dirs older than those."""
+    """Keep the newest ``keep`` complete checkpoints; drop older ones and incomplete dirs older than those.
+
+    A checkpoint whose files do not have their recorded sizes does not count as one of the kept ones.
+    """
     if keep <= 0:
         return
     dirs = step_dirs(run_dir)
-    complete = [(s, p) for s, p in dirs if is_complete(p)]
+    complete = [(s, p) for s, p in dirs if manifest.sizes_match(p)]
     if not complete:
         return
     kept = complete[-keep:]
     oldest_kept = kept[0][0]
     for s, p in dirs:
-        if (s, p) not in kept and (is_complete(p) or s < oldest_kept):
+        if (s, p) not in kept and ((s, p) in complete or s < oldest_kept):
             _remove(p)
 
 
 def load(path: str | Path, map_location: str | torch.device = "cpu") -> Checkpoint:
-    """Read a checkpoint dir (or, given a run dir, its latest complete checkpoint)."""
+    """Read a checkpoint dir (or, given a run dir, its newest usable checkpoint).
+
+    When a file of it cannot be loaded (damage its manifest could not show, or a checkpoint without one),
+    it is skipped with a warning and the previous usable checkpoint is loaded instead; CheckpointDamaged
+    (naming the file) when none is left.
+    """
     path = Path(path)
-    if not _STEP_DIR.match(path.name):
+    if not manifest.is_step_dir(path):
         found = latest_complete(path)
         if found is None:
             raise FileNotFoundError(f"no complete checkpoint under {checkpoints_dir(path)}")
         path = found
     if not is_complete(path):
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no {COMPLETE} marker)")
-    device = str(map_location)
-    model_state = load_file(str(path / "model.safetensors"), device=device)
-    from safetensors import safe_open
+    damaged: list[tuple[Path, str]] = []
+    while True:
+        try:
+            return _load_one(path, map_location)
+        except _Unloadable as exc:
+            log.warning("checkpoint %s is damaged (%s); skipped", path, exc)
+            damaged.append((path, str(exc)))
+        try:
+            previous = manifest.newest_usable(path.parent.parent, below=int(path.name.split("_")[1]))
+        except CheckpointDamaged as exc:
+            raise CheckpointDamaged(damaged + exc.damaged) from None
+        if previous is None:
+            raise CheckpointDamaged(damaged)
+        log.warning("resuming from the previous complete checkpoint %s", previous)
+        path = previous
 
-    with safe_open(str(path / "model.safetensors"), framework="pt") as f:
-        aliases = json.loads((f.metadata() or {}).get(_ALIASES_KEY, "{}"))
-    for alias, name in aliases.items():
-        model_state[alias] = model_state[name]
+
+class _Unloadable(Exception):
+    """A file of a checkpoint that looked whole cannot be read."""
+
+
+def _load_one(path: Path, map_location: str | torch.device) -> Checkpoint:
+    from safetensors import SafetensorError, safe_open
+
+    device = str(map_location)
+    model_file = path / manifest.MODEL_FILE
+    try:
+        model_state = load_file(str(model_file), device=device)
+        with safe_open(str(model_file), framework="pt") as f:
+            aliases = json.loads((f.metadata() or {}).get(_ALIASES_KEY, "{}"))
+        for alias, name in aliases.items():
+            model_state[alias] = model_state[name]
+    except (SafetensorError, OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+        raise _Unloadable(f"{manifest.MODEL_FILE}: {exc}") from None
 
     def optional(name: str) -> Any:
         p = path / name
-        return torch.load(p, map_location=map_location, weights_only=True) if p.is_file() else None
+        try:
+            return torch.load(p, map_location=map_location, weights_only=True) if p.is_file() else None
+        except Exception as exc:  # noqa: BLE001 - unpickling garbage raises anything; the file is what is named
+            raise _Unloadable(f"{name}: {type(exc).__name__}: {exc}") from None
 
-    meta = json.loads((path / "meta.json").read_text())
-    return Checkpoint(path=path, step=int(meta["step"]), model_state=model_state,
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+        step = int(meta["step"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise _Unloadable(f"meta.json: {exc}") from None
+    return Checkpoint(path=path, step=step, model_state=model_state,
                       optimizer_state=optional("optimizer.pt"), scheduler_state=optional("scheduler.pt"),
                       rng=optional("rng.pt"), data_position=meta.get("data_position"),
-                      metadata=meta.get("metadata") or {})
+                      metadata=meta.get("metadata") or {},
+                      sharded=path / SHARDED if (path / SHARDED).is_dir() else None)
