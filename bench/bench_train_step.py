@@ -40,7 +40,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGES = ("rollout", "old_logp", "ref_logp", "advantages", "update", "sync_weights", "save")
+STAGES = ("rollout", "old_logp", "ref_logp", "advantages", "update", "sync_weights", "eval", "save")
 STAGES_FILE = "slimecli/train/stages.py"
 DEFAULT_REF = "<before stages>"  # --baseline-ref without a value: the parent of the commit that added STAGES_FILE
 

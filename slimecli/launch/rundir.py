@@ -40,10 +40,13 @@ class RunDir:
 
 
 # What a resume may change without run.resume=force: how long, how often it saves, how it logs, where
-# its servers listen, how long it waits. Anything else (model, task, optimizer, batch shape, algorithm,
-# seed) would make the checkpoints belong to another run.
+# its servers listen, how long it waits, and how the same maths is laid out over the ranks (checkpoints hold
+# full weights and optimizer state, or megatron-core's re-shardable format). Anything else (model, task,
+# optimizer, batch shape, algorithm, seed) would make the checkpoints belong to another run.
 RESUMABLE_KEYS = ("trainer.max_steps", "trainer.save_interval", "run.log_level", "run.resume", "run.name",
-                  "run.root")
+                  "run.root", "trainer.nproc", "trainer.tensor_parallel_size", "trainer.pipeline_parallel_size",
+                  "trainer.sequence_parallel", "trainer.micro_batch_size", "trainer.gradient_checkpointing",
+                  "trainer.weight_sync", "trainer.weight_sync_bucket_mb")
 RESUMABLE_PREFIXES = ("observe.", "eval.", "cluster.")
 RESUMABLE_LEAVES = ("port", "host", "log_interval_s")
 

@@ -11,6 +11,7 @@ and see the same samples. ``data_rank``/``data_size`` say which replica this pro
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -54,7 +55,16 @@ class PolicyBackend(Protocol):
         """Counterpart of full_state_dict: every rank passes the whole HF state."""
         ...
 
-    def optimizer_state(self, is_main: bool) -> dict[str, Any] | None: ...
+    def optimizer_state(self, is_main: bool) -> dict[str, Any] | None:
+        """The optimizer state for optimizer.pt, gathered on rank 0 (a back-end with save_sharded keeps it there)."""
+        ...
+
+    def save_sharded(self, directory: Path, *, with_optimizer: bool) -> bool:
+        """Write the back-end's own sharded checkpoint (every rank its shards; a collective) into ``directory``;
+        False, writing nothing, for a back-end that has none (then optimizer_state goes to optimizer.pt)."""
+        ...
+
+    def load_sharded(self, directory: Path, *, with_optimizer: bool) -> None: ...
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None: ...
 

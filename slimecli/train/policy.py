@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
@@ -225,6 +226,12 @@ class TorchPolicy:
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
         load_full_optimizer_state(self.model, self._optimizer(), state)
+
+    def save_sharded(self, directory: Path, *, with_optimizer: bool) -> bool:
+        return False  # the full HF weights and optimizer.pt are its checkpoint
+
+    def load_sharded(self, directory: Path, *, with_optimizer: bool) -> None:
+        raise ValueError(f"{directory}: trainer=torch has no sharded checkpoint format (written by trainer=megatron?)")
 
     def shared_module(self) -> torch.nn.Module | None:
         return None if is_sharded(self.model) else unwrap(self.model)

@@ -39,6 +39,10 @@ MODULES = (
     "megatron.core.transformer.dot_product_attention",
     "megatron.core.models.common.embeddings.rotary_pos_embedding",
     "megatron.core.models.common.language_module.language_module",
+    "megatron.core.dist_checkpointing.strategies.async_utils",  # distributed checkpoints (sync saves)
+    "megatron.core.dist_checkpointing.strategies.filesystem_async",
+    "megatron.core.dist_checkpointing.strategies.state_dict_saver",
+    "megatron.core.dist_checkpointing.exchange_utils",
 )
 # megatron-core methods that call Tensor.cuda(): while one runs (and only then), Tensor.cuda() is the identity
 TENSOR_CUDA_CALLERS = (

@@ -12,7 +12,9 @@ weights already make a plain sum the step's value.
 from __future__ import annotations
 
 import logging
+import shutil
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -192,19 +194,41 @@ class MegatronPolicy:
                 reload()
 
     def optimizer_state(self, is_main: bool) -> dict[str, Any] | None:
-        """Every rank's optimizer state (each holds its own slices), collected on rank 0 by global rank."""
-        mine = self._optimizer().state_dict()
-        states: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
-        dist.gather_object(mine, states, dst=0)
-        return {"megatron_ranks": states} if is_main else None
+        return None  # in the sharded checkpoint (save_sharded), each rank its own part
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
-        ranks = state.get("megatron_ranks")
-        if not isinstance(ranks, list) or len(ranks) != dist.get_world_size():
-            have = len(ranks) if isinstance(ranks, list) else "no"
-            raise ValueError(f"the checkpoint's optimizer state is for {have} megatron ranks, this run has "
-                             f"{dist.get_world_size()}: resume with the same trainer.nproc and parallel sizes")
-        self._optimizer().load_state_dict(ranks[dist.get_rank()])
+        raise ValueError("trainer=megatron keeps its optimizer state in the checkpoint's sharded/ directory, "
+                         "not in optimizer.pt")
+
+    # ---- megatron-core distributed checkpoints ------------------------------------------------------------
+    def _sharded_state(self, loading: bool, with_optimizer: bool) -> dict[str, Any]:
+        module: Any = self.module
+        model = module.sharded_state_dict()
+        state: dict[str, Any] = {"model": model}
+        if with_optimizer and self.optimizer is not None:
+            state["optimizer"] = self.optimizer.sharded_state_dict(model, is_loading=loading)
+        return state
+
+    def save_sharded(self, directory: Path, *, with_optimizer: bool) -> bool:
+        """Every rank writes its own shards of the weights and the optimizer state (no gather); megatron-core
+        records the layout, so a later run may load them at other TP/PP/DP sizes."""
+        from slimecli.train.megatron import dist_checkpoint
+
+        if dist.get_rank() == 0:
+            shutil.rmtree(directory, ignore_errors=True)  # left by a killed writer
+            directory.mkdir(parents=True)
+        dist.barrier()
+        dist_checkpoint.save(self._sharded_state(False, with_optimizer), directory)
+        dist.barrier()
+        return True
+
+    def load_sharded(self, directory: Path, *, with_optimizer: bool) -> None:
+        from slimecli.train.megatron import dist_checkpoint
+
+        state = dist_checkpoint.load(self._sharded_state(True, with_optimizer), directory)
+        self.module.load_state_dict(state["model"])
+        if "optimizer" in state:
+            self._optimizer().load_state_dict(state["optimizer"])
 
     def shared_module(self) -> torch.nn.Module | None:
         return None  # sharded weights: the engines get a gathered copy
