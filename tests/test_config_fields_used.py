@@ -63,7 +63,7 @@ def dataclasses_by_attr() -> dict[str, type]:
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
             sub = dataclass_of(hints(cls)[f.name])
             if sub is not None:
-                found[f.name] = sub
+                found.setdefault(f.name, sub)  # the outermost holder of a name (reward: RewardConfig, not eval's)
                 walk(sub)
 
     walk(SlimeConfig)

@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("rollout",),  # samples, the engine and its client, the rollout driver (SWE task data)
     ("teacher", "agent"),  # the teacher server and client; agent CLIs, adapters, trajectories
     ("launch",),  # the process plan, preflight checks (agent, teacher, sandbox) and the supervisor
+    ("eval",),  # held-out evaluation: the evaluator the trainer and `slimecli eval` run (launch's watchdog)
     ("train",),  # the trainer worker: uses everything below, launch's watchdog included
     ("cli",),
     ("__main__",),

@@ -22,6 +22,7 @@ and `+recipe=NAME` (or `+recipe=/path/my.yaml`) adds a recipe.
   slimecli plan +recipe=opd teacher.url=http://127.0.0.1:7999 --json
   slimecli agent run agent=codex task.prompt="add a README" task.workdir=DIR
   slimecli teacher serve model.path=/ckpt teacher.tp=2
+  slimecli eval run.dir=RUN                            # the run's final policy on its eval datasets
   slimecli recipes list
 """
 
@@ -29,7 +30,7 @@ app = typer.Typer(help=HELP, rich_markup_mode="rich", no_args_is_help=True, add_
                   context_settings={"help_option_names": ["-h", "--help"]})
 
 # One module per command family; each exposes register(app).
-COMMAND_MODULES = ("train", "config", "plan", "recipes", "rollout", "teacher", "model", "agent", "tasks")
+COMMAND_MODULES = ("train", "config", "plan", "recipes", "rollout", "teacher", "model", "agent", "tasks", "report", "eval")
 
 
 def _version(value: bool) -> None:

@@ -1,12 +1,24 @@
-"""`slimecli train`: compose, validate, then launch and supervise engines, teacher and trainer."""
+"""`slimecli train`: compose, validate, then launch and supervise engines, teacher and trainer; at the end, write
+the run's report (observe.report) and print its path."""
 
 from __future__ import annotations
 
+import json
+import os
+import socket
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from slimecli.cli.common import OVERRIDES, RecipeDirOption, fail, load_config_or_exit, split_overrides
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from slimecli.config.schema import SlimeConfig
+    from slimecli.observe.follow import MetricsFollower
 
 
 def register(app: typer.Typer) -> None:
@@ -21,13 +33,70 @@ def register(app: typer.Typer) -> None:
   slimecli train +recipe=opd teacher=server teacher.url=http://127.0.0.1:7999""")
     def train(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> None:
         """Train: rollout engines and teacher start first, then the trainer under torchrun."""
+        from rich.console import Console
+
         from slimecli.config.errors import ConfigErrors
         from slimecli.launch.controller import run
 
         overrides = split_overrides(ctx.args)
         cfg = load_config_or_exit(overrides, recipe_dir)
+        console = Console(highlight=False, soft_wrap=True)
+        follower = _start_progress(cfg, console)
         try:
-            code = run(cfg, sys.argv, overrides)
+            code = run(cfg, sys.argv, overrides, console=console)
         except ConfigErrors as exc:  # checks that need the model files
             fail(exc.render())
+        finally:
+            if follower is not None:
+                follower.stop()
+        if cfg.observe.report:
+            _report(cfg, console)
         raise typer.Exit(code)
+
+
+def own_run_dir(cfg: SlimeConfig) -> Path | None:
+    """The run directory this process works in: run.dir, or the auto-named one whose lock holds our pid (the
+    lock stays until this process exits)."""
+    if cfg.run.dir:
+        path = Path(cfg.run.dir).expanduser().resolve()
+        return path if path.is_dir() else None
+    root = Path(cfg.run.root).expanduser()
+    for lock in sorted(root.glob(f"{cfg.run.name}-*/.lock"), reverse=True) if root.is_dir() else []:
+        try:
+            owner = json.loads(lock.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(owner, dict) and owner.get("pid") == os.getpid() and owner.get("host") == socket.gethostname():
+            return lock.parent.resolve()
+    return None
+
+
+def _start_progress(cfg: SlimeConfig, console: Console) -> MetricsFollower | None:
+    """On a terminal (and not observe.verbose), the controller draws the progress bar from RUN/metrics.jsonl."""
+    if not console.is_terminal or cfg.observe.verbose:
+        return None
+    from slimecli.observe.follow import MetricsFollower
+    from slimecli.observe.progress import PROGRESS_ENV
+
+    os.environ[PROGRESS_ENV] = "controller"  # inherited by the children: the trainer prints no step lines
+    return MetricsFollower(console, cfg.trainer.max_steps, lambda: own_run_dir(cfg)).start()
+
+
+def _report(cfg: SlimeConfig, console: Console) -> None:
+    """RUN/report/report.html of the run that just ended (a run with no metrics has none); never fails the run."""
+    from slimecli.observe.metrics import read_metrics
+
+    run_dir = own_run_dir(cfg)
+    if run_dir is None or not read_metrics(run_dir):
+        return
+    try:
+        from slimecli.observe.report import write_report
+
+        page = write_report([run_dir])
+    except KeyboardInterrupt:  # a second Ctrl-C while the report is drawn
+        console.print(f"[yellow]report skipped[/] (slimecli report {run_dir})")
+        return
+    except Exception as exc:  # noqa: BLE001 - the run is over and its metrics are safe; say why, keep its code
+        console.print(f"[yellow]report not written: {type(exc).__name__}: {exc}[/] (slimecli report {run_dir})")
+        return
+    console.print(f"[bold]report[/] {page}")

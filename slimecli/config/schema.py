@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 
 from slimecli.config.groups.agent import AgentConfig
 from slimecli.config.groups.cluster import ClusterConfig
+from slimecli.config.groups.eval import EvalConfig
 from slimecli.config.groups.model import ModelConfig
+from slimecli.config.groups.observe import ObserveConfig
 from slimecli.config.groups.optimizer import OptimizerConfig
 from slimecli.config.groups.reward import RewardConfig
 from slimecli.config.groups.rollout import RolloutConfig
@@ -30,6 +32,8 @@ class SlimeConfig:
     agent: AgentConfig = field(default_factory=AgentConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    observe: ObserveConfig = field(default_factory=ObserveConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     recipe: str = "quickstart"  # the recipe this run was composed from
 
 

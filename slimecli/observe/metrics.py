@@ -1,4 +1,5 @@
-"""Per-step metrics: one JSON line per step in RUN/metrics.jsonl (flushed every step) and TensorBoard scalars.
+"""Per-step metrics: one JSON line per step in RUN/metrics.jsonl (flushed every step), TensorBoard scalars and,
+with observe.wandb=true, Weights & Biases (observe/wandb.py) under the same names.
 
 Any value is accepted: numbers (python, numpy, 0-dim tensors) are logged everywhere, nested dicts are
 flattened to "a/b" names for TensorBoard, anything else (strings, a teacher's JSON reward, ...) goes to
@@ -14,7 +15,10 @@ import os
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from slimecli.config.groups.observe import ObserveConfig
 
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
@@ -75,13 +79,15 @@ def scalars(metrics: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str,
 
 
 class MetricsLogger:
-    """Write metrics to RUN/metrics.jsonl and RUN/tensorboard/ (TensorBoard is skipped if unavailable).
+    """Write metrics to RUN/metrics.jsonl and RUN/tensorboard/ (TensorBoard is skipped if unavailable), and to
+    W&B when ``observe.wandb`` is on (``observe`` None: the observe section of RUN/config.yaml, if any).
 
     ``resume_step``: on a resumed run, lines for steps after the last checkpointed step are dropped, so a
     step that is trained again is not listed twice.
     """
 
-    def __init__(self, run_dir: str | Path, *, tensorboard: bool = True, resume_step: int | None = None) -> None:
+    def __init__(self, run_dir: str | Path, *, tensorboard: bool = True, resume_step: int | None = None,
+                 observe: ObserveConfig | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / METRICS_FILE
@@ -89,6 +95,9 @@ class MetricsLogger:
             self._drop_after(resume_step)
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self._tb = self._open_tensorboard() if tensorboard else None
+        from slimecli.observe.wandb import observe_config, open_wandb
+
+        self._wandb = open_wandb(self.run_dir, observe if observe is not None else observe_config(self.run_dir))
 
     def _open_tensorboard(self) -> Any:
         try:
@@ -117,6 +126,10 @@ class MetricsLogger:
     def tensorboard_enabled(self) -> bool:
         return self._tb is not None
 
+    @property
+    def wandb_enabled(self) -> bool:
+        return self._wandb is not None
+
     def log(self, step: int, metrics: Mapping[str, Any]) -> dict[str, Any]:
         """Append one line {"step", "time", **metrics}; returns the JSON-safe record written."""
         record: dict[str, Any] = {"step": int(step), "time": round(time.time(), 3)}
@@ -133,6 +146,12 @@ class MetricsLogger:
             except Exception as exc:  # noqa: BLE001 - never let TensorBoard stop training
                 log.warning("TensorBoard write failed, disabling it: %s", exc)
                 self._tb = None
+        if self._wandb is not None:
+            try:
+                self._wandb.log(int(step), dict(scalars(metrics)))
+            except Exception as exc:  # noqa: BLE001 - never let W&B stop training
+                log.warning("W&B log failed, disabling it: %s", exc)
+                self._wandb = None
         return record
 
     def close(self) -> None:
@@ -141,6 +160,12 @@ class MetricsLogger:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+        if self._wandb is not None:
+            try:
+                self._wandb.close()
+            except Exception as exc:  # noqa: BLE001 - the run's own files are complete already
+                log.warning("W&B finish failed: %s", exc)
+            self._wandb = None
 
     def __enter__(self) -> MetricsLogger:
         return self

@@ -1,17 +1,45 @@
-"""The training progress bar: step, and a caller-provided text such as the running mean reward.
+"""The training progress bar: step, ETA, and a caller-provided text such as the step's and the running mean
+reward, plus the last evaluation when the step's metrics are given.
 
-On a terminal it is a rich progress bar; otherwise (logs, pipes, CI) each update is one plain line.
+On a terminal it is a rich progress bar; otherwise (logs, pipes, CI) each update is one plain line. Under
+`slimecli train` the trainer's output is a pipe: the controller draws the bar on its own terminal from
+RUN/metrics.jsonl (observe/follow.py) and sets SLIMECLI_PROGRESS=controller, and the trainer's step lines
+are then left out (metrics.jsonl has every number they would show).
 The reward text comes from slimecli.reward.stats.RewardMeter, which never fails on any reward value.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 import time
-from typing import IO
+from collections.abc import Mapping
+from typing import IO, Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+PROGRESS_ENV = "SLIMECLI_PROGRESS"  # "controller": the controller shows the progress; step lines are left out
+
+
+def eval_text(metrics: Mapping[str, Any]) -> str:
+    """'eval quickstart 0.812' from a metrics row's eval/<name>/reward_mean keys ('' when there are none)."""
+    parts = []
+    for key, value in metrics.items():
+        name, _, metric = str(key).removeprefix("eval/").rpartition("/")
+        if str(key).startswith("eval/") and metric == "reward_mean" and name and isinstance(value, int | float) \
+                and not isinstance(value, bool) and math.isfinite(value):
+            parts.append(f"{name} {value:.3f}")
+    return f"eval {', '.join(parts)}" if parts else ""
+
+
+def eta_text(elapsed_s: float, done: int, remaining: int) -> str:
+    """'ETA 1m05s' from the pace so far ('' before the first step of this process)."""
+    if done <= 0 or remaining < 0:
+        return ""
+    s = round(elapsed_s / done * remaining)
+    return f"ETA {s // 60}m{s % 60:02d}s" if s >= 60 else f"ETA {s}s"
 
 
 class StepProgress:
@@ -26,23 +54,34 @@ class StepProgress:
         self.file = file if file is not None else sys.stdout
         self.console = console or Console(file=self.file)
         self.plain = (not self.console.is_terminal) if plain is None else plain
+        self.quiet = os.environ.get(PROGRESS_ENV) == "controller" and plain is None
+        self.start = start
+        self.last_eval = ""
         self._started = time.monotonic()
         self._last_note = float("-inf")
         self._progress: Progress | None = None
-        if not self.plain:
+        if not self.plain and not self.quiet:
             self._progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                      TimeElapsedColumn(), TextColumn("{task.fields[info]}"),
+                                      TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                      TextColumn("{task.fields[info]}"),
                                       console=self.console, transient=False)
             self._task = self._progress.add_task(description, total=total, completed=start, info="")
             self._progress.start()
 
-    def update(self, step: int, text: str = "") -> None:
-        """``step`` = number of finished steps."""
+    def update(self, step: int, text: str = "", metrics: Mapping[str, Any] | None = None) -> None:
+        """``step`` = number of finished steps; ``metrics``: the step's row, for the last evaluation's rewards."""
+        if metrics is not None:
+            self.last_eval = eval_text(metrics) or self.last_eval
+        if self.last_eval:
+            text = f"{text} | {self.last_eval}" if text else self.last_eval
         if self._progress is not None:
             self._progress.update(self._task, completed=step, info=text)
             return
+        if self.quiet:
+            return
         elapsed = time.monotonic() - self._started
-        line = f"{self.description} step {step}/{self.total} [{elapsed:.0f}s]"
+        eta = eta_text(elapsed, step - self.start, self.total - step)
+        line = f"{self.description} step {step}/{self.total} [{elapsed:.0f}s{', ' + eta if eta else ''}]"
         print(f"{line} {text}".rstrip(), file=self.file, flush=True)
 
     def note(self, text: str) -> None:

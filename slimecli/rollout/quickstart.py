@@ -20,6 +20,21 @@ WORDS = ("hello there", "good morning", "where is the cat", "we won", "look out"
          "ship it", "stop the build", "all green")
 
 
+# The held-out evaluation set: templates and phrases the training prompts never use.
+HELDOUT_TEMPLATES = (
+    "Write this in capitals: {x}",
+    "Repeat it in upper case: {x}",
+)
+HELDOUT_WORDS = ("see you soon", "the build is red", "merge the branch", "coffee time", "deploy on friday",
+                 "read the logs", "nice work", "try again later")
+
+
+def heldout_prompts() -> list[dict[str, Any]]:
+    """The quickstart's held-out prompts (eval task=quickstart), in a fixed order."""
+    return [{"prompt": t.format(x=w), "label": w.upper(), "metadata": {"task": "quickstart", "heldout": True}}
+            for w in HELDOUT_WORDS for t in HELDOUT_TEMPLATES]
+
+
 def make_prompt(seed: int, index: int) -> dict[str, Any]:
     """Prompt number `index`: a pure function of (seed, index), so a resumed run sees the same data."""
     rng = random.Random(seed * 1_000_003 + index)

@@ -2,7 +2,7 @@
 
 One step = one rollout (rollout.batch_size prompts x n samples) followed by
 samples / trainer.global_batch_size optimizer updates, then a weight push to the engines.
-The step's stages (rollout -> old_logp -> ref_logp -> advantages -> update -> sync_weights -> save)
+The step's stages (rollout -> old_logp -> ref_logp -> advantages -> update -> sync_weights -> eval -> save)
 live in stages.py; this module orchestrates them, times them and writes the metrics.
 """
 
@@ -85,27 +85,36 @@ class Trainer:
                 started = time.perf_counter()
                 if progress is not None and self.rollout is not None:
                     self.rollout.watch(self.step + 1, progress.note)
+                evaluated: dict[str, Any] = {}
+                if self.step == 0:  # at_start: the initial weights, reported in the first step's row
+                    with timer.stage("eval"):
+                        evaluated.update(stages.evaluate(self.rollout, 0) or {})
                 with timer.stage("rollout"):
                     batch = stages.rollout(self.rollout)
                 metrics = self.train_on(batch, timer)
                 self.step += 1
                 with timer.stage("sync_weights"):
                     state = stages.sync_weights(self.policy, self.rollout, self.step, self.info.is_main)
+                with timer.stage("eval"):  # the weights just pushed: every eval.interval steps and at_end
+                    evaluated.update(stages.evaluate(self.rollout, self.step) or {})
                 row = None
                 if self.info.is_main:
                     meter.update(batch.samples)
                     tokens = sum(s.response_length for s in batch.samples)
                     step_s = time.perf_counter() - started
                     train_s = sum(timer.seconds[k] for k in ("old_logp", "ref_logp", "advantages", "update"))
-                    row = {**batch.metrics, **metrics, "time/step_s": step_s, "time/train_s": train_s,
-                           "perf/tokens_per_s": tokens / step_s, "weight_version": self.step}
+                    row = {**batch.metrics, **metrics, **evaluated, "time/step_s": step_s, "time/train_s": train_s,
+                           "perf/tokens_per_s": tokens / step_s, "weight_version": self.step, **_gpu_memory()}
                 if self._should_save():
                     with timer.stage("save"):
                         self._save(state, {**row, **timer.metrics()} if row is not None else None)
                 if self.info.is_main:
                     assert metrics_log is not None and progress is not None and row is not None
                     metrics_log.log(self.step, {**row, **timer.metrics()})
-                    progress.update(self.step, _progress_text(batch.metrics.get("reward/mean"), meter.postfix()))
+                    text = _progress_text(batch.metrics.get("reward/mean"), meter.postfix())
+                    if evaluated and self.rollout is not None and self.rollout.last_eval:
+                        text = f"{text} | {self.rollout.last_eval}"
+                    progress.update(self.step, text)
             self._export_final()
         finally:
             if progress is not None:
@@ -169,6 +178,10 @@ class Trainer:
             return False
         ckpt = checkpoint.load(path)
         self.policy.load_full_state_dict(ckpt.model_state)
+        if ckpt.sharded is not None:  # the back-end's own format: its weights and optimizer state, any layout
+            from slimecli.train.optim.build import keeps_optimizer_state
+
+            self.policy.load_sharded(ckpt.sharded, with_optimizer=keeps_optimizer_state(self.cfg.optimizer))
         if ckpt.optimizer_state is not None:
             self.policy.load_optimizer_state(ckpt.optimizer_state)
         if ckpt.scheduler_state is not None:
@@ -182,6 +195,13 @@ class Trainer:
         if self.info.is_main:
             log.info("resumed from %s at step %d", path, self.step)
         return True
+
+
+def _gpu_memory() -> dict[str, float]:
+    """Rank 0's peak GPU memory so far (torch's allocator), where the trainer runs on a GPU."""
+    if not torch.cuda.is_available():
+        return {}
+    return {"perf/gpu_peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30}
 
 
 def make_policy(cfg: SlimeConfig, info: dist.DistInfo, trainable: bool = True) -> PolicyBackend:

@@ -45,11 +45,18 @@ class RolloutCoordinator:
         self.run_dir = run_dir
         self.loop = asyncio.new_event_loop()
         r = cfg.rollout
-        self.engines = [EngineClient(f"http://{r.host}:{r.port + i}", timeout_s=r.request_timeout_s)
+        self.engines = [EngineClient(f"http://{r.host}:{r.port + i}", timeout_s=r.request_timeout_s,
+                                     api_key=r.api_key)
                         for i in range(r.num_engines)]
         self.source = PromptSource(cfg.task, cfg.run.seed)
         self.service: Any = None  # rollout.generate=agent: the agent back-end in front of the first engine
         self.driver = self._collector(tokenizer)
+        self.evaluator = None  # eval.datasets on the engines, with the weights they serve now
+        if cfg.eval.datasets:
+            from slimecli.eval.runner import Evaluator
+
+            self.evaluator = Evaluator(cfg, tokenizer, self.engines, run_dir)
+        self.last_eval = ""  # the latest evaluation, for the progress line
         self.teacher = None
         self.weight_sync: WeightSync | None = None  # made at the first push, once the engines are up
         self.policy: torch.nn.Module | None = None  # rank 0's model, for a weight sync that shares its memory
@@ -118,6 +125,17 @@ class RolloutCoordinator:
                 teacher_means.append(sum(t * m for t, m in zip(teacher_lp, mask, strict=True)) / n)
                 gaps.append(sum((s - t) * m for s, t, m in zip(student, teacher_lp, mask, strict=True)) / n)
         return {"opd/teacher_logp_mean": _mean(teacher_means), "opd/student_teacher_gap": _mean(gaps)}
+
+    def evaluate(self, step: int) -> dict[str, float] | None:
+        """The eval metrics after training step ``step`` (0: before the first) when an evaluation is due then."""
+        if self.evaluator is None or not self.evaluator.due(step, self.cfg.trainer.max_steps):
+            return None
+        from slimecli.eval.runner import flat_metrics, headline
+
+        results = self.run(self.evaluator.evaluate(step))
+        self.last_eval = headline(results)
+        log.info("step %d: %s", step, self.last_eval)
+        return {**flat_metrics(results), "eval/weight_version": step}
 
     def push_weights(self, state: dict[str, torch.Tensor], version: int) -> str:
         """Every engine gets these weights as ``version`` the way trainer.weight_sync says."""

@@ -1,6 +1,6 @@
 """One training step as named stages, the way verl's ``fit()`` names them:
 
-    rollout -> old_logp -> ref_logp -> advantages -> update -> sync_weights -> save
+    rollout -> old_logp -> ref_logp -> advantages -> update -> sync_weights -> eval -> save
 
 Each stage is a function with explicit inputs and outputs, so it can be tested on a fixed batch, and each
 is timed into the step's metrics as ``time/<stage>_s`` (``StageTimer``). loop.py only orchestrates.
@@ -32,7 +32,7 @@ from slimecli.train.backend import PolicyBackend
 from slimecli.train.batch import PackedBatch, pack
 from slimecli.train.losses import kl_penalty, loss_weights, pad_sequences, policy_loss
 
-STAGES = ("rollout", "old_logp", "ref_logp", "advantages", "update", "sync_weights", "save")
+STAGES = ("rollout", "old_logp", "ref_logp", "advantages", "update", "sync_weights", "eval", "save")
 
 Tensors = list[torch.Tensor]
 
@@ -71,6 +71,8 @@ class RolloutSource(Protocol):
     def collect(self) -> Any: ...  # .samples, .train_rewards, .metrics
 
     def push_weights(self, state: dict[str, torch.Tensor], version: int) -> Any: ...
+
+    def evaluate(self, step: int) -> dict[str, float] | None: ...
 
 
 class StageTimer:
@@ -259,6 +261,12 @@ def sync_weights(policy: PolicyBackend, source: RolloutSource | None, version: i
     return state
 
 
+def evaluate(source: RolloutSource | None, step: int) -> dict[str, float] | None:
+    """Rank 0 evaluates eval.datasets on the engines, which serve the weights of ``step`` (0: the initial ones);
+    the metrics eval/<name>/..., or None where nothing was due (and on the other ranks, which do not wait)."""
+    return source.evaluate(step) if source is not None else None
+
+
 def save(run_dir: Path, step: int, policy: PolicyBackend, scheduler: Any,
          model_state: dict[str, torch.Tensor] | None, cfg: SlimeConfig, *, is_main: bool,
          data_position: Any = None, metrics: dict[str, Any] | None = None) -> Path | None:
@@ -271,7 +279,9 @@ def save(run_dir: Path, step: int, policy: PolicyBackend, scheduler: Any,
     from slimecli.train.optim.build import keeps_optimizer_state
 
     keeps_state = keeps_optimizer_state(cfg.optimizer)
-    optimizer_state = policy.optimizer_state(is_main) if keeps_state else None
+    target = checkpoint.sharded_dir(run_dir, step)  # None below: a back-end without its own sharded format
+    sharded = target if policy.save_sharded(target, with_optimizer=keeps_state) else None
+    optimizer_state = policy.optimizer_state(is_main) if keeps_state and sharded is None else None
     path = None
     if is_main:
         if model_state is None:
@@ -283,7 +293,7 @@ def save(run_dir: Path, step: int, policy: PolicyBackend, scheduler: Any,
             metadata["metrics"] = to_json_value(metrics)
         path = checkpoint.save(run_dir, step, model_state, optimizer_state=optimizer_state,
                                scheduler_state=scheduler.state_dict(), data_position=data_position,
-                               metadata=metadata, keep=cfg.trainer.keep_checkpoints)
+                               metadata=metadata, keep=cfg.trainer.keep_checkpoints, sharded=sharded)
     dist.barrier()
     return path
 

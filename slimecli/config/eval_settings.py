@@ -1,0 +1,53 @@
+"""A dataset of eval.datasets resolved against the run's settings: the sampling, task source and reward it is
+evaluated with (the evaluator and the eval rules read the same values)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from slimecli.config.groups.eval import EvalDatasetConfig, EvalRewardConfig
+from slimecli.config.groups.reward import RewardConfig
+from slimecli.config.groups.rollout import RolloutConfig
+from slimecli.config.groups.task import TaskConfig
+
+REWARD_FIELDS = ("name", "key", "path", "group", "url", "timeout_s", "max_retries", "backoff_s", "concurrency",
+                 "on_invalid", "partial")
+SAMPLING_FIELDS = ("n_samples_per_prompt", "max_new_tokens", "temperature", "top_p", "top_k", "max_prompt_len")
+TASK_REWARD = {"swe": "swe_tests", "quickstart": "quickstart"}  # a task kind and the reward member that grades it
+
+
+def member_reward(name: str) -> RewardConfig:
+    """The reward group member `name` as `reward=NAME` would compose it (its YAML over the schema defaults)."""
+    import yaml
+
+    from slimecli.config.convert import build
+    from slimecli.config.errors import ConfigError
+    from slimecli.config.paths import conf_dir
+
+    path = conf_dir() / "reward" / f"{name}.yaml"
+    data = yaml.safe_load(path.read_text()) if path.is_file() else None
+    errors: list[ConfigError] = []
+    out = build(RewardConfig, {**(data if isinstance(data, dict) else {}), "name": name}, "reward", errors)
+    return out if out is not None else RewardConfig(name=name)
+
+
+def dataset_reward(ds: EvalDatasetConfig, run: RewardConfig) -> RewardConfig:
+    """The reward a dataset is scored with: its own keys over the run's reward, or over the member it names."""
+    override: EvalRewardConfig = ds.reward
+    name = override.name or TASK_REWARD.get(ds.task) or run.name
+    base = run if name == run.name else member_reward(name)
+    changes = {k: getattr(override, k) for k in REWARD_FIELDS if getattr(override, k) is not None}
+    return replace(base, **changes)
+
+
+def dataset_sampling(ds: EvalDatasetConfig, rollout: RolloutConfig) -> RolloutConfig:
+    """The run's rollout settings with the dataset's sampling overrides."""
+    changes = {k: getattr(ds, k) for k in SAMPLING_FIELDS if getattr(ds, k) is not None}
+    return replace(rollout, **changes)
+
+
+def dataset_task(ds: EvalDatasetConfig, task: TaskConfig) -> TaskConfig:
+    """The dataset as a task source (the same readers as `task`), in file order."""
+    template = task.apply_chat_template if ds.apply_chat_template is None else ds.apply_chat_template
+    return TaskConfig(name=ds.task, path=ds.path, prompt_key=ds.prompt_key, label_key=ds.label_key,
+                      apply_chat_template=template, shuffle=False)

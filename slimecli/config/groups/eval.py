@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class EvalRewardConfig:
+    """A dataset's reward: unset keys come from the run's `reward` (or, when `name` picks another reward
+    member, from that member's conf/reward/NAME.yaml)."""
+
+    name: str | None = None  # any reward member: exact_match | math | f1 | remote | python | quickstart | swe_tests
+    key: str | None = None
+    path: str | None = None
+    group: bool | None = None
+    url: str | None = None
+    timeout_s: float | None = None
+    max_retries: int | None = None
+    backoff_s: float | None = None
+    concurrency: int | None = None
+    on_invalid: Literal["zero", "drop_group", "error"] | None = None
+    partial: bool | None = None
+
+
+@dataclass(frozen=True)
+class EvalDatasetConfig:
+    """One held-out dataset; every unset override takes the run's rollout (and task) setting."""
+
+    name: str = ""  # metrics are eval/<name>/...; per-sample results RUN/eval/step_<N>/<name>.jsonl
+    # quickstart: the quickstart task's held-out prompts; jsonl: a prompt file (path); swe: SWE tasks (path:
+    # a SWE-bench JSONL file or builtin:NAME), graded by their tests (rollout.generate=agent runs)
+    task: Literal["quickstart", "jsonl", "swe"] = "jsonl"
+    path: str | None = None
+    prompt_key: str = "prompt"  # jsonl
+    label_key: str = "label"  # jsonl
+    max_samples: int | None = None  # evaluate the first N prompts (tasks) only; null: all of them
+    n_samples_per_prompt: int | None = None
+    max_new_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    stop: tuple[str, ...] | None = None
+    max_prompt_len: int | None = None
+    apply_chat_template: bool | None = None
+    reward: EvalRewardConfig = field(default_factory=EvalRewardConfig)
+    pass_threshold: float = 1.0  # a sample passes (for pass@k) when its reward is >= this
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Held-out evaluation during training (on the engines, with the current weights) and `slimecli eval`."""
+
+    interval: int = 0  # evaluate every N training steps; 0: never in between
+    at_start: bool = False  # before the first step (the initial weights)
+    at_end: bool = False  # after the last step
+    datasets: tuple[EvalDatasetConfig, ...] = ()

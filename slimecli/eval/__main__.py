@@ -1,0 +1,74 @@
+"""Evaluator worker of `slimecli eval`: `python -m slimecli.eval --config RUN/config.yaml --step N`.
+
+It waits for the run's engines, evaluates eval.datasets once (RUN/eval/step_<N>/), appends the metrics row to
+RUN/metrics.jsonl and exits 0 once the summary is written, whether or not every dataset could be evaluated
+(the command reads the summary and decides); 1 when an engine could not be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from slimecli.config.schema import SlimeConfig
+
+
+async def _evaluate(cfg: SlimeConfig, run_dir: Path, step: int) -> int:
+    from slimecli.eval.runner import Evaluator, flat_metrics, headline
+    from slimecli.model.loading import load_tokenizer
+    from slimecli.observe.metrics import MetricsLogger
+    from slimecli.rollout.client import EngineClient
+
+    r = cfg.rollout
+    engines = [EngineClient(f"http://{r.host}:{r.port + i}", timeout_s=r.request_timeout_s,
+                            api_key=r.api_key) for i in range(r.num_engines)]
+    try:
+        await asyncio.gather(*(e.wait_ready(r.start_timeout_s) for e in engines))
+        evaluator = Evaluator(cfg, load_tokenizer(cfg.model.resolved_tokenizer_path), engines, run_dir)
+        results = await evaluator.evaluate(step)
+    finally:
+        for engine in engines:
+            close = getattr(engine, "close", None)
+            if close is not None:
+                await close()
+    with MetricsLogger(run_dir) as metrics:
+        metrics.log(step, {**flat_metrics(results), "eval/weight_version": step})
+    print(f"evaluator: step {step}: {headline(results)}", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from slimecli.launch.watchdog import start_parent_watchdog
+
+    start_parent_watchdog()
+    parser = argparse.ArgumentParser(prog="python -m slimecli.eval")
+    parser.add_argument("--config", required=True, help="the resolved config.yaml of the evaluation")
+    parser.add_argument("--step", type=int, default=0, help="the training step of the weights (names eval/step_N)")
+    args = parser.parse_args(argv)
+    from slimecli.config.errors import ConfigErrors
+    from slimecli.config.io import load_frozen
+
+    try:
+        cfg = load_frozen(args.config)
+    except (OSError, ConfigErrors) as exc:
+        print(f"cannot read {args.config}: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=cfg.run.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    import aiohttp
+
+    from slimecli.model.loading import set_trust_remote_code
+    from slimecli.rollout.client import EngineError
+
+    set_trust_remote_code(cfg.model.trust_remote_code)
+    try:
+        return asyncio.run(_evaluate(cfg, Path(args.config).resolve().parent, args.step))
+    except (TimeoutError, EngineError, aiohttp.ClientError) as exc:
+        print(f"evaluator: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

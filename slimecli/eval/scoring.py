@@ -1,0 +1,80 @@
+"""From scored samples to a dataset's metrics and per-sample rows."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from slimecli.eval.passk import mean_pass_at_k, powers_of_two
+from slimecli.rollout.sample import Sample
+
+
+@dataclass
+class Outcome:
+    """One attempt at one prompt: a single-turn sample, or an agent run (all the samples it forked into)."""
+
+    prompt_index: int
+    sample_index: int
+    record: dict[str, Any]
+    samples: list[Sample]
+    value: float | None  # the reward's training value; None: invalid
+    invalid: str | None = None  # why there is no value (a failed reward, an aborted agent run)
+
+    def passed(self, threshold: float) -> bool:
+        return self.value is not None and self.value >= threshold
+
+    @property
+    def response_length(self) -> int:
+        return sum(s.response_length for s in self.samples)
+
+    @property
+    def grade(self) -> Mapping[str, Any] | None:
+        reward = self.samples[0].reward if self.samples else None
+        return reward if isinstance(reward, Mapping) else None
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def dataset_metrics(outcomes: list[Outcome], n: int, threshold: float, swe: bool = False) -> dict[str, float]:
+    """reward_mean (over valid attempts), pass@k for every power of two k <= n, response_len_mean, invalid
+    (the fraction of attempts without a value); for SWE tasks also resolved_rate (over graded runs)."""
+    valid = [o for o in outcomes if o.value is not None]
+    out: dict[str, float] = {
+        "reward_mean": _mean([float(o.value) for o in valid if o.value is not None]),
+        "response_len_mean": _mean([float(o.response_length) for o in outcomes]),
+        "invalid": (len(outcomes) - len(valid)) / len(outcomes) if outcomes else 0.0,
+        "samples": float(len(outcomes)),
+        "prompts": float(len({o.prompt_index for o in outcomes})),
+    }
+    counts: dict[int, list[int]] = {}
+    for o in valid:
+        entry = counts.setdefault(o.prompt_index, [0, 0])
+        entry[0] += 1
+        entry[1] += int(o.passed(threshold))
+    for k in powers_of_two(n):
+        value = mean_pass_at_k([(a, b) for a, b in counts.values()], k)
+        if value is not None:
+            out[f"pass@{k}"] = value
+    if swe:
+        graded = [o.grade for o in valid if o.grade is not None]
+        out["resolved_rate"] = _mean([float(bool(g.get("resolved"))) for g in graded])
+    return out
+
+
+def sample_row(o: Outcome, threshold: float) -> dict[str, Any]:
+    """The per-sample line of RUN/eval/step_<N>/<name>.jsonl."""
+    from slimecli.observe.metrics import to_json_value
+
+    first = o.samples[0] if o.samples else Sample()
+    row: dict[str, Any] = {
+        "prompt_index": o.prompt_index, "sample_index": o.sample_index, "prompt": o.record.get("prompt"),
+        "label": o.record.get("label"), "response": first.response, "reward": first.reward, "value": o.value,
+        "passed": o.passed(threshold), "invalid": o.invalid, "response_length": o.response_length,
+        "status": getattr(first.status, "value", str(first.status)),
+    }
+    if "instance_id" in (o.record.get("metadata") or {}):
+        row["instance_id"] = o.record["metadata"]["instance_id"]
+    return dict(to_json_value(row))

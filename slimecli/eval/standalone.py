@@ -1,0 +1,173 @@
+"""`slimecli eval`: engines serving a checkpoint, the evaluator worker next to them, a table of the results.
+
+Two ways to name what is evaluated:
+- `model.path=DIR` (any composed config, `+recipe=NAME` included): DIR on the config's eval.datasets, as
+  step 0, in a new run directory `<run.root>/<run.name>-<time>` (run.name defaults to `eval`);
+- `run.dir=RUN`: that run's final policy (RUN/final) with the run's own frozen config and eval settings (a
+  later key=value changes them, e.g. a free rollout.port), as its last step, in `RUN/evals/final-<time>`.
+Either directory holds what a training run's evaluation writes: eval/step_<N>/<name>.jsonl, the summary,
+metrics.jsonl, plus the config, plan and logs.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from slimecli.config.errors import ConfigError, ConfigErrors
+from slimecli.config.schema import GROUPS, SlimeConfig
+
+FINAL_DIR = "final"
+EVALS_DIR = "evals"
+ORDER = ("reward_mean", "resolved_rate", "pass@", "response_len_mean", "invalid", "prompts", "samples")
+
+
+def _override_key(text: str) -> str:
+    return text.split("=", 1)[0].lstrip("+~")
+
+
+def resolve(overrides: list[str], recipe_dirs: tuple[str, ...] = ()) -> tuple[SlimeConfig, int]:
+    """The evaluation's config and the step its weights stand for; ConfigErrors for anything wrong."""
+    from slimecli.config.compose import load
+
+    source = next((o.split("=", 1)[1] for o in overrides if _override_key(o) == "run.dir"), None)
+    if source is None:
+        cfg = load(overrides, recipe_dirs)
+        if not any(_override_key(o) == "run.name" for o in overrides):
+            cfg = replace(cfg, run=replace(cfg.run, name="eval"))
+        return cfg, 0
+    return from_run(Path(source).expanduser(), [o for o in overrides if _override_key(o) != "run.dir"])
+
+
+def from_run(run_dir: Path, overrides: list[str]) -> tuple[SlimeConfig, int]:
+    """RUN's frozen config for its final policy, with `key=value` overrides on top."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from slimecli.config.convert import build, to_plain
+    from slimecli.config.io import load_frozen
+    from slimecli.config.rules import check_all
+    from slimecli.launch.plan import CONFIG_FILE
+
+    config = run_dir / CONFIG_FILE
+    if not config.is_file():
+        raise ConfigErrors([ConfigError("run.dir", str(run_dir), f"no run there (no {CONFIG_FILE})",
+                                        "name the directory of a `slimecli train` run, or use model.path=DIR")])
+    frozen = load_frozen(config)
+    data: dict[str, Any] = to_plain(frozen)
+    errors: list[ConfigError] = []
+    parser = OverridesParser.create()
+    given = set()
+    for text in overrides:
+        key = _override_key(text)
+        if key in GROUPS or key == "recipe":
+            errors.append(ConfigError(key, text, "a finished run's config is evaluated as it was frozen",
+                                      "change single keys (key=value), or evaluate model.path=DIR with a composed config"))
+            continue
+        (ov,) = parser.parse_overrides([text])
+        _set(data, key, ov.value(), errors)
+        given.add(key)
+    if "model.path" not in given:
+        final = run_dir / FINAL_DIR
+        if not (final / "config.json").is_file():
+            errors.append(ConfigError("run.dir", str(run_dir), f"the run has no final model ({final})",
+                                      "let the run finish, or evaluate a checkpoint with model.path=DIR"))
+        data["model"]["path"] = str(final.resolve())
+    data["run"].update(dir=None, root=str((run_dir / EVALS_DIR).resolve()), name=FINAL_DIR)
+    cfg = build(SlimeConfig, data, "", errors)
+    if cfg is not None:
+        errors.extend(check_all(cfg))
+    if errors or cfg is None:
+        raise ConfigErrors(errors)
+    return cfg, frozen.trainer.max_steps
+
+
+def _set(data: dict[str, Any], path: str, value: Any, errors: list[ConfigError]) -> None:
+    from slimecli.config.errors import did_you_mean
+
+    node: Any = data
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        if not isinstance(node, dict) or part not in node:
+            where = ".".join(parts[:i])
+            keys = list(node) if isinstance(node, dict) else []
+            errors.append(ConfigError(path, value, "unknown key", did_you_mean(part, keys, f"{where}." if where else "")))
+            return
+        if i == len(parts) - 1:
+            node[part] = value
+        node = node[part]
+
+
+def evaluate(cfg: SlimeConfig, step: int, argv: list[str], overrides: list[str], console: Console | None = None) -> int:
+    """Launch the engines and the evaluator, supervise them, print the table. 0 only when every dataset
+    was evaluated."""
+    from slimecli.eval.runner import read_summary
+    from slimecli.launch.plan import engine_specs
+    from slimecli.launch.preflight import agent_cli_errors, engine_errors, materialize, sandbox_errors
+    from slimecli.launch.rundir import prepare, write_plan
+    from slimecli.launch.spec import ProcessSpec
+    from slimecli.launch.supervisor import Supervisor
+
+    console = console or Console(highlight=False, soft_wrap=True)
+    if not cfg.eval.datasets:
+        raise ConfigErrors([ConfigError("eval.datasets", [], "nothing to evaluate",
+                                        "eval.datasets=[{name: NAME, task: jsonl, path: FILE}] or +recipe=NAME")])
+    cfg = materialize(cfg)
+    r = cfg.rollout
+    errors = engine_errors(cfg, [r.port + i for i in range(r.num_engines)])
+    if any(ds.task == "swe" for ds in cfg.eval.datasets):  # SWE tasks are worked by the agent CLI in sandboxes
+        errors += agent_cli_errors(cfg) + sandbox_errors(cfg)
+    if errors:
+        raise ConfigErrors(errors)
+    run = prepare(cfg, argv, overrides)
+    console.print(f"[bold]eval directory[/] {run.path}")
+    config_path = str(run.config_path)
+    evaluator = ProcessSpec(name="evaluator", kind="worker",
+                            argv=[sys.executable, "-m", "slimecli.eval", "--config", config_path, "--step", str(step)])
+    env = {"SLIMECLI_RUN_DIR": str(run.path), "PYTHONUNBUFFERED": "1"}
+    specs = [replace(s, env={**env, **s.env}) for s in [*engine_specs(cfg, config_path), evaluator]]
+    write_plan(run, specs)
+    code = Supervisor(specs, run.log_dir, console=console).run()
+    summary = read_summary(run.path, step)
+    if summary is None:
+        console.print("[red]no evaluation summary was written[/]")
+        return code or 1
+    console.print(table(summary, f"eval of {cfg.model.path} (step {step})"))
+    failed = [d["name"] for d in summary.get("datasets", []) if d.get("error")]
+    if failed:
+        console.print(f"[red]failed:[/] {', '.join(failed)}")
+    return code or (1 if failed else 0)
+
+
+def _metric_order(name: str) -> tuple[int, int, str]:
+    for i, prefix in enumerate(ORDER):
+        if name.startswith(prefix):
+            return (i, int(name[len(prefix):]) if prefix == "pass@" and name[5:].isdigit() else 0, name)
+    return (len(ORDER), 0, name)
+
+
+def table(summary: dict[str, Any], title: str) -> Table:
+    """One column per dataset, one row per metric (every metric any dataset has), then status and time."""
+    datasets = summary.get("datasets", [])
+    names = sorted({k for d in datasets for k in (d.get("metrics") or {})}, key=_metric_order)
+    out = Table(title=title)
+    out.add_column("metric")
+    for d in datasets:
+        out.add_column(str(d.get("name")), justify="right")
+    for name in names:
+        out.add_row(name, *[_cell(name, (d.get("metrics") or {}).get(name)) for d in datasets])
+    out.add_row("status", *[f"[red]failed: {d['error']}[/]" if d.get("error") else "[green]ok[/]" for d in datasets])
+    out.add_row("time (s)", *[f"{float(d.get('seconds') or 0):.1f}" for d in datasets])
+    return out
+
+
+def _cell(name: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if name in ("prompts", "samples") and isinstance(value, int | float):
+        return str(int(value))
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
