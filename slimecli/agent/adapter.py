@@ -11,6 +11,11 @@ agent.constrain (see slimecli.agent.constrain) adds a grammar to each turn's sam
   follows agent.choices_then: `final` (default) constrains it to the fixed text agent.choices_final, so the
   CLI ends its run after executing exactly one listed edit; `none` leaves it unconstrained; `tool_calls`
   constrains it as in tool_calls mode.
+
+A streaming request (`stream: true`) is streamed from the engine as it is sampled (slimecli.agent.streaming
+has the rule for what is shown when). Everything a stream echoes is checked before it opens, and it opens only
+when the engine's first chunk arrives, so a refusal is still an HTTP error; a failure after that (the engine
+aborted the turn for a weight update, or failed) is the API's in-stream error event, never a cut connection.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,24 +33,18 @@ from aiohttp import web
 
 from slimecli.agent import constrain
 from slimecli.agent.constrain import GrammarError, ToolChoice
-from slimecli.agent.engine_link import EngineLink, Generation
+from slimecli.agent.engine_link import EngineLink, Generation, Progress
+from slimecli.agent.fields import ApiError, echoed, int_field, text_of
 from slimecli.agent.parsers import ParsedOutput, ToolParser
 from slimecli.agent.render import Renderer
+from slimecli.agent.streaming import KEEPALIVE_S, STREAM_INTERVAL, LiveText, StreamWriter, open_sse
 from slimecli.agent.trajectory import SessionClosed, TooManyTurns, TrajectoryManager, Turn
 from slimecli.net import server as net
 from slimecli.rollout.client import EngineError, EngineRejected
 
 log = logging.getLogger(__name__)
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, kind: str | None = None, retry: bool | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.kind = kind
-        # SDK-based CLIs honour x-should-retry: a closed or exhausted session must end the run, not back off.
-        self.headers = {} if retry is None else {"x-should-retry": "true" if retry else "false"}
+__all__ = ["Adapter", "AdapterSettings", "ApiError", "TurnRequest", "TurnResult", "echoed", "int_field", "new_id",
+           "send_json", "text_of"]
 
 
 @dataclass
@@ -92,6 +92,7 @@ class AdapterSettings:
     choices_final: str = "Done."  # the text a `final` turn is constrained to
     choices_file: str | None = None  # JSON list of choices for sessions that registered none
     max_string_len: int | None = None  # constrained tool calls: cap on free string arguments (None: the schema's)
+    stream_interval: int = STREAM_INTERVAL  # streamed turns: engine chunks every this many tokens
 
 
 class Adapter:
@@ -242,7 +243,11 @@ class Adapter:
     async def run_turn(self, req: TurnRequest, constraint: dict[str, str] | None = None,
                        session: str | None = None) -> TurnResult:
         """Render, clamp to the context window, generate (or not, at the limit), parse."""
-        prompt_ids = await self.render(req)
+        return await self.generate_turn(req, await self.render(req), constraint, session)
+
+    async def generate_turn(self, req: TurnRequest, prompt_ids: list[int], constraint: dict[str, str] | None = None,
+                            session: str | None = None, on_progress: Progress | None = None) -> TurnResult:
+        """Clamp to the context window, generate (streamed to `on_progress` if given), parse."""
         remaining = self.renderer.context_len - len(prompt_ids)
         capped = False
         engine_s = 0.0
@@ -254,7 +259,9 @@ class Adapter:
             max_new = max(1, min(wanted, self.settings.max_new_tokens, remaining))
             # A turn cut by our own cap ends normally for the client (a CLI told max_tokens retries or fails);
             # the recorded turn keeps finish_reason=length, so the sample is still marked truncated.
-            capped = max_new == self.settings.max_new_tokens < min(wanted, remaining)
+            # A client that set no limit (Codex sends no max_output_tokens) is only ever cut by our cap or the window.
+            asked = req.max_tokens if req.max_tokens is not None else remaining
+            capped = max_new == self.settings.max_new_tokens < min(asked, remaining)
             params: dict[str, Any] = {
                 "max_new_tokens": max_new,
                 "temperature": self.settings.temperature, "top_p": self.settings.top_p, "top_k": self.settings.top_k,
@@ -262,11 +269,13 @@ class Adapter:
                 "spaces_between_special_tokens": False, "no_stop_trim": True}
             if req.stop:
                 params["stop"] = req.stop
+            if on_progress is not None:
+                params["stream_interval"] = self.settings.stream_interval
             params.update(constraint or {})
             started = time.perf_counter()
             try:
                 gen = await self.engine.generate(prompt_ids, params, rid=f"{self.name}-{uuid.uuid4().hex}",
-                                                 session=session)
+                                                 session=session, on_progress=on_progress)
             except EngineRejected as exc:  # a bad request, most likely a tool schema the grammar cannot hold
                 what = f" (agent.constrain={self.settings.constrain})" if constraint else ""
                 raise ApiError(400, f"the engine rejected this turn{what}: {exc.message[:1000]}", retry=False
@@ -294,6 +303,67 @@ class Adapter:
         finally:
             self.manager.end_turn(sid, turn)
 
+    async def stream_turn(self, request: web.Request, sid: str, req: TurnRequest, writer: StreamWriter
+                          ) -> web.StreamResponse:
+        """serve_turn for a streaming request: the SSE stream opens with the engine's first chunk, shows the
+        output as it comes (LiveText), and the turn is recorded once the last event was written."""
+        constraint = self.constraint(sid, req)
+        self.admit(sid)
+        turn: Turn | None = None
+        resp: web.StreamResponse | None = None
+        live = LiveText(getattr(self.parser, "stream_view", None), req.stop, self.renderer.decode)
+        last_write = time.monotonic()
+        try:
+            prompt_ids = await self.render(req)
+
+            async def send(make: Callable[[], list[bytes]]) -> None:
+                """Open the stream (its opening events first), then write what `make` gives."""
+                nonlocal resp, last_write
+                chunks = []
+                if resp is None:
+                    resp = await open_sse(request)
+                    chunks = writer.opening(len(prompt_ids))
+                chunks += make()
+                if chunks:
+                    await resp.write(b"".join(chunks))
+                    last_write = time.monotonic()
+
+            def shown(ids: list[int]) -> list[bytes]:
+                reasoning, delta = live.update(ids)
+                chunks = (writer.reasoning(reasoning) if reasoning else []) + (writer.text(delta) if delta else [])
+                if not chunks and time.monotonic() - last_write >= KEEPALIVE_S:
+                    chunks = writer.keepalive()
+                return chunks
+
+            async def progress(ids: list[int]) -> None:
+                await send(lambda: shown(ids))
+
+            try:
+                result = await self.generate_turn(req, prompt_ids, constraint, sid, on_progress=progress)
+            except ConnectionResetError:  # the client went away mid-stream (the engine request was aborted)
+                raise
+            except Exception as exc:
+                if resp is None:
+                    raise  # nothing sent yet: an HTTP error as for a non-streaming request
+                err = self._refusal(request, exc)
+                if err is None:
+                    log.exception("internal error in a streamed turn")
+                    err = net.HttpError(500, f"internal error: {type(exc).__name__}: {exc}")
+                await send(lambda: writer.failure(err.status, err.message))
+                await resp.write_eof()
+                return resp
+            await send(lambda: writer.finish(result, live))
+            assert resp is not None
+            await resp.write_eof()
+            turn = result.to_turn()
+            return resp
+        except ConnectionResetError:
+            if resp is None:
+                raise
+            return resp  # nothing to answer: aiohttp closes the connection
+        finally:
+            self.manager.end_turn(sid, turn)
+
 
 def new_id(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:24]}"
@@ -305,50 +375,3 @@ async def send_json(request: web.Request, body: dict[str, Any]) -> web.StreamRes
     await response.prepare(request)
     await response.write_eof()
     return response
-
-
-def sse_event(name: str | None, data: dict[str, Any]) -> bytes:
-    head = f"event: {name}\n" if name else ""
-    return f"{head}data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
-
-
-async def open_sse(request: web.Request) -> web.StreamResponse:
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    await response.prepare(request)
-    return response
-
-
-def text_of(content: Any, what: str) -> str:
-    """Flatten a string or a list of text-like blocks; images and documents become placeholders."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise ApiError(400, f"{what} must be a string or a list of blocks")
-    parts = []
-    for block in content:
-        if isinstance(block, str):
-            parts.append(block)
-            continue
-        if not isinstance(block, dict):
-            raise ApiError(400, f"{what}: each block must be an object")
-        kind = block.get("type")
-        if kind in ("text", "input_text", "output_text", "reasoning_text", "summary_text"):
-            if not isinstance(block.get("text"), str):
-                raise ApiError(400, f"{what}: a {kind} block needs a string `text`")
-            parts.append(block["text"])
-        elif kind in ("image", "input_image"):
-            parts.append("[image]")
-        elif kind in ("document", "input_file"):
-            parts.append("[document]")
-    return "\n".join(parts)
-
-
-def int_field(body: dict[str, Any], key: str, minimum: int = 1) -> int | None:
-    value = body.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ApiError(400, f"`{key}` must be an integer >= {minimum}")
-    return value

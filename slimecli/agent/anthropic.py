@@ -1,4 +1,9 @@
-"""Anthropic Messages API adapter (agent=claude_code): /v1/messages (streaming and not) and count_tokens."""
+"""Anthropic Messages API adapter (agent=claude_code): /v1/messages (streaming and not) and count_tokens.
+
+A streamed reply is streamed as it is sampled (slimecli.agent.streaming): message_start and a ping when the
+engine's first chunk arrives, a thinking block once the reasoning is complete, text_delta events as the text
+comes, tool_use blocks (one input_json_delta each) when the turn ends, then message_delta and message_stop. A
+failure after the stream opened is an `error` event (overloaded_error for an aborted turn: the CLI retries)."""
 
 from __future__ import annotations
 
@@ -7,20 +12,11 @@ from typing import Any
 
 from aiohttp import web
 
-from slimecli.agent.adapter import (
-    Adapter,
-    ApiError,
-    TurnRequest,
-    TurnResult,
-    int_field,
-    new_id,
-    open_sse,
-    send_json,
-    sse_event,
-    text_of,
-)
+from slimecli.agent.adapter import Adapter, ApiError, TurnRequest, TurnResult, new_id, send_json
 from slimecli.agent.constrain import ToolChoice
+from slimecli.agent.fields import echoed, int_field, text_of
 from slimecli.agent.render import tool_schema
+from slimecli.agent.streaming import LiveText, sse_event
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",
@@ -49,38 +45,87 @@ class AnthropicAdapter(Adapter):
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             raise ApiError(400, "`stream` must be a boolean")
-        model = body["model"] if isinstance(body.get("model"), str) else self.settings.model_name
-        reply = self._stream if stream else self._json
+        model = echoed(body, "model", self.settings.model_name)
+        if stream:
+            return await self.stream_turn(request, sid, req, _MessageStream(model, self.error_body))
 
         async def send(request: web.Request, result: TurnResult) -> web.StreamResponse:
-            return await reply(request, model, result)
+            return await send_json(request, {
+                "id": new_id("msg_"), "type": "message", "role": "assistant", "model": model,
+                "content": content_blocks(result), "stop_reason": stop_reason(result),
+                "stop_sequence": result.stop_sequence, "usage": usage(result)})
 
         return await self.serve_turn(request, sid, req, send)
 
-    async def _json(self, request: web.Request, model: str, result: TurnResult) -> web.StreamResponse:
-        return await send_json(request, {
-            "id": new_id("msg_"), "type": "message", "role": "assistant", "model": model,
-            "content": content_blocks(result), "stop_reason": stop_reason(result),
-            "stop_sequence": result.stop_sequence, "usage": usage(result)})
 
-    async def _stream(self, request: web.Request, model: str, result: TurnResult) -> web.StreamResponse:
-        resp = await open_sse(request)
-        u = usage(result)
-        start: dict[str, Any] = {"id": new_id("msg_"), "type": "message", "role": "assistant", "model": model,
+class _MessageStream:
+    """The events of one streamed message (a StreamWriter); blocks are numbered in the order they open."""
+
+    def __init__(self, model: str, error_body: Any) -> None:
+        self.model = model
+        self.error_body = error_body
+        self.index = 0
+        self.text_index: int | None = None  # the open text block
+
+    def opening(self, prompt_len: int) -> list[bytes]:
+        start: dict[str, Any] = {"id": new_id("msg_"), "type": "message", "role": "assistant", "model": self.model,
                                  "content": [], "stop_reason": None, "stop_sequence": None,
-                                 "usage": {"input_tokens": u["input_tokens"], "output_tokens": 0}}
-        chunks = [sse_event("message_start", {"type": "message_start", "message": start}),
-                  sse_event("ping", {"type": "ping"})]
-        for index, block in enumerate(content_blocks(result)):
-            chunks.extend(_block_events(index, block))
-        chunks.append(sse_event("message_delta", {
+                                 "usage": {"input_tokens": prompt_len, "output_tokens": 0}}
+        return [sse_event("message_start", {"type": "message_start", "message": start}), *self.keepalive()]
+
+    def keepalive(self) -> list[bytes]:
+        return [sse_event("ping", {"type": "ping"})]
+
+    def reasoning(self, text: str) -> list[bytes]:
+        return self._block({"type": "thinking", "thinking": text, "signature": SIGNATURE}) if text else []
+
+    def text(self, delta: str) -> list[bytes]:
+        events = []
+        if self.text_index is None:
+            self.text_index = self.index
+            self.index += 1
+            events.append(_start(self.text_index, {"type": "text", "text": ""}))
+        if delta:
+            events.append(_delta(self.text_index, {"type": "text_delta", "text": delta}))
+        return events
+
+    def finish(self, result: TurnResult, live: LiveText) -> list[bytes]:
+        parsed = result.parsed
+        reasoning, rest = live.rest(parsed)
+        events = self.reasoning(reasoning)
+        if rest or (self.text_index is None and (parsed.text or not parsed.tool_calls)):
+            events += self.text(rest)
+        if self.text_index is not None:
+            events.append(_stop(self.text_index))
+        for call in parsed.tool_calls:
+            events += self._block({"type": "tool_use", "id": new_id("toolu_"), "name": call.name,
+                                   "input": call.arguments})
+        events.append(sse_event("message_delta", {
             "type": "message_delta", "delta": {"stop_reason": stop_reason(result),
                                                "stop_sequence": result.stop_sequence},
-            "usage": {"output_tokens": u["output_tokens"]}}))
-        chunks.append(sse_event("message_stop", {"type": "message_stop"}))
-        await resp.write(b"".join(chunks))
-        await resp.write_eof()
-        return resp
+            "usage": {"output_tokens": len(result.gen.output_ids)}}))
+        events.append(sse_event("message_stop", {"type": "message_stop"}))
+        return events
+
+    def failure(self, status: int, message: str) -> list[bytes]:
+        return [sse_event("error", self.error_body(status, message, None))]
+
+    def _block(self, block: dict[str, Any]) -> list[bytes]:
+        index = self.index
+        self.index += 1
+        return _block_events(index, block)
+
+
+def _start(index: int, block: dict[str, Any]) -> bytes:
+    return sse_event("content_block_start", {"type": "content_block_start", "index": index, "content_block": block})
+
+
+def _delta(index: int, delta: dict[str, Any]) -> bytes:
+    return sse_event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+
+
+def _stop(index: int) -> bytes:
+    return sse_event("content_block_stop", {"type": "content_block_stop", "index": index})
 
 
 def _block_events(index: int, block: dict[str, Any]) -> list[bytes]:
@@ -95,11 +140,9 @@ def _block_events(index: int, block: dict[str, Any]) -> list[bytes]:
     else:
         start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
         deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"], ensure_ascii=False)}]
-    events = [sse_event("content_block_start", {"type": "content_block_start", "index": index,
-                                                "content_block": start})]
-    events += [sse_event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
-               for d in deltas if any(v for k, v in d.items() if k != "type")]
-    events.append(sse_event("content_block_stop", {"type": "content_block_stop", "index": index}))
+    events = [_start(index, start)]
+    events += [_delta(index, d) for d in deltas if any(v for k, v in d.items() if k != "type")]
+    events.append(_stop(index))
     return events
 
 

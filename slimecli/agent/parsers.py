@@ -46,6 +46,14 @@ class ToolParser(Protocol):
     def parse(self, text: str) -> ParsedOutput: ...
 
 
+class StreamingToolParser(ToolParser, Protocol):
+    def stream_view(self, text: str) -> tuple[str | None, str | None]:
+        """What of a partial output is already certain: (reasoning, text) such that, for every output that
+        starts with `text`, `parse` gives that reasoning ("" for None) and a text starting with the returned
+        text. (None, None) while nothing is certain. A parser without it streams everything at the end."""
+        ...
+
+
 class HermesToolParser:
     """Qwen / Hermes layout: optional `<think>...</think>`, then text, then `<tool_call>{json}</tool_call>` blocks."""
 
@@ -77,19 +85,75 @@ class HermesToolParser:
         out.tool_calls = calls
         return out
 
+    def stream_view(self, text: str) -> tuple[str | None, str | None]:
+        """The streaming rule of this layout (see StreamingToolParser):
+        - a leading `<think>` block is certain once `</think>` arrives; until then (and while the output could
+          still begin with `<think>`) nothing is shown;
+        - text is shown up to the first `<tool_call>` (a call, well-formed or not, is only known at the end),
+          minus a tail that could be the start of `<tool_call>`, and minus trailing whitespace (the reply text
+          is stripped)."""
+        m = self.THINK.match(text)
+        reasoning = None
+        if m:
+            reasoning, text = m.group(1).strip("\n"), text[m.end():]
+        else:
+            head = text.lstrip()
+            if head.startswith("<think>") or "<think>".startswith(head):
+                return None, None
+        cut = text.find("<tool_call>")
+        text = text[:cut] if cut >= 0 else text[:len(text) - partial_suffix(text, ("<tool_call>",))]
+        return reasoning, text.strip()
+
+
+def partial_suffix(text: str, markers: tuple[str, ...] | list[str]) -> int:
+    """Length of the longest tail of `text` that is a prefix of one of `markers` (a marker itself included)."""
+    best = 0
+    for marker in markers:
+        for k in range(min(len(marker), len(text)), best, -1):
+            if text.endswith(marker[:k]):
+                best = k
+                break
+    return best
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _encodable(value: Any) -> bool:
+    """No lone surrogate anywhere (a `\\ud800` escape the model wrote): such a call could not be sent on."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return True
+
 
 def _call_from_json(raw: str) -> ToolCall | None:
     try:
-        obj = json.loads(raw)
+        obj = json.loads(raw, parse_constant=_no_constant)  # NaN / Infinity are no JSON a client could read
     except (ValueError, RecursionError):
+        return None
+    if not _encodable(obj):
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
         return None
     args = obj.get("arguments", obj.get("parameters", {}))
     if isinstance(args, str):  # some models emit the arguments as a JSON string
         try:
-            args = json.loads(args)
-        except ValueError:
+            args = json.loads(args, parse_constant=_no_constant)
+        except (ValueError, RecursionError):
+            return None
+        if not _encodable(args):
             return None
     if not isinstance(args, dict):
         return None

@@ -1,4 +1,11 @@
-"""OpenAI Responses API adapter (agent=codex): /v1/responses, streaming with the events Codex waits for."""
+"""OpenAI Responses API adapter (agent=codex): /v1/responses, streaming with the events Codex waits for.
+
+A streamed reply is streamed as it is sampled (slimecli.agent.streaming): response.created and
+response.in_progress when the engine's first chunk arrives, a reasoning item once the reasoning is complete, the
+message item's response.output_text.delta events as the text comes, function_call items when the turn ends, then
+response.completed. A reply cut by max_output_tokens (or by the context window) is `status: "incomplete"` with
+`incomplete_details: {"reason": "max_output_tokens"}`, and its stream ends with response.incomplete (see
+INCOMPLETE). A failure after the stream opened is response.failed."""
 
 from __future__ import annotations
 
@@ -8,21 +15,15 @@ from typing import Any
 
 from aiohttp import web
 
-from slimecli.agent.adapter import (
-    Adapter,
-    ApiError,
-    TurnRequest,
-    TurnResult,
-    int_field,
-    new_id,
-    open_sse,
-    send_json,
-    sse_event,
-    text_of,
-)
+from slimecli.agent.adapter import Adapter, ApiError, TurnRequest, TurnResult, new_id, send_json
 from slimecli.agent.constrain import ToolChoice
+from slimecli.agent.fields import echoed, int_field, text_of
 from slimecli.agent.render import tool_schema
+from slimecli.agent.streaming import LiveText, sse_event
 
+# A reply cut by the length limit the client asked for (or by the context window) is "incomplete", as the
+# Responses API marks it.
+INCOMPLETE = True
 ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "not_found",
                413: "invalid_request_error", 415: "invalid_request_error",
                429: "rate_limit_exceeded", 503: "server_is_overloaded"}
@@ -46,48 +47,98 @@ class ResponsesAdapter(Adapter):
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             raise ApiError(400, "`stream` must be a boolean")
-        model = body["model"] if isinstance(body.get("model"), str) else self.settings.model_name
+        model = echoed(body, "model", self.settings.model_name)
+        if stream:
+            return await self.stream_turn(request, sid, req, _ResponseStream(model))
 
         async def send(request: web.Request, result: TurnResult) -> web.StreamResponse:
-            response = response_object(model, result)
-            if not stream:
-                return await send_json(request, response)
-            return await self._stream(request, response)
+            return await send_json(request, response_object(model, result))
 
         return await self.serve_turn(request, sid, req, send)
 
-    async def _stream(self, request: web.Request, response: dict[str, Any]) -> web.StreamResponse:
-        resp = await open_sse(request)
-        events: list[dict[str, Any]] = []
-        pending = {**response, "status": "in_progress", "output": [], "usage": None}
-        events.append({"type": "response.created", "response": pending})
-        events.append({"type": "response.in_progress", "response": pending})
-        for index, item in enumerate(response["output"]):
-            events.extend(_item_events(index, item))
-        events.append({"type": "response.completed", "response": response})
-        chunks = [sse_event(e["type"], {**e, "sequence_number": n}) for n, e in enumerate(events)]
-        await resp.write(b"".join(chunks))
-        await resp.write_eof()
-        return resp
+
+class _ResponseStream:
+    """The events of one streamed response (a StreamWriter), numbered by sequence_number."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.ids = {"resp": new_id("resp_"), "msg": new_id("msg_"), "rs": new_id("rs_")}
+        self.seq = 0
+        self.index = 0  # output_index of the next item
+        self.message_index: int | None = None  # the message item, once added
+
+    def _events(self, *events: dict[str, Any]) -> list[bytes]:
+        out = []
+        for event in events:
+            out.append(sse_event(event["type"], {**event, "sequence_number": self.seq}))
+            self.seq += 1
+        return out
+
+    def opening(self, prompt_len: int) -> list[bytes]:
+        pending = {"id": self.ids["resp"], "object": "response", "created_at": int(time.time()),
+                   "status": "in_progress", "model": self.model, "output": [], "error": None,
+                   "incomplete_details": None, "usage": None}
+        return self._events({"type": "response.created", "response": pending},
+                            {"type": "response.in_progress", "response": pending})
+
+    def keepalive(self) -> list[bytes]:
+        return []  # the Responses stream has no keep-alive event
+
+    def reasoning(self, text: str) -> list[bytes]:
+        if not text:
+            return []
+        index, self.index = self.index, self.index + 1
+        return self._events(*_item_events(index, reasoning_item(self.ids["rs"], text)))
+
+    def _message_ref(self) -> dict[str, Any]:
+        return {"item_id": self.ids["msg"], "output_index": self.message_index, "content_index": 0}
+
+    def text(self, delta: str) -> list[bytes]:
+        events = []
+        if self.message_index is None:
+            self.message_index, self.index = self.index, self.index + 1
+            empty = {**message_item(self.ids["msg"], ""), "status": "in_progress", "content": []}
+            events += [{"type": "response.output_item.added", "output_index": self.message_index, "item": empty},
+                       {"type": "response.content_part.added", **self._message_ref(),
+                        "part": {"type": "output_text", "text": "", "annotations": []}}]
+        if delta:
+            events.append({"type": "response.output_text.delta", **self._message_ref(), "delta": delta})
+        return self._events(*events)
+
+    def finish(self, result: TurnResult, live: LiveText) -> list[bytes]:
+        response = response_object(self.model, result, self.ids)
+        reasoning, rest = live.rest(result.parsed)
+        out = self.reasoning(reasoning)
+        items = [i for i in response["output"] if i["type"] != "reasoning"]
+        if items and items[0]["type"] == "message":
+            message = items.pop(0)
+            out += self.text(rest)
+            part, ref = message["content"][0], self._message_ref()
+            out += self._events({"type": "response.output_text.done", **ref, "text": part["text"]},
+                                {"type": "response.content_part.done", **ref, "part": part},
+                                {"type": "response.output_item.done", "output_index": self.message_index,
+                                 "item": message})
+        for item in items:
+            index, self.index = self.index, self.index + 1
+            out += self._events(*_item_events(index, item))
+        return out + self._events({"type": f"response.{response['status']}", "response": response})
+
+    def failure(self, status: int, message: str) -> list[bytes]:
+        code = "server_is_overloaded" if status == 503 else "server_error"
+        failed: dict[str, Any] = {"id": self.ids["resp"], "object": "response", "status": "failed", "model": self.model,
+                  "output": [], "error": {"code": code, "message": message}, "incomplete_details": None,
+                  "usage": None}
+        return self._events({"type": "response.failed", "response": failed})
 
 
 def _item_events(index: int, item: dict[str, Any]) -> list[dict[str, Any]]:
+    """The events of one whole output item (reasoning or function_call)."""
     kind = item["type"]
     empty = {**item, "status": "in_progress"}
-    if kind == "message":
-        empty["content"] = []
-    elif kind == "function_call":
+    if kind == "function_call":
         empty["arguments"] = ""
     events = [{"type": "response.output_item.added", "output_index": index, "item": empty}]
-    if kind == "message":
-        part = item["content"][0]
-        ref = {"item_id": item["id"], "output_index": index, "content_index": 0}
-        events.append({"type": "response.content_part.added", **ref, "part": {**part, "text": ""}})
-        if part["text"]:
-            events.append({"type": "response.output_text.delta", **ref, "delta": part["text"]})
-        events.append({"type": "response.output_text.done", **ref, "text": part["text"]})
-        events.append({"type": "response.content_part.done", **ref, "part": part})
-    elif kind == "function_call":
+    if kind == "function_call":
         ref = {"item_id": item["id"], "output_index": index}
         events.append({"type": "response.function_call_arguments.delta", **ref, "delta": item["arguments"]})
         events.append({"type": "response.function_call_arguments.done", **ref, "arguments": item["arguments"]})
@@ -95,24 +146,32 @@ def _item_events(index: int, item: dict[str, Any]) -> list[dict[str, Any]]:
     return events
 
 
-def response_object(model: str, result: TurnResult) -> dict[str, Any]:
+def reasoning_item(item_id: str, text: str) -> dict[str, Any]:
+    return {"type": "reasoning", "id": item_id, "status": "completed", "summary": [],
+            "content": [{"type": "reasoning_text", "text": text}], "encrypted_content": text}
+
+
+def message_item(item_id: str, text: str) -> dict[str, Any]:
+    return {"type": "message", "id": item_id, "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]}
+
+
+def response_object(model: str, result: TurnResult, ids: dict[str, str] | None = None) -> dict[str, Any]:
+    ids = ids or {"resp": new_id("resp_"), "msg": new_id("msg_"), "rs": new_id("rs_")}
     parsed = result.parsed
     output: list[dict[str, Any]] = []
     if parsed.reasoning:
-        output.append({"type": "reasoning", "id": new_id("rs_"), "status": "completed", "summary": [],
-                       "content": [{"type": "reasoning_text", "text": parsed.reasoning}],
-                       "encrypted_content": parsed.reasoning})
+        output.append(reasoning_item(ids["rs"], parsed.reasoning))
     if parsed.text or not parsed.tool_calls:
-        output.append({"type": "message", "id": new_id("msg_"), "role": "assistant", "status": "completed",
-                       "content": [{"type": "output_text", "text": parsed.text, "annotations": []}]})
+        output.append(message_item(ids["msg"], parsed.text))
     for call in parsed.tool_calls:
         output.append({"type": "function_call", "id": new_id("fc_"), "call_id": new_id("call_"), "name": call.name,
                        "arguments": json.dumps(call.arguments, ensure_ascii=False), "status": "completed"})
     n_in, n_out = len(result.prompt_ids), len(result.gen.output_ids)
-    truncated = result.truncated and not parsed.tool_calls
-    return {"id": new_id("resp_"), "object": "response", "created_at": int(time.time()), "status": "completed",
-            "model": model, "output": output, "error": None,
-            "incomplete_details": {"reason": "max_output_tokens"} if truncated else None,
+    incomplete = result.truncated and not parsed.tool_calls and INCOMPLETE
+    return {"id": ids["resp"], "object": "response", "created_at": int(time.time()),
+            "status": "incomplete" if incomplete else "completed", "model": model, "output": output, "error": None,
+            "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
             "usage": {"input_tokens": n_in, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": n_out,
                       "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": n_in + n_out}}
 

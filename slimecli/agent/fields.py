@@ -1,0 +1,71 @@
+"""Request fields the adapters read the same way: text blocks, integer limits, strings the reply echoes.
+Every violation is an ApiError 400 naming the field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, kind: str | None = None, retry: bool | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+        # SDK-based CLIs honour x-should-retry: a closed or exhausted session must end the run, not back off.
+        self.headers = {} if retry is None else {"x-should-retry": "true" if retry else "false"}
+
+
+MAX_ECHO = 256  # characters of a request string the reply echoes (a model name)
+
+
+def echoed(body: dict[str, Any], key: str, default: str) -> str:
+    """A string field the reply echoes (`model`), checked now so that no event can fail to encode later."""
+    value = body.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise ApiError(400, f"`{key}` must be a string")
+    if len(value) > MAX_ECHO:
+        raise ApiError(400, f"`{key}` is longer than {MAX_ECHO} characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ApiError(400, f"`{key}` is not valid Unicode (it has a lone surrogate)") from None
+    return value
+
+
+def text_of(content: Any, what: str) -> str:
+    """Flatten a string or a list of text-like blocks; images and documents become placeholders."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise ApiError(400, f"{what} must be a string or a list of blocks")
+    parts = []
+    for block in content:
+        if isinstance(block, str):
+            parts.append(block)
+            continue
+        if not isinstance(block, dict):
+            raise ApiError(400, f"{what}: each block must be an object")
+        kind = block.get("type")
+        if kind in ("text", "input_text", "output_text", "reasoning_text", "summary_text"):
+            if not isinstance(block.get("text"), str):
+                raise ApiError(400, f"{what}: a {kind} block needs a string `text`")
+            parts.append(block["text"])
+        elif kind in ("image", "input_image"):
+            parts.append("[image]")
+        elif kind in ("document", "input_file"):
+            parts.append("[document]")
+    return "\n".join(parts)
+
+
+def int_field(body: dict[str, Any], key: str, minimum: int = 1) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ApiError(400, f"`{key}` must be an integer >= {minimum}")
+    return value
