@@ -21,6 +21,7 @@ from slimecli.agent.parsers import get_parser
 from slimecli.agent.registry import resolve
 from slimecli.agent.render import Renderer
 from slimecli.agent.trajectory import TrajectoryManager
+from slimecli.net.listen import READ_TIMEOUT_S, app_runner, start_site
 from slimecli.net.ports import free_port
 
 if TYPE_CHECKING:
@@ -63,6 +64,17 @@ class EngineProcess:
             self.proc.wait(timeout=10)
 
 
+async def serve_app(app: web.Application, host: str, port: int, read_timeout_s: float = READ_TIMEOUT_S
+                    ) -> web.AppRunner:
+    """Serve an adapter's app: handler cancellation (a client gone mid-turn aborts its engine request), a
+    connection that stalls in its request head is closed after read_timeout_s, and open connections are capped
+    (slimecli.net.listen)."""
+    runner = app_runner(app, read_timeout_s=read_timeout_s)
+    await runner.setup()
+    await start_site(runner, host, port)
+    return runner
+
+
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
 
@@ -91,8 +103,9 @@ class AgentService:
         self.engine_proc = None if urls else EngineProcess(cfg, self.tmp)
         if self.engine_proc is not None:
             urls = [self.engine_proc.url]
-        self.engine: EngineLink | EnginePool = (EngineLink(urls[0], cfg.rollout.request_timeout_s) if len(urls) == 1
-                                                else EnginePool(urls, cfg.rollout.request_timeout_s))
+        self.engine: EngineLink | EnginePool = (EngineLink(urls[0], cfg.rollout.request_timeout_s, cfg.rollout.api_key)
+                                                if len(urls) == 1 else
+                                                EnginePool(urls, cfg.rollout.request_timeout_s, cfg.rollout.api_key))
         settings = AdapterSettings(model_name=Path(cfg.model.path or cfg.model.name).name,
                                    temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
                                    top_k=cfg.rollout.top_k, max_new_tokens=agent.max_new_tokens,
@@ -114,10 +127,7 @@ class AgentService:
         if self.engine_proc is not None:
             self.engine_proc.start()
         await self._wait_engine()
-        self._runner = web.AppRunner(self.adapter.app(), handler_cancellation=True, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
+        self._runner = await serve_app(self.adapter.app(), self.host, self.port)
         if self.port == 0:
             self.port = self._runner.addresses[0][1]
 

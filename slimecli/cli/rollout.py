@@ -39,6 +39,6 @@ def register(app: typer.Typer) -> None:
         except ConfigErrors as exc:  # the run directory is in use, or holds another run
             fail(exc.render())
         typer.echo(f"rollout: run dir {run.path}", err=True)
-        start(cfg, index)
+        start(cfg, index, run.path)
 
     app.add_typer(rollout_app, name="rollout")

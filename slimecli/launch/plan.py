@@ -7,6 +7,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from slimecli.config.groups.rollout import RolloutConfig
 from slimecli.config.schema import SlimeConfig
 from slimecli.launch.spec import Probe, ProcessSpec
 from slimecli.launch.torchrun import torchrun_argv
@@ -25,11 +26,19 @@ def engine_specs(cfg: SlimeConfig, config_path: str) -> list[ProcessSpec]:
             argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(cfg.model.path or "<model=tiny>"),
                     "--host", r.host, "--port", str(port), "--dtype", cfg.model.dtype,
                     *(["--trust-remote-code"] if cfg.model.trust_remote_code else []),
-                    "--skip-server-warmup", *shlex.split(r.sglang_args)]
+                    "--skip-server-warmup", *_api_key_args(r), *shlex.split(r.sglang_args)]
         specs.append(ProcessSpec(name=f"engine-{i}", argv=argv, kind="server", ports=[port],
                                  probe=Probe(f"http://{r.host}:{port}/health_generate"),
                                  start_timeout_s=r.start_timeout_s))
     return specs
+
+
+def _api_key_args(r: RolloutConfig) -> list[str]:
+    """SGLang's --api-key: rollout.api_key, else $SLIMECLI_ENGINE_API_KEY (the embedded engine reads the same)."""
+    from slimecli.rollout.client import engine_api_key
+
+    key = engine_api_key(r)
+    return ["--api-key", key] if key else []
 
 
 def teacher_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec | None:

@@ -8,13 +8,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
 from slimecli.net.retry import RetryPolicy, with_retries
+
+if TYPE_CHECKING:
+    from slimecli.config.groups.rollout import RolloutConfig
+
+API_KEY_ENV = "SLIMECLI_ENGINE_API_KEY"
+
+
+def engine_api_key(r: RolloutConfig | None = None) -> str | None:
+    """The engines' api key: rollout.api_key, else $SLIMECLI_ENGINE_API_KEY, else None (no key)."""
+    key = r.api_key if r is not None else None
+    return key or os.environ.get(API_KEY_ENV) or None
 
 
 class EngineError(RuntimeError):
@@ -58,10 +70,13 @@ def _engine_busy(exc: BaseException) -> bool:
 
 
 class EngineClient:
-    def __init__(self, base_url: str, *, timeout_s: float = 600.0, session: aiohttp.ClientSession | None = None
-                 ) -> None:
+    """api_key: sent as `Authorization: Bearer` on every request (None: $SLIMECLI_ENGINE_API_KEY, if set)."""
+
+    def __init__(self, base_url: str, *, timeout_s: float = 600.0, session: aiohttp.ClientSession | None = None,
+                 api_key: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
+        self.api_key = api_key or engine_api_key()
         self._session = session
         self._own_session = session is None
 
@@ -79,6 +94,10 @@ class EngineClient:
             self._own_session = True
         return self._session
 
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
     async def close(self) -> None:
         if self._own_session and self._session is not None and not self._session.closed:
             await self._session.close()
@@ -87,7 +106,7 @@ class EngineClient:
                        timeout_s: float | None = None) -> Any:
         url = self.base_url + path
         timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s is not None else None
-        async with self.session.request(method, url, json=body, timeout=timeout) as resp:
+        async with self.session.request(method, url, json=body, timeout=timeout, headers=self.headers) as resp:
             text = await resp.text()
             if resp.status not in ok:
                 raise engine_error(resp.status, _message(resp.status, text), url)
@@ -126,7 +145,7 @@ class EngineClient:
         """POST /generate with stream=true; yields the cumulative reply dicts until the engine sends [DONE]."""
         body = self._generate_body(input_ids, text, sampling_params, return_logprob, rid, {**extra, "stream": True})
         url = self.base_url + "/generate"
-        async with self.session.post(url, json=body) as resp:
+        async with self.session.post(url, json=body, headers=self.headers) as resp:
             if resp.status != 200:
                 raise engine_error(resp.status, _message(resp.status, await resp.text()), url)
             async for raw in resp.content:
@@ -193,7 +212,7 @@ class EngineClient:
         if weight_version is not None:
             body["weight_version"] = str(weight_version)
         url = self.base_url + path
-        async with self.session.post(url, json=body) as resp:
+        async with self.session.post(url, json=body, headers=self.headers) as resp:
             text = await resp.text()
             try:
                 data = json.loads(text)
@@ -245,3 +264,7 @@ class EngineClient:
 
     async def get_server_info(self) -> dict[str, Any]:
         return await self._request("GET", "/get_server_info")
+
+    async def get_loads(self, include: str | None = None) -> dict[str, Any]:
+        """GET /v1/loads (SGLang's shape: {"timestamp", "version", ..., "loads": [one per DP rank]})."""
+        return await self._request("GET", "/v1/loads" + (f"?include={include}" if include else ""))

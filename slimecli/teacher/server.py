@@ -9,7 +9,6 @@ then loads the checkpoint on every rank.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 import time
@@ -24,7 +23,9 @@ from aiohttp import web
 from slimecli.config.convert import to_plain
 from slimecli.config.schema import SlimeConfig
 from slimecli.net import server as net
-from slimecli.teacher.protocol import GenerateRequest, RequestError, parse_generate, parse_update
+from slimecli.net.auth import bearer_auth
+from slimecli.net.paths import request_dir
+from slimecli.teacher.protocol import MAX_LABEL_WIDTH, GenerateRequest, RequestError, parse_generate, parse_update
 from slimecli.teacher.ranks import Exchange
 
 log = logging.getLogger("slimecli.teacher")
@@ -133,21 +134,22 @@ class Front:
                 self.cancelled += 1
                 log.info("generate cancelled while queued: client disconnected (tokens=%d)", req.tokens)
             raise
-        if not reply["ok"]:
+        if not reply["ok"]:  # the ranks' own refusals carry a 4xx status (agreed by every rank of the group)
             self.failed += 1
-            log.error("generate failed: %s", reply["error"])
-            return web.json_response({"error": reply["error"]}, status=500)
+            status = int(reply.get("status", 500))
+            (log.info if status < 500 else log.error)("generate failed (%d): %s", status, reply["error"])
+            return web.json_response({"error": reply["error"]}, status=status)
         self.finished += 1
         self.finished_tokens += req.tokens
         rid = uuid.uuid4().hex
         log.info("generate id=%s tokens=%d sample_n=%d labels=%d wait_ms=%.1f run_ms=%.1f", rid, req.tokens,
                  req.sample_n, len(req.labels[0]) if req.labels else 0, (job.started - job.enqueued) * 1e3,
                  (time.monotonic() - job.started) * 1e3)
-        return web.json_response({"request_id": rid, **reply["result"]}, dumps=_dumps)
+        return net.json_response({"request_id": rid, **reply["result"]})  # non-finite -> null, never NaN
 
     async def update_weights(self, request: web.Request) -> web.Response:
         path, timeout, delay = parse_update(await _json(request), self.t.update_timeout_s)
-        path = str(Path(path).expanduser().absolute())
+        path = str(request_dir(path, "model_path"))  # ~ expanded, symlinks resolved; 400 for what is no path
         if self.update is not None:
             if path != self.update_path:
                 raise RequestError(409, f"an update to {self.update_path} is already running")
@@ -197,8 +199,9 @@ class Front:
 
     async def info(self, request: web.Request) -> web.Response:
         config = to_plain(self.cfg)
-        if config["teacher"].get("api_key"):
-            config["teacher"]["api_key"] = "***"
+        for group in ("teacher", "rollout"):  # the secrets of the config: never in a reply
+            if config.get(group, {}).get("api_key"):
+                config[group]["api_key"] = "***"
         return web.json_response({"server_type": SERVER_TYPE, "model_path": self.model_path,
                                   "vocab_size": self.vocab_size, "tp": self.t.tp, "dp": self.t.dp,
                                   "temperature": self.t.temperature, "max_length": self.t.max_length,
@@ -212,8 +215,10 @@ class Front:
                                   "dp": len(self.exchanges), "per_dp_group_requests": self.group_done})
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[net.json_errors(_error_body, logger=log, translate=_refusal), self._auth],
+        auth = bearer_auth(self.t.api_key, open_path=lambda path: path == "/healthz", what="teacher.api_key")
+        app = web.Application(middlewares=[net.json_errors(_error_body, logger=log, translate=_refusal), auth],
                               client_max_size=MAX_BODY)
+        app[net.BODY_LIMITS] = net.BodyLimits(body_limit(self.t.max_length or context_length(self.model_path)))
         app.router.add_post("/generate", self.generate)
         app.router.add_post("/update_weights_from_disk", self.update_weights)
         app.router.add_get("/healthz", self.healthz)
@@ -221,16 +226,6 @@ class Front:
         app.router.add_get("/info", self.info)
         app.router.add_get("/get_loads", self.get_loads)
         return app
-
-    @web.middleware
-    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        """With teacher.api_key every endpoint but /healthz (the liveness probe) needs the bearer token."""
-        key = self.t.api_key
-        if key and request.path != "/healthz":
-            given = request.headers.get("Authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
-                raise RequestError(401, "missing or wrong bearer token (Authorization: Bearer <teacher.api_key>)")
-        return await handler(request)
 
 
 def _error_body(err: net.HttpError) -> dict[str, Any]:
@@ -248,8 +243,22 @@ def _refusal(request: web.Request, exc: Exception) -> net.HttpError | None:
 
 
 async def _json(request: web.Request) -> Any:
-    return await net.read_json(request, json_only=True)
+    return await net.read_json(request, json_only=True, strict_text=True)
 
 
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"))
+def body_limit(tokens: int) -> int:
+    """A body with `tokens` input ids and a label_token_ids row of the widest allowed at each of them."""
+    return net.body_limit(tokens, per_token=8 * (1 + MAX_LABEL_WIDTH), cap=MAX_BODY)
+
+
+def context_length(model_path: str, default: int = 1 << 17) -> int:
+    """The model's max_position_embeddings (its text config's), from config.json; `default` if it has none."""
+    try:
+        cfg = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return default
+    for c in (cfg, cfg.get("text_config") or {}):
+        n = c.get("max_position_embeddings") if isinstance(c, dict) else None
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            return n
+    return default

@@ -4,8 +4,9 @@ fixtures.
 
 The submodules hold the helpers of one group of tests: `engine` (a real engine process and the fixtures
 that start it), `train_e2e` (`slimecli train` runs as real processes), `teacher` (tiny checkpoints and a
-teacher server). Two are programs run by path: `scripted_engine.py` (the agent protocol tests' scripted
-engine, also imported) and `vocab_parallel_check.py` (run under torchrun by the vocab-parallel test).
+teacher server), `hostile` (raw HTTP bytes and strategies for the hostile-input suites). Two are
+programs run by path: `scripted_engine.py` (the agent protocol tests' scripted engine, also imported)
+and `vocab_parallel_check.py` (run under torchrun by the vocab-parallel test).
 
 Waiting is always on a condition with a deadline, never a fixed sleep before reading a file or a
 state: `wait_until` polls until the condition holds and fails with what it waited for.

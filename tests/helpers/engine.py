@@ -66,7 +66,7 @@ def engine_fixture(tmp: Path, *extra: str) -> Iterator[Engine]:
     model = create_tiny_model(tmp / "model", seed=0)
     port = free_port()
     argv = [sys.executable, "-m", "slimecli", "rollout", "serve", f"model.path={model}", f"rollout.port={port}",
-            f"run.root={tmp / 'runs'}", *extra]
+            f"run.root={tmp / 'runs'}", f"rollout.weight_roots=[{tmp.parent}]", *extra]
     eng = start_engine(argv, port, model, tmp / "engine.log")
     try:
         yield eng

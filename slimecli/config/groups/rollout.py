@@ -27,6 +27,13 @@ class RolloutConfig:
     dynamic_filter: Literal["none", "zero_std"] = "none"
     over_sampling_batch_size: int | None = None  # prompts pulled per round when filtering
     sglang_args: str = ""  # extra flags for sglang.launch_server
+    # Engine control and generation endpoints need `Authorization: Bearer <api_key>` (SGLang's --api-key);
+    # None: the SLIMECLI_ENGINE_API_KEY environment variable if set, else open. /health* stays open.
+    api_key: str | None = None
+    # update_weights_from_disk loads only directories under these (symlinks resolved); () = the run directory
+    weight_roots: tuple[str, ...] = ()
+    read_timeout_s: float = 60.0  # embedded engine: a request head or body that stalls longer is dropped / 408
+    max_connections: int = 1024  # embedded engine: open connections at most; more are answered 503
     # single_turn: one engine completion per sample; agent: an agent CLI works each SWE task (task=swe);
     # or package.module:function, a factory fn(cfg, tokenizer, engines, source) of an object with async collect()
     generate: str = "single_turn"

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from slimecli.config.schema import SlimeConfig
+
+log = logging.getLogger("slimecli.engine")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -18,12 +23,25 @@ def main(argv: list[str] | None = None) -> None:
     from slimecli.config.io import load_frozen_or_exit
 
     cfg = load_frozen_or_exit(args.config)
-    start(cfg, args.index)
+    start(cfg, args.index, Path(args.config).resolve().parent)
 
 
-def start(cfg: SlimeConfig, index: int = 0) -> None:
-    """Serve engine `index` of this config (blocks)."""
+def weight_roots(cfg: SlimeConfig, run_dir: str | Path | None) -> list[str | Path]:
+    """rollout.weight_roots, or the run directory ($SLIMECLI_RUN_DIR, run.dir, else the one given)."""
+    if cfg.rollout.weight_roots:
+        return list(cfg.rollout.weight_roots)
+    run = os.environ.get("SLIMECLI_RUN_DIR") or cfg.run.dir or run_dir
+    if run is None:  # nowhere to load from: every update_weights_from_disk is a 403 that says so
+        log.warning("no run directory and no rollout.weight_roots: update_weights_from_disk will refuse every path")
+        return []
+    return [run]
+
+
+def start(cfg: SlimeConfig, index: int = 0, run_dir: str | Path | None = None) -> None:
+    """Serve engine `index` of this config (blocks); run_dir: where update_weights_from_disk may load from
+    when rollout.weight_roots is not set."""
     from slimecli.model.loading import resolve_model_path, resolve_tokenizer_path
+    from slimecli.rollout.client import engine_api_key
     from slimecli.rollout.engine.app import run
 
     model_path = resolve_model_path(cfg.model)
@@ -31,7 +49,8 @@ def start(cfg: SlimeConfig, index: int = 0) -> None:
     run(model_path, host=r.host, port=r.port + index, tokenizer_path=resolve_tokenizer_path(cfg.model),
         dtype=cfg.model.dtype, max_running=r.max_running_requests, seed=cfg.run.seed + index, device=r.device,
         prefix_cache_mb=r.prefix_cache_mb, trust_remote_code=cfg.model.trust_remote_code,
-        log_level=cfg.run.log_level)
+        log_level=cfg.run.log_level, api_key=engine_api_key(r), weight_roots=weight_roots(cfg, run_dir),
+        read_timeout_s=r.read_timeout_s, max_connections=r.max_connections)
 
 
 if __name__ == "__main__":

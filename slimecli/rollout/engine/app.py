@@ -8,8 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
-from aiohttp import web
-
+from slimecli.net.listen import MAX_CONNECTIONS, app_runner, start_site
 from slimecli.rollout.engine import server as server_mod
 from slimecli.rollout.engine.server import EngineServer, default_device
 
@@ -23,10 +22,10 @@ READY_LINE = "slimecli engine ready on http://{host}:{port} (model {model}, weig
 
 async def serve(server: EngineServer, stop: asyncio.Event | None = None) -> None:
     server.loop = asyncio.get_running_loop()
-    runner = web.AppRunner(server.app(), handler_cancellation=True, access_log=None)
+    runner = app_runner(server.app(), read_timeout_s=server.limits.body_timeout_s)
     await runner.setup()
-    site = web.TCPSite(runner, server.host, server.port)
-    await site.start()  # bound first: /health answers 503 while the model loads
+    # bound first: /health answers 503 while the model loads
+    await start_site(runner, server.host, server.port, max_connections=server.max_connections)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -54,9 +53,12 @@ async def serve(server: EngineServer, stop: asyncio.Event | None = None) -> None
 
 def run(model_path: str | Path, *, host: str, port: int, tokenizer_path: str | Path | None = None,
         dtype: str = "float32", max_running: int = 64, seed: int | None = None, device: str = "auto",
-        prefix_cache_mb: int | None = None, trust_remote_code: bool = False, log_level: str = "info") -> None:
+        prefix_cache_mb: int | None = None, trust_remote_code: bool = False, log_level: str = "info",
+        api_key: str | None = None, weight_roots: list[str | Path] | None = None, read_timeout_s: float = 60.0,
+        max_connections: int = MAX_CONNECTIONS) -> None:
     """Serve until signalled; the keyword settings are the run config's (rollout.device, rollout.prefix_cache_mb,
-    model.trust_remote_code, run.log_level) and hold for this whole process, weight updates included."""
+    model.trust_remote_code, run.log_level, rollout.api_key, rollout.weight_roots, rollout.read_timeout_s,
+    rollout.max_connections) and hold for this whole process, weight updates included."""
     from slimecli.model.loading import set_trust_remote_code
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s",
@@ -64,7 +66,8 @@ def run(model_path: str | Path, *, host: str, port: int, tokenizer_path: str | P
     server_mod.PREFIX_CACHE_MB = prefix_cache_mb
     set_trust_remote_code(trust_remote_code)
     server = EngineServer(model_path, tokenizer_path=tokenizer_path, dtype=dtype, max_running=max_running,
-                          host=host, port=port, seed=seed, device=default_device(device))
+                          host=host, port=port, seed=seed, device=default_device(device), api_key=api_key,
+                          weight_roots=weight_roots, read_timeout_s=read_timeout_s, max_connections=max_connections)
     try:
         asyncio.run(serve(server))
     except EngineStartError as exc:

@@ -38,6 +38,7 @@ except ImportError:  # pragma: no cover
 MAX_STOP = 32  # SGLang's MAX_STOP_COUNT / MAX_STOP_REGEX_COUNT
 MAX_STOP_REGEX_BYTES = 256
 REASONING_END_KEY = "__sglang_reasoning_end_token_ids"
+MAX_BIAS = 1e30  # |logit_bias|: divided by a temperature >= 1e-5 it stays finite in float32
 
 COMPAT_SAMPLING_KEYS = {"stop_regex", "logit_bias", "stream_interval", "custom_params", "watermark", "beam_width",
                         "structural_tag"}
@@ -131,8 +132,9 @@ def _logit_bias(where: str, bias: Any, vocab_size: int) -> tuple[tuple[int, floa
             raise CompatError(f"{where}: key {k!r} is not a token id") from None
         if not 0 <= tid < vocab_size:
             raise CompatError(f"{where}: token id {tid} is outside the vocabulary [0, {vocab_size})")
-        if not isinstance(v, int | float) or isinstance(v, bool) or v != v or v in (float("inf"), float("-inf")):
-            raise CompatError(f"{where}[{k!r}]: must be a finite number (got {v!r})")
+        if not isinstance(v, int | float) or isinstance(v, bool) or not -MAX_BIAS <= v <= MAX_BIAS:
+            raise CompatError(f"{where}[{str(k)[:40]!r}]: must be a number in [-{MAX_BIAS:g}, {MAX_BIAS:g}] "
+                              f"(got {str(v)[:40]})")
         out[tid] = out.get(tid, 0.0) + float(v)
     return tuple(sorted(out.items()))
 

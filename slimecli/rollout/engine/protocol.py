@@ -104,25 +104,42 @@ def _is_int(v: Any) -> bool:
 
 
 def _is_num(v: Any) -> bool:
-    return (isinstance(v, int | float) and not isinstance(v, bool)) and math.isfinite(v)
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an integer too large for a float
+        return False
+
+
+def _show(v: Any) -> str:
+    """A value for an error message, cut short (a 4000-digit integer, a megabyte string)."""
+    text = repr(v) if not isinstance(v, int) or abs(v) < 10 ** 30 else f"an integer of {len(str(abs(v)))} digits"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _num(where: str, v: Any, lo: float | None = None, hi: float | None = None, lo_open: bool = False) -> float:
     if not _is_num(v):
-        raise BadRequest(f"{where}: must be a finite number (got {v!r})")
+        raise BadRequest(f"{where}: must be a finite number (got {_show(v)})")
     if lo is not None and (v < lo or (lo_open and v == lo)):
-        raise BadRequest(f"{where}: must be {'>' if lo_open else '>='} {lo} (got {v!r})")
+        raise BadRequest(f"{where}: must be {'>' if lo_open else '>='} {lo} (got {_show(v)})")
     if hi is not None and v > hi:
-        raise BadRequest(f"{where}: must be <= {hi} (got {v!r})")
+        raise BadRequest(f"{where}: must be <= {hi} (got {_show(v)})")
     return float(v)
 
 
-def _int(where: str, v: Any, lo: int | None = None) -> int:
+def _int(where: str, v: Any, lo: int | None = None, hi: int | None = None) -> int:
     if not _is_int(v):
-        raise BadRequest(f"{where}: must be an integer (got {v!r})")
+        raise BadRequest(f"{where}: must be an integer (got {_show(v)})")
     if lo is not None and v < lo:
-        raise BadRequest(f"{where}: must be >= {lo} (got {v!r})")
+        raise BadRequest(f"{where}: must be >= {lo} (got {_show(v)})")
+    if hi is not None and v > hi:
+        raise BadRequest(f"{where}: must be <= {hi} (got {_show(v)})")
     return v
+
+
+SEED_RANGE = (-(1 << 63), (1 << 64) - 1)
+MIN_REPETITION = 1e-6  # what a torch generator's manual_seed takes
 
 
 def _bool(where: str, v: Any) -> bool:
@@ -197,13 +214,13 @@ def parse_sampling(where: str, raw: Any, vocab_size: int) -> SamplingParams:
     if "min_new_tokens" in g:
         kw["min_new_tokens"] = _int(f"{where}.min_new_tokens", g["min_new_tokens"], 0)
     if "repetition_penalty" in g:
-        kw["repetition_penalty"] = _num(f"{where}.repetition_penalty", g["repetition_penalty"], 0.0, 2.0,
-                                        lo_open=True)
+        # logits / penalty must stay finite in float32 (below ~1e-20 a seen token's logit overflows)
+        kw["repetition_penalty"] = _num(f"{where}.repetition_penalty", g["repetition_penalty"], MIN_REPETITION, 2.0)
     for key in ("frequency_penalty", "presence_penalty"):
         if key in g:
             kw[key] = _num(f"{where}.{key}", g[key], -2.0, 2.0)
     if "sampling_seed" in g:
-        kw["sampling_seed"] = _int(f"{where}.sampling_seed", g["sampling_seed"])
+        kw["sampling_seed"] = _int(f"{where}.sampling_seed", g["sampling_seed"], *SEED_RANGE)
     params = SamplingParams(**kw)
     if params.min_new_tokens > params.max_new_tokens:
         raise BadRequest(f"{where}.min_new_tokens: larger than max_new_tokens")

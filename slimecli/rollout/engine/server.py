@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import json
+import functools
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from slimecli.net import server as net
+from slimecli.net.auth import bearer_auth
+from slimecli.net.listen import MAX_CONNECTIONS
 from slimecli.rollout.engine.compat import stream_due
 from slimecli.rollout.engine.grammar import Compiled, Constraint, GrammarCache
 from slimecli.rollout.engine.protocol import BadRequest, GenerateRequest, Item, SamplingParams, parse_generate
@@ -60,8 +63,12 @@ json_errors = net.json_errors(_error_body, logger=log, translate=_refusal)
 
 
 async def read_json(request: web.Request, required: bool = True) -> Any:
-    """The body as a JSON object, or 400/413 naming the problem (required=False: an empty body is {})."""
-    return await net.read_json(request, required)
+    """The body as a JSON object, or 400/408/413 naming the problem (required=False: an empty body is {});
+    a lone UTF-16 surrogate in any string is a 400 (the tokenizer could not encode it)."""
+    return await net.read_json(request, required, strict_text=True)
+
+
+MAX_SEQS = 4096  # sequences one /generate may ask for (batch entries x n)
 
 
 class EngineServer:
@@ -69,7 +76,9 @@ class EngineServer:
 
     def __init__(self, model_path: str | Path, *, tokenizer_path: str | Path | None = None, dtype: str = "float32",
                  max_running: int = 64, host: str = "127.0.0.1", port: int = 30000, seed: int | None = None,
-                 device: str | None = None) -> None:
+                 device: str | None = None, api_key: str | None = None,
+                 weight_roots: list[str | Path] | None = None, read_timeout_s: float = net.BODY_TIMEOUT_S,
+                 max_connections: int = MAX_CONNECTIONS) -> None:
         self.model_path = str(model_path)
         self.tokenizer_path = str(tokenizer_path or model_path)
         self.dtype = dtype
@@ -84,6 +93,13 @@ class EngineServer:
         self._update_lock = asyncio.Lock()
         self.active: dict[str, int] = {}  # client rid -> unfinished sequences (event-loop side only)
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.api_key = api_key  # rollout.api_key: every endpoint but /health* needs it (SGLang's --api-key)
+        self.weight_roots = weight_roots  # update_weights_from_disk loads only under these (None: anywhere)
+        self.limits = net.BodyLimits(net.MIN_BODY, read_timeout_s)  # raised to the context's size by load()
+        self.max_connections = max_connections
+        self.max_text_chars = 0  # a longer text cannot fit the context (set by load())
+        self._encoder = ThreadPoolExecutor(1, thread_name_prefix="engine-tokenize")
+        self._encode_tok: Any = None
 
     @property
     def _sched(self) -> Scheduler:
@@ -113,6 +129,11 @@ class EngineServer:
                                    prefix_cache_bytes=prefix_cache_bytes())
         self.scheduler.start()
         self.grammars = GrammarCache(lambda: load_tokenizer(self.tokenizer_path), self.vocab_size, self.eos_ids)
+        # Texts are encoded off the event loop, by a tokenizer of their own (one thread, see above).
+        self._encode_tok = load_tokenizer(self.tokenizer_path)
+        longest = max((len(t) for t in self.tokenizer.get_vocab()), default=1)
+        self.max_text_chars = self.context_length * max(1, longest)
+        self.limits.max_bytes = net.body_limit(self.context_length * self.max_running)
 
     def _eos_ids(self, model: Any) -> frozenset[int]:
         ids: set[int] = set()
@@ -132,9 +153,14 @@ class EngineServer:
         await self._run([seq])
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[json_errors], client_max_size=MAX_BODY)
+        auth = bearer_auth(lambda: self.api_key, what="rollout.api_key")
+        app = web.Application(middlewares=[json_errors, auth], client_max_size=MAX_BODY)
+        app[net.BODY_LIMITS] = self.limits
         r = app.router
         r.add_post("/generate", self.generate)
+        from slimecli.rollout.engine import loads
+
+        r.add_get("/v1/loads", functools.partial(loads.handle, self))
         for path, fn in (("/health", self.health), ("/health_generate", self.health_generate),
                          ("/get_model_info", self.model_info), ("/model_info", self.model_info),
                          ("/get_server_info", self.server_info), ("/server_info", self.server_info),
@@ -145,7 +171,9 @@ class EngineServer:
             r.add_post(path, fn)
             r.add_get(path, fn)
         r.add_post("/abort_request", self.abort)
-        r.add_post("/update_weights_from_disk", self.update_weights)
+        from slimecli.rollout.engine.disk_update import update_weights_from_disk
+
+        r.add_post("/update_weights_from_disk", functools.partial(update_weights_from_disk, self))
         from slimecli.rollout.engine.weights import WeightRoutes
 
         self.weight_routes = WeightRoutes(self)  # shared memory, SGLang's weight-update group
@@ -163,8 +191,22 @@ class EngineServer:
             if s.notify is not None:
                 s.notify(s, n, fin)
 
-    def _seq(self, item: Item, stream: bool = False, grammars: dict[Constraint, Compiled] | None = None) -> Seq:
+    async def _encode(self, req: GenerateRequest) -> None:
+        """Each distinct text of the request as token ids (in the tokenizer thread; the loop keeps serving)."""
+        texts = list({item.text for item in req.items if item.prompt_ids is None and item.text is not None})
+        for t in texts:
+            if len(t) > self.max_text_chars:
+                raise BadRequest(f"text: {len(t)} characters cannot fit the model's context length "
+                                 f"({self.context_length} tokens)")
+        loop = asyncio.get_running_loop()
         # like SGLang: text is encoded with the tokenizer's own special-token rule (e.g. Llama's BOS)
+        ids = await asyncio.gather(*(loop.run_in_executor(self._encoder, self._encode_tok.encode, t) for t in texts))
+        encoded = dict(zip(texts, ids, strict=True))
+        for item in req.items:
+            if item.prompt_ids is None and item.text is not None:
+                item.prompt_ids = list(encoded[item.text])
+
+    def _seq(self, item: Item, stream: bool = False, grammars: dict[Constraint, Compiled] | None = None) -> Seq:
         ids = item.prompt_ids if item.prompt_ids is not None else self.tokenizer.encode(item.text)
         if not ids:
             raise BadRequest("text: encodes to no tokens")
@@ -189,7 +231,8 @@ class EngineServer:
             if n + s.params.max_new_tokens > self.context_length:  # clip like SGLang: generation stops at the window
                 from dataclasses import replace
 
-                s.item.params = replace(s.params, max_new_tokens=self.context_length - n)
+                room = self.context_length - n
+                s.item.params = replace(s.params, max_new_tokens=room, min_new_tokens=min(s.params.min_new_tokens, room))
 
     async def _run(self, seqs: list[Seq], on_update: Any = None) -> None:
         """Submit and wait for all to finish; abort them if the client goes away."""
@@ -231,6 +274,9 @@ class EngineServer:
         if (resp := self._not_ready()) is not None:
             return resp
         req: GenerateRequest = parse_generate(await read_json(request), self.vocab_size)
+        if len(req.items) > MAX_SEQS:
+            raise BadRequest(f"input / n: {len(req.items)} sequences in one request, at most {MAX_SEQS}")
+        await self._encode(req)
         grammars = await self._compile(req)
         seqs = [self._seq(item, req.stream, grammars) for item in req.items]
         self._check_lengths(seqs)
@@ -242,7 +288,7 @@ class EngineServer:
         await self._run(seqs)
         wv = self._sched.weight_version
         replies = [build_reply(s, self.tokenizer, wv) for s in seqs]
-        return web.json_response(replies if req.batched else replies[0])
+        return net.json_response(replies if req.batched else replies[0])
 
     async def _stream(self, request: web.Request, req: GenerateRequest, seqs: list[Seq]) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
@@ -259,7 +305,7 @@ class EngineServer:
                 chunk = build_reply(s, self.tokenizer, self._sched.weight_version, n, fin)
                 if req.batched:
                     chunk["index"] = s.item.index
-                await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                await resp.write(f"data: {net.dumps(chunk)}\n\n".encode())
                 pending -= fin is not None
             await task
             await resp.write(b"data: [DONE]\n\n")
@@ -350,47 +396,3 @@ class EngineServer:
             return resp
         await asyncio.wrap_future(self._sched.call(self._sched.resume))
         return web.json_response({"success": True, "message": "Generation continued."})
-
-    async def update_weights(self, request: web.Request) -> web.Response:
-        if (resp := self._not_ready()) is not None:
-            return resp
-        body = await read_json(request)
-        path = body.get("model_path")
-        if not isinstance(path, str) or not path:
-            raise BadRequest("model_path: required (a Hugging Face checkpoint directory)")
-        version = body.get("weight_version")
-        if version is not None and not isinstance(version, str | int) or isinstance(version, bool):
-            raise BadRequest("weight_version: must be a string")
-        for key in ("abort_all_requests", "flush_cache"):
-            if body.get(key) is not None and not isinstance(body.get(key), bool):
-                raise BadRequest(f"{key}: must be true or false")
-        sch = self._sched
-        async with self._update_lock:
-            try:
-                model = await asyncio.to_thread(self._load_compatible, path)
-            except Exception as exc:  # noqa: BLE001 - reported to the caller; the old weights keep serving
-                log.warning("update_weights_from_disk(%s) failed: %s", path, exc)
-                return web.json_response({"success": False, "message": f"Failed to load {path}: {exc}",
-                                          "num_paused_requests": 0}, status=400)
-            if body.get("abort_all_requests"):
-                await asyncio.wrap_future(sch.call(lambda: sch.abort(lambda s: True, "Aborted: weight update.")))
-            paused = len(sch.running) if sch.paused else 0
-            await asyncio.wrap_future(sch.call(lambda: sch.swap_model(
-                model, None if version is None else str(version))))
-            self.model_path = path
-        log.info("weights updated from %s (weight_version=%s)", path, sch.weight_version)
-        return web.json_response({"success": True, "message": "Succeeded to update model weights.",
-                                  "num_paused_requests": paused})
-
-    def _load_compatible(self, path: str) -> Any:
-        from slimecli.model.loading import load_model
-
-        if not (Path(path) / "config.json").is_file():
-            raise FileNotFoundError(f"no config.json in {path}")
-        model = load_model(path, self.dtype, self.device)
-        cfg = model.config.get_text_config()
-        if int(cfg.vocab_size) != self.vocab_size:
-            raise ValueError(f"vocab_size {cfg.vocab_size} differs from the served model's {self.vocab_size}")
-        if getattr(cfg, "model_type", None) != getattr(self.config, "model_type", None):
-            raise ValueError(f"model_type {cfg.model_type} differs from the served {self.config.model_type}")
-        return model

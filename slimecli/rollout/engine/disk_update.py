@@ -1,0 +1,69 @@
+"""POST /update_weights_from_disk: load a checkpoint directory, only from under the engine's weight roots.
+
+The path is checked first (slimecli.net.paths: ~ expanded, symlinks and .. resolved; 400 for what is not a
+path, 403 outside rollout.weight_roots), then loaded off the event loop and checked against the served model
+(vocabulary, architecture); a failed load answers success=false and the old weights keep serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from slimecli.net import server as net
+from slimecli.net.paths import request_dir
+from slimecli.rollout.engine.protocol import BadRequest
+
+if TYPE_CHECKING:
+    from slimecli.rollout.engine.server import EngineServer
+
+log = logging.getLogger("slimecli.engine")
+
+
+async def update_weights_from_disk(self: EngineServer, request: web.Request) -> web.Response:
+    """SGLang's reply: {"success", "message", "num_paused_requests"}."""
+    if (resp := self._not_ready()) is not None:
+        return resp
+    body = await net.read_json(request, strict_text=True)
+    version = body.get("weight_version")
+    if version is not None and not isinstance(version, str | int) or isinstance(version, bool):
+        raise BadRequest("weight_version: must be a string")
+    for key in ("abort_all_requests", "flush_cache"):
+        if body.get(key) is not None and not isinstance(body.get(key), bool):
+            raise BadRequest(f"{key}: must be true or false")
+    path = str(request_dir(body.get("model_path"), "model_path", self.weight_roots))  # 400 / 403
+    sch = self._sched
+    async with self._update_lock:
+        try:
+            model = await asyncio.to_thread(_load_compatible, self, path)
+        except Exception as exc:  # noqa: BLE001 - reported to the caller; the old weights keep serving
+            log.warning("update_weights_from_disk(%s) failed: %s", path, exc)
+            return web.json_response({"success": False, "message": f"Failed to load {path}: {exc}",
+                                      "num_paused_requests": 0}, status=400)
+        if body.get("abort_all_requests"):
+            await asyncio.wrap_future(sch.call(lambda: sch.abort(lambda s: True, "Aborted: weight update.")))
+        paused = len(sch.running) if sch.paused else 0
+        await asyncio.wrap_future(sch.call(lambda: sch.swap_model(
+            model, None if version is None else str(version))))
+        self.model_path = path
+    log.info("weights updated from %s (weight_version=%s)", path, sch.weight_version)
+    return web.json_response({"success": True, "message": "Succeeded to update model weights.",
+                              "num_paused_requests": paused})
+
+
+def _load_compatible(self: EngineServer, path: str) -> Any:
+    from slimecli.model.loading import load_model
+
+    if not (Path(path) / "config.json").is_file():
+        raise FileNotFoundError(f"no config.json in {path}")
+    model = load_model(path, self.dtype, self.device)
+    cfg = model.config.get_text_config()
+    if int(cfg.vocab_size) != self.vocab_size:
+        raise ValueError(f"vocab_size {cfg.vocab_size} differs from the served model's {self.vocab_size}")
+    if getattr(cfg, "model_type", None) != getattr(self.config, "model_type", None):
+        raise ValueError(f"model_type {cfg.model_type} differs from the served {self.config.model_type}")
+    return model
