@@ -28,12 +28,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_train_step import means, run_quickstart  # noqa: E402  # the sibling bench's quickstart runner
 
-# At the same trainer.micro_batch_size, TP=2 runs twice as many micro-batches per rank as DDP on 2 ranks (DDP
-# splits the batch over its replicas, TP=2 is one replica), each at half the width: on a model this small the
-# time goes to per-operation overhead, not FLOPs. "megatron-mb8" doubles its micro-batch so both run one forward
-# and backward per rank per update: what is left is the cost of TP's communication.
+# DDP on 2 ranks splits each update's 64 samples over its replicas (one micro-batch of 32 per rank); TP=2 is
+# one replica, so at the same trainer.micro_batch_size=32 each rank runs two micro-batches. "megatron-mb64"
+# runs its 64 as one, so both sides make one forward and backward per rank per update: what is left is the
+# cost of TP itself, on gloo a round trip for each of its all-reduces (two per layer each way, and the
+# vocab-parallel log-softmax's), where DDP all-reduces the gradients once.
 SIDES = {"torch": ["trainer=torch"], "megatron": ["trainer=megatron", "trainer.tensor_parallel_size=2"],
-         "megatron-mb8": ["trainer=megatron", "trainer.tensor_parallel_size=2", "trainer.micro_batch_size=8"]}
+         "megatron-mb64": ["trainer=megatron", "trainer.tensor_parallel_size=2", "trainer.micro_batch_size=64"]}
 
 
 def step_times(steps: int, repeats: int) -> None:
@@ -44,13 +45,13 @@ def step_times(steps: int, repeats: int) -> None:
                 run_dir = Path(tmp) / f"{side}-{i + 1}"
                 run_quickstart(run_dir, steps, ["trainer.nproc=2", *overrides])
                 runs[side].append(means(run_dir))
-                print(f"  {side:<12} run {i + 1}: train {runs[side][-1]['time/train_s'] * 1000:7.1f} ms  "
+                print(f"  {side:<13} run {i + 1}: train {runs[side][-1]['time/train_s'] * 1000:7.1f} ms  "
                       f"step {runs[side][-1]['time/step_s'] * 1000:7.1f} ms", flush=True)
     for key in ("time/train_s", "time/update_s", "time/step_s"):
         mean = {side: statistics.fmean(r[key] for r in rs) for side, rs in runs.items()}
         print(f"{key:<14} torch DDP {mean['torch'] * 1000:7.1f} ms   megatron TP=2 {mean['megatron'] * 1000:7.1f} ms"
-              f" ({mean['megatron'] / mean['torch']:.2f}x)   micro-batch 8 {mean['megatron-mb8'] * 1000:7.1f} ms"
-              f" ({mean['megatron-mb8'] / mean['torch']:.2f}x)")
+              f" ({mean['megatron'] / mean['torch']:.2f}x)   TP=2 micro-batch 64 {mean['megatron-mb64'] * 1000:7.1f} ms"
+              f" ({mean['megatron-mb64'] / mean['torch']:.2f}x)")
 
 
 def param_bytes(tp: int) -> int:

@@ -200,6 +200,7 @@ def test_key_resolution_and_the_sglang_launch_argv(tmp_path: Path, monkeypatch: 
     (spec, *_) = build_plan(cfg, tmp_path)
     i = spec.argv.index("--api-key")
     assert spec.argv[i + 1] == "abc" and "sglang.launch_server" in spec.argv
+    assert spec.shown_argv()[i + 1] == "***" and "abc" not in str(spec.to_json())  # plan output, plan.json
     monkeypatch.delenv(API_KEY_ENV)
     (spec, *_) = build_plan(load(["rollout=sglang", f"model.path={model}"]), tmp_path)
     assert "--api-key" not in spec.argv

@@ -136,7 +136,7 @@ def test_sizes(server: Server) -> None:
 
 @pytest.mark.parametrize("path, status, words", [
     ("~nosuchuser-slimecli/ckpt", 400, "no user"), ("/tmp/" + "a" * 5000, 400, "longer"),
-    ("/tmp/" + "b" * 300, 400, "name"), ("/nonexistent/ckpt", 400, "config.json")])
+    ("/tmp/" + "b" * 300, 400, "name"), ("/nonexistent/ckpt", 403, "outside the directories")])
 def test_update_paths_that_are_no_checkpoints(server: Server, path: str, status: int, words: str) -> None:
     data = check(post_raw(server, json.dumps({"model_path": path}).encode(), "/update_weights_from_disk"), status)
     assert words in data["error"]

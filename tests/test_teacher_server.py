@@ -127,7 +127,9 @@ def test_info_detect_loads(server, ckpts):
 def test_update_bad_requests(server, ckpts, tmp_path):
     assert post(server, "/update_weights_from_disk", {}).status_code == 400
     assert post(server, "/update_weights_from_disk", {"model_path": 5}).status_code == 400
-    assert post(server, "/update_weights_from_disk", {"model_path": str(tmp_path / "nope")}).status_code == 400
+    assert post(server, "/update_weights_from_disk", {"model_path": str(ckpts[0].parent / "nope")}).status_code == 400
+    outside = post(server, "/update_weights_from_disk", {"model_path": str(make_checkpoint(tmp_path / "m", seed=5))})
+    assert outside.status_code == 403 and "outside the directories" in outside.json()["error"]  # teacher.weight_roots
     r = post(server, "/update_weights_from_disk", {"model_path": str(ckpts[0])})
     assert r.status_code == 200 and r.json()["skipped"] is True
 

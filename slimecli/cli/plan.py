@@ -32,7 +32,7 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"launch plan for recipe={cfg.recipe} (run dir {default_path(cfg).resolve()}), in start order:")
         for i, s in enumerate(specs, 1):
             typer.echo(f"\n{i}. {s.name} ({s.kind})")
-            typer.echo(f"   command: {shlex.join(s.argv)}")
+            typer.echo(f"   command: {shlex.join(s.shown_argv())}")
             typer.echo(f"   ports:   {', '.join(map(str, s.ports)) or '-'}")
             typer.echo(f"   env:     {' '.join(f'{k}={v}' for k, v in s.env.items())}")
             ready = f"GET {s.probe.url} answers {s.probe.status} within {s.start_timeout_s:.0f}s" if s.probe else \

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+SECRET_FLAGS = ("--api-key",)
+
 
 @dataclass(frozen=True)
 class Probe:
@@ -26,4 +28,15 @@ class ProcessSpec:
     ports: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """For plan.json and `slimecli plan --json`: secrets on the command line shown as ***."""
+        return {**asdict(self), "argv": self.shown_argv()}
+
+    def shown_argv(self) -> list[str]:
+        """argv with the value of every secret-bearing flag (--api-key) replaced by ***."""
+        shown = list(self.argv)
+        for i, arg in enumerate(shown):
+            if arg in SECRET_FLAGS and i + 1 < len(shown):
+                shown[i + 1] = "***"
+            elif arg.split("=", 1)[0] in SECRET_FLAGS and "=" in arg:
+                shown[i] = arg.split("=", 1)[0] + "=***"
+        return shown

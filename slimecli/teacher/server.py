@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +43,14 @@ class Job:
     started: float = 0.0
 
 
+def weight_roots(cfg: SlimeConfig, model_path: str) -> list[str]:
+    """teacher.weight_roots, else the first checkpoint's directory and the run directory."""
+    if cfg.teacher.weight_roots:
+        return list(cfg.teacher.weight_roots)
+    run = os.environ.get("SLIMECLI_RUN_DIR") or cfg.run.dir
+    return [str(Path(model_path).resolve().parent), *([run] if run else [])]
+
+
 class Front:
     def __init__(self, cfg: SlimeConfig, exchanges: list[Exchange], vocab_size: int, model_path: str) -> None:
         self.cfg, self.t = cfg, cfg.teacher
@@ -49,6 +58,7 @@ class Front:
         self.executors = [ThreadPoolExecutor(1, thread_name_prefix=f"teacher-dp{d}") for d in range(len(exchanges))]
         self.last_call = [time.monotonic()] * len(exchanges)
         self.vocab_size, self.model_path, self.weight_version = vocab_size, model_path, 0
+        self.weight_roots = weight_roots(cfg, model_path)
         self.queue: asyncio.Queue[Job] = asyncio.Queue()
         self.queued = self.running = self.finished = self.finished_tokens = self.pending_tokens = 0
         self.cancelled = self.failed = 0
@@ -149,7 +159,7 @@ class Front:
 
     async def update_weights(self, request: web.Request) -> web.Response:
         path, timeout, delay = parse_update(await _json(request), self.t.update_timeout_s)
-        path = str(request_dir(path, "model_path"))  # ~ expanded, symlinks resolved; 400 for what is no path
+        path = str(request_dir(path, "model_path", self.weight_roots))  # 400 for what is no path, 403 outside
         if self.update is not None:
             if path != self.update_path:
                 raise RequestError(409, f"an update to {self.update_path} is already running")

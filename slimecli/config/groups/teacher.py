@@ -27,6 +27,9 @@ class TeacherConfig:
     sample_chunk_size: int = 4096
     label_chunk_size: int = 4096
     api_key: str | None = None
+    # update_weights_from_disk loads only from under these directories; empty: the directory holding the
+    # teacher's first checkpoint (its siblings are its updates) and the run directory
+    weight_roots: tuple[str, ...] = ()
     concurrency: int = 8
     max_retries: int = 3
     request_timeout_s: float = 600.0
