@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from slimecli.process import children
-from tests.helpers import run_cli, wait_dead
+from tests.helpers import run_cli, wait_dead, wait_until
 from tests.helpers.teacher import Server
 
 
@@ -61,7 +61,9 @@ def test_serve_is_supervised_and_stops_with_its_ranks(tmp_path):
         assert len(ranks) >= 3  # torchrun (behind the exec wrapper) and two ranks
         run = tmp_path / f"run-{srv.port}"
         assert [s["name"] for s in json.loads((run / "plan.json").read_text())] == ["teacher"]
-        assert "teacher is ready" in srv.read_log() and "   teacher |" in srv.read_log()
+        # the supervisor's own probe may answer a moment after the test's
+        wait_until(lambda: "teacher is ready" in srv.read_log(), 30, "the supervisor's readiness line", proc=srv.proc)
+        assert "   teacher |" in srv.read_log()
         assert (run / "logs" / "teacher.log").stat().st_size > 0
         os.kill(srv.proc.pid, signal.SIGTERM)
         assert srv.proc.wait(60) == 128 + signal.SIGTERM
