@@ -59,9 +59,10 @@ def test_resume_after_controller_kill(tmp_path):
     assert f"train step {done_before}/8" not in out.stdout.replace(f"step {done_before}/8 [", "")
 
 
-def test_engine_kill_stops_the_run(tmp_path):
+def test_engine_kill_stops_the_run_then_the_same_command_finishes(tmp_path):
     run = tmp_path / "k"
-    proc = start_train(run, "trainer.max_steps=200", "trainer.save_interval=0")
+    args = ("trainer.max_steps=12", "trainer.save_interval=1")
+    proc = start_train(run, *args)
     try:
         wait_until(lambda: len(metrics(run)) >= 2, 300, "two steps", proc=proc)
         children = descendants(proc.pid)
@@ -75,7 +76,10 @@ def test_engine_kill_stops_the_run(tmp_path):
     assert code != 0, code
     assert "engine-0 was killed by SIGKILL" in output
     assert wait_dead(children, timeout=10) == []
-
+    out = run_train(run, *args, timeout=900)  # the same command: resumes and finishes
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "resuming" in out.stdout
+    assert [r["step"] for r in metrics(run)] == list(range(1, 13))
 
 
 def test_stateless_adam_checkpoint_has_no_moments(tmp_path):
