@@ -19,9 +19,10 @@ $(BIN)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PIP_C) -e ".[dev]"
 	touch $@
 
-# megatron-core (trainer=megatron, the stateless Adam patch) only for the tests, not in every user's set-up.
+# megatron-core (trainer=megatron, the stateless Adam patch) and wandb (observe.wandb, tested offline) only for
+# the tests, not in every user's set-up.
 $(BIN)/.installed-megatron: $(BIN)/.installed
-	$(PIP_C) -e ".[dev,megatron]"
+	$(PIP_C) -e ".[dev,megatron,wandb]"
 	touch $@
 
 setup: $(BIN)/.installed

@@ -91,8 +91,17 @@ class Trainer:
                         evaluated.update(stages.evaluate(self.rollout, 0) or {})
                 with timer.stage("rollout"):
                     batch = stages.rollout(self.rollout)
+                    if cfg.trainer.async_rollout:
+                        batch.metrics.update(stages.staleness(batch, self.step, cfg.trainer.max_staleness))
+                if self.rollout is not None and cfg.trainer.async_rollout and self.step + 1 < cfg.trainer.max_steps:
+                    if progress is not None:
+                        self.rollout.watch(self.step + 2, progress.note)
+                    self.rollout.collect_ahead()  # the next step's rollout, on the weights the engines hold now
                 metrics = self.train_on(batch, timer)
                 self.step += 1
+                if self.rollout is not None:
+                    with timer.stage("rollout"):  # the part of the rollout ahead that training did not hide
+                        self.rollout.wait_ahead()
                 with timer.stage("sync_weights"):
                     state = stages.sync_weights(self.policy, self.rollout, self.step, self.info.is_main)
                 with timer.stage("eval"):  # the weights just pushed: every eval.interval steps and at_end
@@ -146,7 +155,7 @@ class Trainer:
         return self.step == self.cfg.trainer.max_steps or (interval > 0 and self.step % interval == 0)
 
     def _save(self, model_state: dict[str, torch.Tensor] | None, row: dict[str, Any] | None) -> None:
-        data_position = self.rollout.source.state_dict() if self.rollout is not None else None
+        data_position = self.rollout.data_position() if self.rollout is not None else None
         path = stages.save(self.run_dir, self.step, self.policy, self.scheduler, model_state, self.cfg,
                            is_main=self.info.is_main, data_position=data_position, metrics=row)
         if path is not None:

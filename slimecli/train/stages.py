@@ -171,12 +171,33 @@ def rollout(source: RolloutSource | None) -> StepBatch:
     return cast(StepBatch, dist.broadcast_object(batch))
 
 
+def staleness(batch: StepBatch, version: int, max_staleness: int) -> dict[str, float]:
+    """How many weight versions behind ``version`` (the weights about to be trained) each sample was generated;
+    a sample further behind than ``max_staleness`` stays in the batch with no loss (remove_sample).
+
+    The engines report SGLang's weight_version per generation call ("default" before the first update is
+    version 0); a sample generated across an update counts by its oldest part."""
+    gaps = []
+    for sample in batch.samples:
+        versions = [0 if v == "default" else int(v) for v in sample.weight_versions if v == "default" or v.isdigit()]
+        if not versions:
+            continue
+        gap = version - min(versions)
+        gaps.append(gap)
+        if gap > max_staleness:
+            sample.remove_sample = True
+    return {"rollout/staleness_max": float(max(gaps, default=0)),
+            "rollout/staleness_mean": sum(gaps) / len(gaps) if gaps else 0.0,
+            "rollout/stale_dropped": float(sum(g > max_staleness for g in gaps))}
+
+
 def old_logp(policy: PolicyBackend, batch: StepBatch, cfg: TrainerConfig, ctx: RankContext, *,
              has_ref: bool) -> Tensors | None:
     """The behaviour policy's log-probs, when something needs them; None means on-policy (one update).
 
     Engine log-probs with trainer.use_rollout_logprobs, else a recompute with the current weights when the
-    step makes several updates, for TIS, or as the base of KL reward shaping.
+    step makes several updates, for TIS (with trainer.async_rollout: the weights one version ahead of those
+    that generated the batch, so TIS weighs the gap), or as the base of KL reward shaping.
     """
     if cfg.use_rollout_logprobs:
         return engine_log_probs(batch.samples, "trainer.use_rollout_logprobs")

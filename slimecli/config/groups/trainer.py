@@ -51,3 +51,7 @@ class TrainerConfig:
     # shared_memory (a tmpfs segment; embedded engines on this host), nccl (SGLang's weight-update group)
     weight_sync: Literal["disk", "shared_memory", "nccl"] = "disk"
     weight_sync_bucket_mb: int = 512  # nccl: tensors per broadcast request, in MiB
+    # one-step off-policy: the engines generate step k+1's rollout while the trainer trains on step k; the
+    # weights are pushed once that rollout is in, so no sequence mixes two weight versions
+    async_rollout: bool = False
+    max_staleness: int = 1  # async_rollout: samples more weight versions behind than this are not trained on

@@ -1,0 +1,117 @@
+"""trainer.async_rollout: the next step's rollout generated while the trainer trains, one weight version behind."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from slimecli.config.compose import load
+from slimecli.config.errors import ConfigErrors
+from slimecli.rollout.driver import RolloutResult
+from slimecli.rollout.sample import Sample
+from slimecli.train import stages
+from slimecli.train.rank0 import RolloutCoordinator
+from slimecli.train.stages import StepBatch
+from tests.helpers import wait_until
+from tests.helpers.train_e2e import metrics, run_train
+
+
+def batch_of(*versions: list[str]) -> StepBatch:
+    samples = [Sample(index=i, tokens=[1, 2, 3], response_length=1, weight_versions=v) for i, v in enumerate(versions)]
+    return StepBatch(samples, [0.0] * len(samples), {})
+
+
+def test_staleness_counts_versions_behind_and_drops_what_is_too_old():
+    batch = batch_of(["3"], ["2"], ["default"], ["2", "3"], ["1"], [""])
+    out = stages.staleness(batch, version=3, max_staleness=1)
+    # gaps 0, 1, 3 ("default" = the weights before any update), 1 (oldest part counts), 2; "" is unknown
+    assert out == {"rollout/staleness_max": 3.0, "rollout/staleness_mean": pytest.approx(7 / 5),
+                   "rollout/stale_dropped": 2.0}
+    assert [s.remove_sample for s in batch.samples] == [False, False, True, False, True, False]
+    assert batch.samples[2].effective_loss_mask() == [0]  # in the batch, but no loss
+    assert stages.staleness(batch_of(["1"]), version=3, max_staleness=2)["rollout/stale_dropped"] == 0.0
+
+
+def test_config_rules():
+    with pytest.raises(ConfigErrors) as exc:
+        load(["trainer.async_rollout=true", "trainer.weight_sync=shared_memory", "trainer.max_staleness=0"])
+    text = str(exc.value)
+    assert "trainer.async_rollout" in text and "weight_sync=disk" in text
+    assert "trainer.max_staleness" in text
+    with pytest.raises(ConfigErrors) as exc:
+        load(["trainer.async_rolout=true"])
+    assert "did you mean 'trainer.async_rollout'" in str(exc.value)
+    assert load(["trainer.async_rollout=true"]).trainer.async_rollout is True
+
+
+class GatedCollector:
+    """A rollout that finishes only when the test opens its gate; it records the prompt position it saw."""
+
+    def __init__(self, source) -> None:
+        self.source = source
+        self.gate = threading.Event()
+        self.started = threading.Event()
+
+    async def collect(self) -> RolloutResult:
+        self.started.set()
+        self.source.position += 8  # the prompts this rollout draws
+        while not self.gate.is_set():
+            await asyncio.sleep(0.01)
+        return RolloutResult([Sample(index=0)], [1.0], {"reward/mean": 1.0})
+
+
+class RecordingSync:
+    def __init__(self) -> None:
+        self.pushed: list[int] = []
+
+    def push(self, state: dict[str, torch.Tensor], version: int) -> str:
+        self.pushed.append(version)
+        return "disk"
+
+    def before_update(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def test_rollout_ahead_runs_while_the_caller_works_and_blocks_the_weight_push(tmp_path: Path):
+    coordinator = RolloutCoordinator(load(["trainer.async_rollout=true"]), tmp_path, tokenizer=None)
+    try:
+        collector = GatedCollector(coordinator.source)
+        coordinator.driver = collector
+        sync = RecordingSync()
+        coordinator.weight_sync = sync  # type: ignore[assignment]
+        coordinator.collect_ahead()  # returns at once; the rollout runs on the coordinator's loop thread
+        wait_until(collector.started.is_set, 10, "the rollout ahead to start")
+        assert coordinator.data_position() == {"position": 0}  # a checkpoint now must not skip its prompts
+        with pytest.raises(RuntimeError, match="already"):
+            coordinator.collect_ahead()
+        pusher = threading.Thread(target=coordinator.push_weights, args=({}, 1))
+        pusher.start()
+        pusher.join(0.3)
+        assert pusher.is_alive() and sync.pushed == []  # new weights wait for the rollout in flight
+        collector.gate.set()
+        pusher.join(10)
+        assert sync.pushed == [1]
+        result = coordinator.collect()  # the rollout made ahead, not a new one
+        assert result.train_rewards == [1.0] and coordinator.source.position == 8
+        assert coordinator.data_position() == {"position": 8}
+    finally:
+        coordinator.close()
+
+
+def test_async_quickstart_trains_one_version_behind(tmp_path: Path):
+    run = tmp_path / "a"
+    out = run_train(run, "trainer.async_rollout=true", "trainer.max_steps=4", "trainer.nproc=1",
+                    "eval.at_start=false", "eval.at_end=false", "observe.report=false")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    rows = metrics(run)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    # step 1 trains on the first rollout (generated by the initial weights); every later step on a rollout
+    # generated while the step before it trained, by the weights one version behind
+    assert [r["rollout/staleness_max"] for r in rows] == [0.0, 1.0, 1.0, 1.0]
+    assert all(r["rollout/stale_dropped"] == 0.0 for r in rows)
+    assert (run / "final" / "model.safetensors").is_file()
