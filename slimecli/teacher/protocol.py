@@ -20,17 +20,21 @@ TEMPERATURE_RANGE = (1e-2, 1e2)
 GENERATE_KEYS = frozenset({"input_ids", "sample_n", "label_token_ids", "temperature"})
 UPDATE_KEYS = frozenset({"model_path", "path", "load", "timeout_s"})
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
-# Tests set this to make requests and updates take a while ("test_delay_s" in the body); never in production.
+# Tests set this to make requests and updates take a while ("test_delay_s" in the body) and to make one TP rank
+# fail ("test_fail": {"tp_rank": r, "at": "forward" | "collective"}, which no real input reaches); never in
+# production.
 TEST_HOOKS_ENV = "SLIMECLI_TEACHER_TEST_HOOKS"
+TEST_FAULTS = ("forward", "collective")
 
 
 def _hooks() -> bool:
     return os.environ.get(TEST_HOOKS_ENV) == "1"
 
 
-def _check_keys(body: dict[str, Any], allowed: frozenset[str]) -> None:
+def _check_keys(body: dict[str, Any], allowed: frozenset[str],
+                test_keys: tuple[str, ...] = ("test_delay_s",)) -> None:
     """Unknown top-level fields are a 400 naming them (as on the engine): nothing is silently ignored."""
-    unknown = sorted(k for k in body if k not in allowed and not (k == "test_delay_s" and _hooks()))
+    unknown = sorted(k for k in body if k not in allowed and not (k in test_keys and _hooks()))
     if unknown:
         names = ", ".join(repr(k[:60]) for k in unknown[:10])
         raise RequestError(400, f"unsupported field(s) {names}; known: {', '.join(sorted(allowed))}")
@@ -58,6 +62,16 @@ def test_delay(body: dict[str, Any]) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else 0.0
 
 
+def test_fault(body: dict[str, Any]) -> tuple[int, str] | None:
+    """The test hook's (tp_rank, stage) at which one rank raises, or None."""
+    value = body.get("test_fail") if _hooks() else None
+    if value is None:
+        return None
+    if not (isinstance(value, dict) and _is_int(value.get("tp_rank")) and value.get("at") in TEST_FAULTS):
+        raise RequestError(400, f'test_fail must be {{"tp_rank": int, "at": one of {TEST_FAULTS}}}')
+    return value["tp_rank"], value["at"]
+
+
 class RequestError(Exception):
     """A request the server refuses: HTTP status and JSON body."""
 
@@ -74,6 +88,7 @@ class GenerateRequest:
     labels: list[list[int]] | None
     temperature: float
     delay_s: float = 0.0
+    fault: tuple[int, str] | None = None  # test hook (TEST_HOOKS_ENV)
 
     @property
     def tokens(self) -> int:
@@ -95,7 +110,7 @@ def _check_ids(values: list[Any], vocab_size: int, what: str) -> None:
 def parse_generate(body: Any, vocab_size: int, max_length: int, default_temperature: float) -> GenerateRequest:
     if not isinstance(body, dict):
         raise RequestError(400, "the body must be a JSON object")
-    _check_keys(body, GENERATE_KEYS)
+    _check_keys(body, GENERATE_KEYS, ("test_delay_s", "test_fail"))
     ids = body.get("input_ids")
     if ids is None:
         raise RequestError(400, "input_ids is required")
@@ -139,7 +154,7 @@ def parse_generate(body: Any, vocab_size: int, max_length: int, default_temperat
     lo, hi = TEMPERATURE_RANGE
     if temperature is None or not lo <= temperature <= hi:
         raise RequestError(400, f"temperature must be a number in [{lo:g}, {hi:g}], got {_show(raw_t)}")
-    return GenerateRequest(list(ids), sample_n, labels, temperature, test_delay(body))
+    return GenerateRequest(list(ids), sample_n, labels, temperature, test_delay(body), test_fault(body))
 
 
 def parse_update(body: Any, default_timeout_s: float) -> tuple[str, float, float]:

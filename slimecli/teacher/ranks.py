@@ -59,8 +59,10 @@ def handle(worker: TeacherWorker, msg: dict[str, Any]) -> dict[str, Any]:
         time.sleep(msg["delay_s"])
     try:
         if op == "score":
+            fault = msg.get("fault")  # test hook (protocol.TEST_HOOKS_ENV): [tp_rank, stage]
+            fail_at = fault[1] if fault and fault[0] == worker.tp_rank else None
             return {"ok": True, "result": worker.score(msg["input_ids"], msg["sample_n"], msg["labels"],
-                                                       msg["temperature"])}
+                                                       msg["temperature"], fail_at)}
         if op == "load":
             worker.load(msg["path"])
             return {"ok": True, "vocab_size": worker.vocab_size}

@@ -4,6 +4,10 @@ Requests wait in one queue; each DP group's dispatcher takes the next one when i
 groups balance themselves. A client that disconnects while its request is queued cancels it. A weight
 update turns new /generate requests away (503), waits for the queue and the running requests to drain,
 then loads the checkpoint on every rank.
+
+/healthz answers 503 while the ranks cannot serve: a DP group whose exchange raised (a dead or out-of-step
+peer: the group is not used again), a call that has run past the bound no client waits beyond, or a background
+task that stopped. It asks the ranks nothing, so a probe never queues behind a request.
 """
 
 from __future__ import annotations
@@ -66,19 +70,61 @@ class Front:
         self.update: asyncio.Future | None = None
         self.update_path: str | None = None
         self._tasks: list[asyncio.Task] = []
+        self.broken: list[str | None] = [None] * len(exchanges)  # why DP group d can no longer be used
+        self.busy: list[tuple[float, float] | None] = [None] * len(exchanges)  # (started, bound) of d's call
 
     # ---- dispatch -------------------------------------------------------------------------------------
     async def call(self, d: int, msg: dict[str, Any]) -> dict[str, Any]:
+        """One exchange on group d's thread. Its start is taken when the thread runs it (not when queued), so
+        /healthz can tell a call stuck in a collective; an exchange that raises leaves the group broken."""
+        bound = self.t.update_timeout_s if msg.get("op") == "load" else self.t.request_timeout_s
+
+        def run() -> dict[str, Any]:
+            self.busy[d] = (time.monotonic(), bound)
+            try:
+                return self.exchanges[d](msg)
+            finally:
+                self.busy[d] = None
+
         self.last_call[d] = time.monotonic()
-        reply = await asyncio.get_running_loop().run_in_executor(self.executors[d], self.exchanges[d], msg)
-        self.last_call[d] = time.monotonic()
-        return reply
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.executors[d], run)
+        except Exception as exc:  # the ranks of group d are out of step: never send it another message
+            self.broken[d] = f"{type(exc).__name__}: {exc}"
+            log.critical("teacher DP group %d broke on %s: %s", d, msg.get("op"), self.broken[d])
+            raise
+        finally:
+            self.last_call[d] = time.monotonic()
+
+    def problems(self) -> list[str]:
+        """Why requests cannot be served now (empty: they can); from the front's own state only."""
+        now = time.monotonic()
+        out = [f"DP group {d} is broken ({why})" for d, why in enumerate(self.broken) if why]
+        out += [f"DP group {d} has been in one call for {now - b[0]:.0f}s (bound {b[1]:g}s)"
+                for d, b in enumerate(self.busy) if b and now - b[0] > b[1]]
+        out += [f"the {task.get_name()} task stopped" for task in self._tasks if task.done()]
+        return out
+
+    def _refuse_queued(self) -> None:
+        """With no DP group left, answer what waits in the queue instead of leaving it there for ever."""
+        while not self.queue.empty():
+            job = self.queue.get_nowait()
+            if job.state != "queued":
+                continue
+            self.queued -= 1
+            self.pending_tokens -= job.req.tokens
+            job.state = "done"
+            if not job.future.done():
+                job.future.set_result({"ok": False, "status": 503, "error": "; ".join(self.problems())})
 
     async def dispatcher(self, d: int) -> None:
         while True:
             job = await self.queue.get()
             if job.state == "cancelled":
                 continue
+            if self.broken[d]:  # broken since (by a keep-alive or a load): the job is for the other groups
+                self.queue.put_nowait(job)
+                break
             self.queued -= 1
             self.pending_tokens -= job.req.tokens
             job.state, job.started = "running", time.monotonic()
@@ -87,22 +133,28 @@ class Front:
                 r = job.req
                 reply = await self.call(d, {"op": "score", "input_ids": r.input_ids, "sample_n": r.sample_n,
                                             "labels": r.labels, "temperature": r.temperature,
-                                            "delay_s": r.delay_s})
-            except Exception as exc:  # an exchange that broke (a dead peer): fail the request, keep serving
-                reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                                            "delay_s": r.delay_s, "fault": r.fault})
+            except Exception as exc:  # an exchange that broke (a dead peer): fail the request; the other
+                reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}  # groups, if any, keep serving
             finally:
                 self.running -= 1
             self.group_done[d] += 1
             job.state = "done"
             if not job.future.done():
                 job.future.set_result(reply)
+            if self.broken[d]:
+                break
+        if all(self.broken):
+            self._refuse_queued()
 
     async def keepalive(self) -> None:
         pinging: dict[int, asyncio.Task] = {}
         while True:
             await asyncio.sleep(self.t.keepalive_s / 3)
             for d in range(len(self.exchanges)):
-                if time.monotonic() - self.last_call[d] > self.t.keepalive_s and (d not in pinging or pinging[d].done()):
+                if self.broken[d] or (d in pinging and not pinging[d].done()):
+                    continue
+                if time.monotonic() - self.last_call[d] > self.t.keepalive_s:
                     pinging[d] = asyncio.create_task(self.call(d, {"op": "noop"}))
 
     async def load_reporter(self) -> None:
@@ -122,13 +174,17 @@ class Front:
         self.group_done = [0] * len(self.exchanges)
 
     def start_background(self) -> None:
-        self._tasks = [asyncio.create_task(self.dispatcher(d)) for d in range(len(self.exchanges))]
-        self._tasks += [asyncio.create_task(self.keepalive()), asyncio.create_task(self.load_reporter())]
+        self._tasks = [asyncio.create_task(self.dispatcher(d), name=f"dispatcher-{d}")
+                       for d in range(len(self.exchanges))]
+        self._tasks += [asyncio.create_task(self.keepalive(), name="keepalive"),
+                        asyncio.create_task(self.load_reporter(), name="load-reporter")]
 
     # ---- handlers -------------------------------------------------------------------------------------
     async def generate(self, request: web.Request) -> web.Response:
         if self.update is not None:
             raise RequestError(503, f"a weight update to {self.update_path} is running; retry later")
+        if all(self.broken):
+            raise RequestError(503, "the teacher's ranks cannot serve: " + "; ".join(self.problems()))
         req = parse_generate(await _json(request), self.vocab_size, self.t.max_length, self.t.temperature)
         job = Job(req, asyncio.get_running_loop().create_future())
         self.queued += 1
@@ -165,6 +221,8 @@ class Front:
                 raise RequestError(409, f"an update to {self.update_path} is already running")
             status, body = await asyncio.shield(self.update)
             return web.json_response({**body, "coalesced": True}, status=status)
+        if any(self.broken):  # a broken group would never answer the load
+            raise RequestError(503, "the teacher's ranks cannot load: " + "; ".join(self.problems()))
         if path == self.model_path:
             return web.json_response({"success": True, "skipped": True, "coalesced": False, "model_path": path,
                                       "message": "this checkpoint is already loaded"})
@@ -202,6 +260,9 @@ class Front:
         done.set_result(result)
 
     async def healthz(self, request: web.Request) -> web.Response:
+        problems = self.problems()
+        if problems:
+            return web.json_response({"ok": False, "error": "; ".join(problems), "problems": problems}, status=503)
         return web.json_response({"ok": True})
 
     async def detect(self, request: web.Request) -> web.Response:

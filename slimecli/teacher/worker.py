@@ -139,10 +139,11 @@ class TeacherWorker:
 
     @torch.no_grad()
     def score(self, input_ids: list[int], sample_n: int = 0, labels: list[list[int]] | None = None,
-              temperature: float = 1.0) -> dict[str, list]:
+              temperature: float = 1.0, fail_at: str | None = None) -> dict[str, list]:
         """Every rank of the group gets the same arguments, so the checks before the first collective give the
         same answer everywhere; what only one rank can see (its logits, its own failure) is agreed on in one
-        all-reduce before the vocab-parallel collectives start."""
+        all-reduce before the vocab-parallel collectives start. `fail_at` (a test hook: "forward" or
+        "collective") makes this rank raise there, as a rank-local fault would."""
         assert self.model is not None
         self.in_collective = False
         shard, group = self.model.shard, self.group
@@ -150,6 +151,8 @@ class TeacherWorker:
         self.in_collective = self.model.collective_forward and group is not None
         error: Exception | None = None
         try:
+            if fail_at == "forward":
+                raise RuntimeError("test fault in the forward (test_fail)")
             local = self.local_logits(input_ids)
             peak = float(local.abs().amax()) if local.numel() else 0.0
         except Exception as exc:  # agreed on below when the forward is rank-local
@@ -170,6 +173,8 @@ class TeacherWorker:
             raise RequestInvalid(f"temperature={temperature!r} is too small for this model's logits "
                                  f"(logit / temperature overflows float32)")
         self.in_collective = group is not None
+        if fail_at == "collective":
+            raise RuntimeError("test fault between the TP collectives (test_fail)")
         stats = vp.global_stats(local, shard, group, temperature, self.sample_chunk_size, self.workspace)
         nxt = torch.tensor(input_ids[1:], dtype=torch.long, device=self.device)
         out: dict[str, list] = {"log_probs": vp.next_token_log_probs(

@@ -16,7 +16,10 @@ from tests.helpers import ROOT, free_port, wait_dead
 VOCAB = 1001  # odd: does not divide by tp=2, so the last shard is padded
 
 
-def make_checkpoint(path: Path, seed: int, vocab: int = VOCAB) -> Path:
+def make_checkpoint(path: Path, seed: int, vocab: int = VOCAB, loud_token: int | None = None) -> Path:
+    """`loud_token`: that token's output row becomes 1e29 x e_0, so its logit is ~1e29 (the final norm keeps
+    |h_0| <= sqrt(32)): finite, and under the ranks' 1e30 bound on logit / temperature at temperature 1 but not
+    at 0.01. Only the TP rank whose vocabulary slice holds the token sees it: a real rank-local failure."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -24,7 +27,13 @@ def make_checkpoint(path: Path, seed: int, vocab: int = VOCAB) -> Path:
     cfg = Qwen3Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=4096,
                       tie_word_embeddings=False)
-    Qwen3ForCausalLM(cfg).save_pretrained(str(path))
+    model = Qwen3ForCausalLM(cfg)
+    if loud_token is not None:
+        with torch.no_grad():
+            row = model.lm_head.weight[loud_token]
+            row.zero_()
+            row[0] = 1e29
+    model.save_pretrained(str(path))
     return path
 
 
