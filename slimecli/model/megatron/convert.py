@@ -57,6 +57,10 @@ def arch_from_hf(config: Any, tensor_parallel_size: int = 1) -> Arch:
     rope_scaling = getattr(config, "rope_scaling", None)
     if rope_scaling and rope_scaling.get("rope_type", rope_scaling.get("type")) not in (None, "default"):
         raise ValueError(f"trainer=megatron does not convert rope_scaling={rope_scaling} yet")
+    # megatron-core's add_qkv_bias covers q/k/v only: an o_proj or MLP bias would be dropped without a word
+    o_proj_bias = bool(getattr(config, "attention_bias", False)) and "Qwen2ForCausalLM" not in names
+    if o_proj_bias or getattr(config, "mlp_bias", False):
+        raise ValueError("trainer=megatron does not convert o_proj or MLP biases (attention_bias/mlp_bias=true) yet")
     heads = config.num_attention_heads
     kv = getattr(config, "num_key_value_heads", None) or heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
