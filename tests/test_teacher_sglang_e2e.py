@@ -8,6 +8,7 @@ the tiny model's own log-probs computed with transformers.
 from __future__ import annotations
 
 import asyncio
+import math
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from slimecli.config.groups.teacher import TeacherConfig
 from slimecli.rollout.sample import Sample
 from slimecli.teacher.client import TeacherClient
 from tests.helpers.engine import Engine, engine, hf_logprobs  # noqa: F401 - fixture
+from tests.helpers.train_e2e import metrics, run_train
 
 SAMPLES = [([4, 8, 15, 16, 23, 42], 2), ([42, 7], 1), ([100 + 37 * i for i in range(40)], 17), ([5, 6, 7, 8], 3)]
 
@@ -73,3 +75,30 @@ def test_prefill_only_reply(engine: Engine, hf: torch.nn.Module, start: int) -> 
     assert [e[0] for e in entries[1:]] == pytest.approx(want, abs=1e-4)
     plain = engine.generate(input_ids=tokens, sampling_params={"max_new_tokens": 0}, return_logprob=True)
     assert plain["meta_info"]["input_token_logprobs"] == []  # no logprob_start_len: no input log-probs
+
+
+@pytest.mark.slow
+def test_opd_trains_with_an_sglang_teacher(engine: Engine, tmp_path) -> None:  # noqa: F811
+    """`slimecli train +recipe=opd teacher=sglang` against a real `slimecli rollout serve`, end to end.
+
+    The student starts from the very checkpoint the engine serves as teacher, so before the first update its
+    own rollout log-probs and the teacher's prefill scores of the same tokens must agree: a gap of ~0 at step 1
+    with a teacher mean near -log(vocab) shows the scores are real and aligned token by token (zeros, scores
+    shifted by one token or taken at another temperature would not). Once the student is trained the two models
+    differ: the gap moves.
+    """
+    run = tmp_path / "opd"
+    out = run_train(run, "+recipe=opd", "teacher=sglang", f"teacher.url={engine.url}",
+                    f"model.path={engine.model_path}", "trainer.nproc=1", "trainer.max_steps=3",
+                    "trainer.save_interval=0", "eval.at_start=false", "eval.at_end=false", "observe.report=false")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    rows = metrics(run)
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    teacher = [r["opd/teacher_logp_mean"] for r in rows]
+    gaps = [r["opd/student_teacher_gap"] for r in rows]
+    assert all(math.isfinite(v) for v in teacher + gaps), (teacher, gaps)
+    assert all(-12.0 < t < -1.0 for t in teacher), teacher  # the tiny model's vocabulary is 4096: ln 4096 = 8.3
+    # the same weights: the student's own log-probs (seen: ~4e-8; scores shifted by one token give ~1e-2)
+    assert abs(gaps[0]) < 1e-5, gaps
+    assert max(abs(g) for g in gaps[1:]) > 1e-3, gaps  # updated once, the student is another model (seen: ~1e-2)
+    assert all(r["reward/mean"] is not None for r in rows)  # the task reward is still computed (reward_coef 0)
