@@ -17,14 +17,15 @@ from slimecli.config.schema import SlimeConfig
 
 
 async def _evaluate(cfg: SlimeConfig, run_dir: Path, step: int) -> int:
+    from slimecli.config.layout import engine_slots
     from slimecli.eval.runner import Evaluator, flat_metrics, headline
     from slimecli.model.loading import load_tokenizer
     from slimecli.observe.metrics import MetricsLogger
     from slimecli.rollout.client import EngineClient
 
     r = cfg.rollout
-    engines = [EngineClient(f"http://{r.host}:{r.port + i}", timeout_s=r.request_timeout_s,
-                            api_key=r.api_key) for i in range(r.num_engines)]
+    engines = [EngineClient(slot.url, timeout_s=r.request_timeout_s, api_key=r.api_key)
+               for slot in engine_slots(cfg)]
     try:
         await asyncio.gather(*(e.wait_ready(r.start_timeout_s) for e in engines))
         evaluator = Evaluator(cfg, load_tokenizer(cfg.model.resolved_tokenizer_path), engines, run_dir)

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from slimecli.config.errors import ConfigError, ConfigErrors
+from slimecli.config.layout import engine_slots
 from slimecli.config.schema import GROUPS, SlimeConfig
 
 FINAL_DIR = "final"
@@ -117,8 +118,7 @@ def evaluate(cfg: SlimeConfig, step: int, argv: list[str], overrides: list[str],
         raise ConfigErrors([ConfigError("eval.datasets", [], "nothing to evaluate",
                                         "eval.datasets=[{name: NAME, task: jsonl, path: FILE}] or +recipe=NAME")])
     cfg = materialize(cfg)
-    r = cfg.rollout
-    errors = engine_errors(cfg, [r.port + i for i in range(r.num_engines)])
+    errors = engine_errors(cfg, [slot.port for slot in engine_slots(cfg)])
     if any(ds.task == "swe" for ds in cfg.eval.datasets):  # SWE tasks are worked by the agent CLI in sandboxes
         errors += agent_cli_errors(cfg) + sandbox_errors(cfg)
     if errors:

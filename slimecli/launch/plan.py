@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from slimecli.config.groups.rollout import RolloutConfig
+from slimecli.config.layout import EngineSlot, engine_slots, run_dir_of
 from slimecli.config.schema import SlimeConfig
 from slimecli.launch.spec import Probe, ProcessSpec
 from slimecli.launch.torchrun import torchrun_argv
@@ -16,21 +17,24 @@ CONFIG_FILE = "config.yaml"
 
 
 def engine_specs(cfg: SlimeConfig, config_path: str) -> list[ProcessSpec]:
+    """The engines this node starts (cluster.node_rank; see config/layout.py)."""
     r = cfg.rollout
     specs = []
-    for i in range(r.num_engines):
-        port = r.port + i
+    for slot in node_engines(cfg):
         if r.name == "local":
-            argv = [sys.executable, "-m", "slimecli.rollout.engine", "--config", config_path, "--index", str(i)]
+            argv = [sys.executable, "-m", "slimecli.rollout.engine", "--config", config_path, "--index", str(slot.index)]
         else:
             argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(cfg.model.path or "<model=tiny>"),
-                    "--host", r.host, "--port", str(port), "--dtype", cfg.model.dtype,
+                    "--host", slot.host, "--port", str(slot.port), "--dtype", cfg.model.dtype,
                     *(["--trust-remote-code"] if cfg.model.trust_remote_code else []),
                     "--skip-server-warmup", *_api_key_args(r), *shlex.split(r.sglang_args)]
-        specs.append(ProcessSpec(name=f"engine-{i}", argv=argv, kind="server", ports=[port],
-                                 probe=Probe(f"http://{r.host}:{port}/health_generate"),
-                                 start_timeout_s=r.start_timeout_s))
+        specs.append(ProcessSpec(name=f"engine-{slot.index}", argv=argv, kind="server", ports=[slot.port],
+                                 probe=Probe(f"{slot.url}/health_generate"), start_timeout_s=r.start_timeout_s))
     return specs
+
+
+def node_engines(cfg: SlimeConfig) -> list[EngineSlot]:
+    return [slot for slot in engine_slots(cfg) if slot.node == cfg.cluster.node_rank]
 
 
 def _api_key_args(r: RolloutConfig) -> list[str]:
@@ -53,7 +57,8 @@ def teacher_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec | None:
 
 def trainer_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec:
     return ProcessSpec(name="trainer", kind="worker",
-                       argv=torchrun_argv("slimecli.train", ["--config", config_path], cfg.trainer.nproc, cfg.cluster))
+                       argv=torchrun_argv("slimecli.train", ["--config", config_path], cfg.trainer.nproc, cfg.cluster,
+                                          run_id=cfg.run.name))
 
 
 def build_plan(cfg: SlimeConfig, run_dir: str | Path) -> list[ProcessSpec]:
@@ -61,13 +66,13 @@ def build_plan(cfg: SlimeConfig, run_dir: str | Path) -> list[ProcessSpec]:
     run_dir = Path(run_dir).resolve()
     config_path = str(run_dir / CONFIG_FILE)
     specs: list[ProcessSpec] = []
-    if cfg.cluster.node_rank == 0:  # servers run once, next to trainer rank 0 which drives them
-        specs += engine_specs(cfg, config_path)
+    specs += engine_specs(cfg, config_path)
+    if cfg.cluster.node_rank == 0:  # the teacher runs once, on the first node
         teacher = teacher_spec(cfg, config_path)
         if teacher is not None:
             specs.append(teacher)
     specs.append(trainer_spec(cfg, config_path))
-    return _in_run(specs, run_dir)
+    return _in_run(specs, run_dir_of(config_path))  # a node's own directory is inside the shared one
 
 
 def teacher_plan(cfg: SlimeConfig, run_dir: str | Path) -> list[ProcessSpec]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from slimecli.config.errors import ConfigError, ConfigErrors
 from slimecli.config.groups.teacher import TeacherConfig
 from slimecli.config.groups.trainer import MEGATRON_ARCHITECTURES
+from slimecli.config.layout import engine_slots
 from slimecli.config.schema import SlimeConfig
 
 # No tokenizer packs more than this many characters into one token on average (English prose and code run
@@ -320,12 +321,11 @@ def teacher_errors(t: TeacherConfig, path_key: str = "teacher.model_path") -> li
 
 
 def server_errors(cfg: SlimeConfig) -> list[ConfigError]:
-    """The servers `train` starts on this node (node 0 only): engines, and the teacher unless teacher.url."""
-    if cfg.cluster.node_rank != 0:
-        return []
-    r = cfg.rollout
-    errors = engine_errors(cfg, [r.port + i for i in range(r.num_engines)])
-    if cfg.teacher.name == "server" and not cfg.teacher.url:
+    """The servers `train` starts on this node: its engines (config/layout.py), and on node 0 the teacher unless
+    teacher.url."""
+    on_node = [slot.port for slot in engine_slots(cfg) if slot.node == cfg.cluster.node_rank]
+    errors = engine_errors(cfg, on_node) if on_node else []
+    if cfg.cluster.node_rank == 0 and cfg.teacher.name == "server" and not cfg.teacher.url:
         errors += teacher_errors(cfg.teacher)
     return errors
 

@@ -17,6 +17,7 @@ from typing import Any
 from slimecli.config.convert import to_plain
 from slimecli.config.errors import ConfigError, ConfigErrors
 from slimecli.config.io import dump_yaml, load_frozen, save_frozen
+from slimecli.config.layout import node_dir
 from slimecli.config.schema import SlimeConfig
 from slimecli.launch.lock import RunInUse, RunLock, acquire
 from slimecli.launch.plan import CONFIG_FILE
@@ -46,7 +47,7 @@ class RunDir:
 RESUMABLE_KEYS = ("trainer.max_steps", "trainer.save_interval", "run.log_level", "run.resume", "run.name",
                   "run.root", "trainer.nproc", "trainer.tensor_parallel_size", "trainer.pipeline_parallel_size",
                   "trainer.sequence_parallel", "trainer.micro_batch_size", "trainer.gradient_checkpointing",
-                  "trainer.weight_sync", "trainer.weight_sync_bucket_mb")
+                  "trainer.weight_sync", "trainer.weight_sync_bucket_mb", "rollout.engines_per_node")
 RESUMABLE_PREFIXES = ("observe.", "eval.", "cluster.")
 RESUMABLE_LEAVES = ("port", "host", "log_interval_s")
 
@@ -90,8 +91,8 @@ def prepare(cfg: SlimeConfig, argv: list[str], overrides: list[str]) -> RunDir:
 
     ConfigErrors when the directory is in use by a live command, or when a resume changes what it may not.
     """
-    if cfg.run.dir:
-        path = default_path(cfg).resolve()
+    if cfg.run.dir:  # node ranks > 0 of a multi-node run keep their own files in RUN/nodes/<rank>
+        path = node_dir(default_path(cfg).resolve(), cfg.cluster.node_rank)
         path.mkdir(parents=True, exist_ok=True)
     else:
         path = _create_auto_named(default_path(cfg).resolve())

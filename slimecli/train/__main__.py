@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,6 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from slimecli.config.errors import ConfigErrors
     from slimecli.config.io import load_frozen
+    from slimecli.config.layout import run_dir_of
 
     try:
         cfg = load_frozen(args.config)
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     from slimecli.train.loop import Trainer
 
     try:
-        Trainer(cfg, Path(args.config).resolve().parent).run()
+        Trainer(cfg, run_dir_of(args.config)).run()
     except (TimeoutError, EngineError, aiohttp.ClientError) as exc:  # a server went away: say which, no traceback
         print(f"trainer: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

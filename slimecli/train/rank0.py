@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import torch
 
+from slimecli.config.layout import engine_slots
 from slimecli.config.schema import SlimeConfig
 from slimecli.rollout.data import PromptSource
 from slimecli.rollout.driver import RolloutDriver, RolloutResult
@@ -53,9 +54,8 @@ class RolloutCoordinator:
         self.ahead: Future[RolloutResult] | None = None  # the next step's rollout, generated ahead
         self.ahead_position: Any = None  # the prompt source's position before that rollout drew its prompts
         r = cfg.rollout
-        self.engines = [EngineClient(f"http://{r.host}:{r.port + i}", timeout_s=r.request_timeout_s,
-                                     api_key=r.api_key)
-                        for i in range(r.num_engines)]
+        self.engines = [EngineClient(slot.url, timeout_s=r.request_timeout_s, api_key=r.api_key)
+                        for slot in engine_slots(cfg)]  # every node's engines (config/layout.py)
         self.source = PromptSource(cfg.task, cfg.run.seed)
         self.service: Any = None  # rollout.generate=agent: the agent back-end in front of the first engine
         self.driver = self._collector(tokenizer)

@@ -16,7 +16,8 @@ class RolloutConfig:
     top_k: int = -1
     max_new_tokens: int = 64
     max_prompt_len: int = 1024
-    num_engines: int = 1
+    num_engines: int = 1  # all on node 0 (with rollout.engines_per_node = 0)
+    engines_per_node: int = 0  # N > 0: N engines on every node of a multi-node run (cluster.node_hosts)
     host: str = "127.0.0.1"
     port: int = 30000  # engine i listens on port + i
     start_timeout_s: float = 300.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from slimecli.config.errors import ConfigError
+from slimecli.config.layout import engine_slots
 from slimecli.config.schema import SlimeConfig
 
 
@@ -77,7 +78,7 @@ def generate(cfg: SlimeConfig) -> list[ConfigError]:
         errors.append(ConfigError("trainer.loss_reduction", cfg.trainer.loss_reduction,
                                   "agent runs fork into several samples; each run must weigh the same",
                                   "use trainer.loss_reduction=per_rollout"))
-    slots = cfg.rollout.max_running_requests * cfg.rollout.num_engines
+    slots = cfg.rollout.max_running_requests * len(engine_slots(cfg))
     if cfg.agent.concurrency > slots:
         errors.append(ConfigError("agent.concurrency", cfg.agent.concurrency,
                                   f"more agent runs than the engines serve at once ({cfg.rollout.num_engines} x "
@@ -183,6 +184,12 @@ def parallel(cfg: SlimeConfig) -> list[ConfigError]:
                                   "set run.dir to a path on a shared file system"))
     if not 0 <= c.node_rank < c.nnodes:
         errors.append(ConfigError("cluster.node_rank", c.node_rank, f"must be in [0, cluster.nnodes={c.nnodes})"))
+    if c.node_hosts and len(c.node_hosts) != c.nnodes:
+        errors.append(ConfigError("cluster.node_hosts", list(c.node_hosts),
+                                  f"one address per node: {len(c.node_hosts)} given for cluster.nnodes={c.nnodes}"))
+    if cfg.rollout.engines_per_node < 0:
+        errors.append(ConfigError("rollout.engines_per_node", cfg.rollout.engines_per_node,
+                                  "must be >= 0 (0: rollout.num_engines engines on node 0)"))
     if not 0 < c.master_port < 65536:
         errors.append(ConfigError("cluster.master_port", c.master_port, "must be a TCP port in 1..65535"))
     return errors

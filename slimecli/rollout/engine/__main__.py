@@ -21,9 +21,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     from slimecli.config.io import load_frozen_or_exit
+    from slimecli.config.layout import run_dir_of
 
     cfg = load_frozen_or_exit(args.config)
-    start(cfg, args.index, Path(args.config).resolve().parent)
+    start(cfg, args.index, run_dir_of(args.config))
 
 
 def weight_roots(cfg: SlimeConfig, run_dir: str | Path | None) -> list[str | Path]:
@@ -40,13 +41,15 @@ def weight_roots(cfg: SlimeConfig, run_dir: str | Path | None) -> list[str | Pat
 def start(cfg: SlimeConfig, index: int = 0, run_dir: str | Path | None = None) -> None:
     """Serve engine `index` of this config (blocks); run_dir: where update_weights_from_disk may load from
     when rollout.weight_roots is not set."""
+    from slimecli.config.layout import engine_slots
     from slimecli.model.loading import resolve_model_path, resolve_tokenizer_path
     from slimecli.rollout.client import engine_api_key
     from slimecli.rollout.engine.app import run
 
     model_path = resolve_model_path(cfg.model)
     r = cfg.rollout
-    run(model_path, host=r.host, port=r.port + index, tokenizer_path=resolve_tokenizer_path(cfg.model),
+    slot = engine_slots(cfg)[index]
+    run(model_path, host=slot.host, port=slot.port, tokenizer_path=resolve_tokenizer_path(cfg.model),
         dtype=cfg.model.dtype, max_running=r.max_running_requests, seed=cfg.run.seed + index, device=r.device,
         prefix_cache_mb=r.prefix_cache_mb, trust_remote_code=cfg.model.trust_remote_code,
         log_level=cfg.run.log_level, api_key=engine_api_key(r), weight_roots=weight_roots(cfg, run_dir),
