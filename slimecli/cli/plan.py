@@ -21,7 +21,19 @@ def register(app: typer.Typer) -> None:
         from slimecli.launch.plan import build_plan
         from slimecli.launch.rundir import default_path
 
-        cfg = load_config_or_exit(split_overrides(ctx.args), recipe_dir)
+        overrides = split_overrides(ctx.args)
+        cfg = load_config_or_exit(overrides, recipe_dir)
+        if cfg.cluster.name == "slurm":  # what `train` would submit; each node then runs the local plan
+            from pathlib import Path
+
+            from slimecli.launch.slurm import node_script, sbatch_script
+
+            run_dir = default_path(cfg).resolve()
+            typer.echo(f"# RUN/slurm/job.sbatch (run dir {run_dir}), submitted with sbatch:")
+            typer.echo(sbatch_script(cfg, run_dir))
+            typer.echo("# RUN/slurm/node.sh, run once on every node:")
+            typer.echo(node_script(cfg, run_dir, overrides, recipe_dir, Path.cwd()))
+            return
         preflight_or_exit(cfg)
         specs = build_plan(cfg, default_path(cfg))
         if as_json:

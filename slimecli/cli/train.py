@@ -31,7 +31,9 @@ def register(app: typer.Typer) -> None:
   slimecli train run.dir=runs/mine                 # run again with the same run.dir to resume
 
   slimecli train +recipe=opd teacher=server teacher.url=http://127.0.0.1:7999""")
-    def train(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> None:
+    def train(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption,
+              dry_run: bool = typer.Option(False, "--dry-run", help="cluster=slurm: write and print the sbatch "
+                                           "script, do not submit it.")) -> None:
         """Train: rollout engines and teacher start first, then the trainer under torchrun."""
         from rich.console import Console
 
@@ -41,6 +43,11 @@ def register(app: typer.Typer) -> None:
         overrides = split_overrides(ctx.args)
         cfg = load_config_or_exit(overrides, recipe_dir)
         console = Console(highlight=False, soft_wrap=True)
+        if cfg.cluster.name == "slurm":
+            _submit_slurm(cfg, overrides, recipe_dir, dry_run, console)
+            return
+        if dry_run:
+            fail("--dry-run writes a cluster=slurm job script; `slimecli plan` shows what a local run starts")
         follower = _start_progress(cfg, console)
         try:
             code = run(cfg, sys.argv, overrides, console=console)
@@ -49,9 +56,34 @@ def register(app: typer.Typer) -> None:
         finally:
             if follower is not None:
                 follower.stop()
-        if cfg.observe.report:
+        if cfg.observe.report and cfg.cluster.node_rank == 0:  # the first node reports for every node
             _report(cfg, console)
         raise typer.Exit(code)
+
+
+def _submit_slurm(cfg: SlimeConfig, overrides: list[str], recipe_dirs: list[str], dry_run: bool,
+                  console: Console) -> None:
+    """cluster=slurm: RUN/slurm/job.sbatch running this same command on every node, then sbatch (exit 2 where
+    sbatch is missing or refuses)."""
+    from slimecli.config.errors import ConfigErrors
+    from slimecli.launch.preflight import materialize, model_errors
+    from slimecli.launch.rundir import create
+    from slimecli.launch.slurm import submit, write_job
+
+    try:
+        # the model files, seen from here (a shared file system); each node checks its own machine when it starts
+        errors = model_errors(materialize(cfg))
+        if errors:
+            raise ConfigErrors(errors)
+        job = write_job(cfg, create(cfg), overrides, recipe_dirs, Path.cwd())
+        if dry_run:
+            console.print(job.read_text(), markup=False, highlight=False)
+            console.print(f"[bold]written[/] {job} (and node.sh next to it); not submitted (--dry-run)")
+            return
+        job_id = submit(job)
+    except ConfigErrors as exc:
+        fail(exc.render())
+    console.print(f"[bold]submitted[/] SLURM job {job_id}: {job}; its output goes to {job.parent}/{job_id}.out")
 
 
 def own_run_dir(cfg: SlimeConfig) -> Path | None:

@@ -59,6 +59,15 @@ def default_path(cfg: SlimeConfig) -> Path:
     return Path(cfg.run.root).expanduser() / f"{cfg.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def create(cfg: SlimeConfig) -> Path:
+    """The run directory, made: run.dir (kept if it exists), or a new auto-named one."""
+    if cfg.run.dir:
+        path = default_path(cfg).resolve()
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    return _create_auto_named(default_path(cfg).resolve())
+
+
 def _create_auto_named(first: Path) -> Path:
     """`first`, or `first-2`, `first-3`, ...: whichever this process creates (mkdir is atomic)."""
     first.parent.mkdir(parents=True, exist_ok=True)
@@ -91,11 +100,8 @@ def prepare(cfg: SlimeConfig, argv: list[str], overrides: list[str]) -> RunDir:
 
     ConfigErrors when the directory is in use by a live command, or when a resume changes what it may not.
     """
-    if cfg.run.dir:  # node ranks > 0 of a multi-node run keep their own files in RUN/nodes/<rank>
-        path = node_dir(default_path(cfg).resolve(), cfg.cluster.node_rank)
-        path.mkdir(parents=True, exist_ok=True)
-    else:
-        path = _create_auto_named(default_path(cfg).resolve())
+    path = node_dir(create(cfg), cfg.cluster.node_rank)  # node ranks > 0 keep their own files in RUN/nodes/<rank>
+    path.mkdir(parents=True, exist_ok=True)
     try:
         lock = acquire(path, shlex.join(argv))
     except RunInUse as exc:

@@ -6,8 +6,10 @@ from typing import Literal
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    """Multi-node layout for torchrun; the defaults are one local node."""
+    """Multi-node layout for torchrun; the defaults are one local node. name=slurm: `slimecli train` writes an
+    sbatch script that runs the same command on every node of the allocation, and submits it."""
 
+    name: Literal["local", "slurm"] = "local"
     nnodes: int = 1
     node_rank: int = 0
     master_addr: str = "127.0.0.1"
@@ -18,3 +20,9 @@ class ClusterConfig:
     # the address of every node, by node rank: where its engines listen and trainer rank 0 reaches them;
     # () = every node at rollout.host (one machine, or engines only on node 0)
     node_hosts: tuple[str, ...] = ()
+    # cluster=slurm: the job's #SBATCH settings ("" / 0: left to the cluster's defaults)
+    gpus_per_node: int = 0
+    partition: str = ""
+    time: str = ""  # SLURM's time limit: MINUTES, HH:MM:SS, D-HH:MM:SS, ...
+    account: str = ""
+    sbatch_lines: tuple[str, ...] = ()  # extra lines, e.g. ["--qos=high", "--exclusive"] (#SBATCH added)

@@ -8,7 +8,7 @@ import importlib
 from slimecli.config.errors import ConfigError
 from slimecli.config.schema import SlimeConfig
 
-_MODULES = ("core", "optimizer", "teacher", "reward", "agent", "task", "sandbox", "weight_sync", "overlap", "eval")
+_MODULES = ("core", "optimizer", "teacher", "reward", "agent", "task", "sandbox", "weight_sync", "overlap", "slurm", "eval")
 
 
 def check_all(cfg: SlimeConfig) -> list[ConfigError]:

@@ -179,7 +179,7 @@ def parallel(cfg: SlimeConfig) -> list[ConfigError]:
         errors.append(ConfigError("trainer.sequence_parallel", True, "sequence parallelism splits what tensor "
                                   "parallelism replicates: it needs trainer=megatron and tensor_parallel_size > 1",
                                   "set trainer=megatron trainer.tensor_parallel_size=2 (or more), or drop it"))
-    if c.nnodes > 1 and not cfg.run.dir:
+    if c.nnodes > 1 and not cfg.run.dir and c.name != "slurm":  # slurm: the submitting command makes one
         errors.append(ConfigError("run.dir", None, "a multi-node run needs run.dir: one directory shared by every node",
                                   "set run.dir to a path on a shared file system"))
     if not 0 <= c.node_rank < c.nnodes:
