@@ -45,3 +45,21 @@ def test_swe_agent_recipe_trains_two_steps_over_two_engines(tmp_path):
     # both engines got the new weights after each step
     for i in (0, 1):
         assert (run / "logs" / f"engine-{i}.log").read_text().count("weights updated") == 2
+
+
+@pytest.mark.skipif(locate("claude_code") is None,
+                    reason="the claude_code CLI is not installed: run `slimecli agent install claude_code` (CI does)")
+def test_swe_agent_with_async_rollout_runs_the_next_steps_agents_while_training(tmp_path):
+    """trainer.async_rollout with agent rollouts: step 2's runs happen while step 1 trains, one version behind."""
+    run = tmp_path / "swe-async"
+    out = run_train(run, "+recipe=swe_agent", "trainer.async_rollout=true", "trainer.max_steps=2",
+                    "rollout.batch_size=2", "rollout.n_samples_per_prompt=2", "trainer.global_batch_size=4",
+                    "trainer.nproc=1", "agent.time_budget_s=60", "agent.max_new_tokens=16", timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    rows = metrics(run)
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["agent/runs"] >= 4 for r in rows)
+    assert [r["rollout/staleness_max"] for r in rows] == [0.0, 1.0]
+    tasks = [json.loads(line) for line in (run / "agent" / "tasks.jsonl").read_text().splitlines()]
+    assert {t["step"] for t in tasks} == {1, 2}  # the runs made ahead are filed under the step they train
+    assert (run / "logs" / "engine-0.log").read_text().count("weights updated") == 2
