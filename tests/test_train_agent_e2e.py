@@ -4,25 +4,32 @@ tiny random model through two managed engines, every run is graded, and two trai
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from slimecli.agent.install import locate
 from tests.helpers.train_e2e import metrics, run_train
 
-pytestmark = [pytest.mark.slow, pytest.mark.agent_cli]
+pytestmark = [pytest.mark.slow, pytest.mark.agent_cli,
+              pytest.mark.skipif(locate("claude_code") is None, reason="the claude_code CLI is not installed: run "
+                                 "`slimecli agent install claude_code` (CI does)")]
 
 
-@pytest.mark.skipif(locate("claude_code") is None,
-                    reason="the claude_code CLI is not installed: run `slimecli agent install claude_code` (CI does)")
-def test_swe_agent_recipe_trains_two_steps_over_two_engines(tmp_path):
-    run = tmp_path / "swe"
+def two_small_steps(run: Path, *overrides: str) -> list[dict]:
+    """+recipe=swe_agent for 2 steps of 2 tasks x 2 runs on one trainer rank; the metrics rows."""
     out = run_train(run, "+recipe=swe_agent", "trainer.max_steps=2", "rollout.batch_size=2",
                     "rollout.n_samples_per_prompt=2", "trainer.global_batch_size=4", "trainer.nproc=1",
-                    "rollout.num_engines=2", "agent.time_budget_s=60", "agent.max_new_tokens=16", timeout=900)
+                    "agent.time_budget_s=60", "agent.max_new_tokens=16", *overrides, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     rows = metrics(run)
     assert [r["step"] for r in rows] == [1, 2]
+    return rows
+
+
+def test_swe_agent_recipe_trains_two_steps_over_two_engines(tmp_path):
+    run = tmp_path / "swe"
+    rows = two_small_steps(run, "rollout.num_engines=2")
     for row in rows:
         assert row["agent/runs"] >= 4 and row["rollout/samples"] >= 4
         for key in ("swe/resolved_rate", "swe/empty_patch_rate", "agent/retries", "agent/run_s_p95", "reward/mean",
@@ -47,17 +54,10 @@ def test_swe_agent_recipe_trains_two_steps_over_two_engines(tmp_path):
         assert (run / "logs" / f"engine-{i}.log").read_text().count("weights updated") == 2
 
 
-@pytest.mark.skipif(locate("claude_code") is None,
-                    reason="the claude_code CLI is not installed: run `slimecli agent install claude_code` (CI does)")
 def test_swe_agent_with_async_rollout_runs_the_next_steps_agents_while_training(tmp_path):
     """trainer.async_rollout with agent rollouts: step 2's runs happen while step 1 trains, one version behind."""
     run = tmp_path / "swe-async"
-    out = run_train(run, "+recipe=swe_agent", "trainer.async_rollout=true", "trainer.max_steps=2",
-                    "rollout.batch_size=2", "rollout.n_samples_per_prompt=2", "trainer.global_batch_size=4",
-                    "trainer.nproc=1", "agent.time_budget_s=60", "agent.max_new_tokens=16", timeout=900)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    rows = metrics(run)
-    assert [r["step"] for r in rows] == [1, 2]
+    rows = two_small_steps(run, "trainer.async_rollout=true")
     assert all(r["agent/runs"] >= 4 for r in rows)
     assert [r["rollout/staleness_max"] for r in rows] == [0.0, 1.0]
     tasks = [json.loads(line) for line in (run / "agent" / "tasks.jsonl").read_text().splitlines()]
