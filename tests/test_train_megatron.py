@@ -46,10 +46,10 @@ def odd_vocab_model(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 
 
 def megatron_result(model: Path, out: Path, tp: int, pp: int, optimizer: str = "adam",
-                    sequence_parallel: bool = False) -> dict[str, Any]:
+                    sequence_parallel: bool = False, dp: int = 1) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-            "--nproc-per-node", str(tp * pp), str(ROOT / "tests" / "helpers" / "megatron_check.py"), str(out),
+            "--nproc-per-node", str(tp * pp * dp), str(ROOT / "tests" / "helpers" / "megatron_check.py"), str(out),
             str(model), str(tp), str(pp), optimizer, *(["sp"] if sequence_parallel else [])]
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
@@ -91,6 +91,12 @@ def test_sequence_parallel_matches_the_torch_trainer(odd_vocab_model, torch_resu
 def test_pipeline_parallel_2_matches_the_torch_trainer(odd_vocab_model, torch_result, tmp_path):
     """PP=2 through megatron-core's 1F1B schedule; the tied embedding lives on both stages and stays tied."""
     assert_same(megatron_result(odd_vocab_model, tmp_path, tp=1, pp=2), torch_result)
+
+
+def test_data_parallel_2_matches_the_torch_trainer(odd_vocab_model, torch_result, tmp_path):
+    """Two replicas (TP=1, DP=2): each scores and trains on its half of the batch; megatron-core's DDP sums
+    what the stages weighed over the whole batch, so the update equals one process's."""
+    assert_same(megatron_result(odd_vocab_model, tmp_path, tp=1, pp=1, dp=2), torch_result)
 
 
 def _torchrun(script: str, nproc: int, *args: str) -> None:

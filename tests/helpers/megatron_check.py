@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -24,13 +25,13 @@ TEMPERATURE = 0.7
 
 
 def check_cfg(model_dir: str, tp: int = 1, pp: int = 1, optimizer: str = "adam", name: str = "megatron",
-              sequence_parallel: bool = False) -> SlimeConfig:
+              sequence_parallel: bool = False, dp: int = 1) -> SlimeConfig:
     base = SlimeConfig()
     return dataclasses.replace(
         base,
         model=dataclasses.replace(base.model, path=model_dir),
         trainer=dataclasses.replace(base.trainer, name=name, tensor_parallel_size=tp, pipeline_parallel_size=pp,
-                                    global_batch_size=4, micro_batch_size=2, nproc=tp * pp,
+                                    global_batch_size=4, micro_batch_size=2, nproc=tp * pp * dp,
                                     sequence_parallel=sequence_parallel),
         rollout=dataclasses.replace(base.rollout, batch_size=2, n_samples_per_prompt=2, temperature=TEMPERATURE),
         optimizer=dataclasses.replace(base.optimizer, name=optimizer, lr=1e-2, clip_grad=0.5))
@@ -70,11 +71,13 @@ def run(cfg: SlimeConfig, batch: StepBatch) -> dict[str, object]:
 
 def main() -> int:
     out, model_dir, tp, pp, optimizer = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-    sequence_parallel = sys.argv[6:] == ["sp"]
+    sequence_parallel = "sp" in sys.argv[6:]
+    dp = int(os.environ.get("WORLD_SIZE", "1")) // (tp * pp)  # the ranks torchrun started beyond one replica
     from transformers import AutoConfig
 
     vocab = AutoConfig.from_pretrained(model_dir).vocab_size
-    result = run(check_cfg(model_dir, tp, pp, optimizer, sequence_parallel=sequence_parallel), fixed_batch(vocab))
+    result = run(check_cfg(model_dir, tp, pp, optimizer, sequence_parallel=sequence_parallel, dp=dp),
+                 fixed_batch(vocab))
     if result["rank"] == 0:
         Path(out).mkdir(parents=True, exist_ok=True)
         (Path(out) / "result.json").write_text(json.dumps(result))
