@@ -66,9 +66,12 @@ class GatedCollector:
 
 class RecordingSync:
     def __init__(self) -> None:
+        self.prepared: list[int] = []
         self.pushed: list[int] = []
 
-    def push(self, state: dict[str, torch.Tensor], version: int) -> str:
+    def push(self, state: dict[str, torch.Tensor], version: int, engines_free=lambda: None) -> str:
+        self.prepared.append(version)  # the trainer's own part (DiskSync: the HF export) does not wait
+        engines_free()
         self.pushed.append(version)
         return "disk"
 
@@ -92,10 +95,11 @@ def test_rollout_ahead_runs_while_the_caller_works_and_blocks_the_weight_push(tm
         pusher = threading.Thread(target=coordinator.push_weights, args=({}, 1))
         pusher.start()
         pusher.join(0.3)
-        assert pusher.is_alive() and sync.pushed == []  # new weights wait for the rollout in flight
+        assert pusher.is_alive() and sync.prepared == [1] and sync.pushed == []  # the engines wait for the rollout
         collector.gate.set()
         pusher.join(10)
         assert sync.pushed == [1]
+        assert coordinator.take_ahead_wait() > 0.2 and coordinator.take_ahead_wait() == 0.0
         result = coordinator.collect()  # the rollout made ahead, not a new one
         assert result.train_rewards == [1.0] and coordinator.source.position == 8
         assert coordinator.data_position() == {"position": 8}

@@ -99,11 +99,10 @@ class Trainer:
                     self.rollout.collect_ahead()  # the next step's rollout, on the weights the engines hold now
                 metrics = self.train_on(batch, timer)
                 self.step += 1
-                if self.rollout is not None:
-                    with timer.stage("rollout"):  # the part of the rollout ahead that training did not hide
-                        self.rollout.wait_ahead()
-                with timer.stage("sync_weights"):
+                with timer.stage("sync_weights"):  # waits there for a rollout generated ahead (rank 0)
                     state = stages.sync_weights(self.policy, self.rollout, self.step, self.info.is_main)
+                if self.rollout is not None:  # that wait is the part of the rollout training did not hide
+                    timer.move("sync_weights", "rollout", self.rollout.take_ahead_wait())
                 with timer.stage("eval"):  # the weights just pushed: every eval.interval steps and at_end
                     evaluated.update(stages.evaluate(self.rollout, self.step) or {})
                 row = None

@@ -91,6 +91,11 @@ class StageTimer:
         finally:
             self.seconds[name] += time.perf_counter() - started
 
+    def move(self, source: str, target: str, seconds: float) -> None:
+        """Count ``seconds`` timed inside stage ``source`` as stage ``target``'s."""
+        self.seconds[source] -= seconds
+        self.seconds[target] += seconds
+
     def metrics(self) -> dict[str, float]:
         return {f"time/{name}_s": s for name, s in self.seconds.items()}
 

@@ -30,9 +30,16 @@ log = logging.getLogger("slimecli.train")
 GROUP_NAME = "slimecli_weight_update"
 
 
+def _ready() -> None:
+    pass
+
+
 class WeightSync(Protocol):
-    def push(self, state: dict[str, torch.Tensor], version: int) -> str:
-        """Give every engine these weights as ``version``; returns where they went (for the log)."""
+    def push(self, state: dict[str, torch.Tensor], version: int, engines_free: Callable[[], None] = _ready) -> str:
+        """Give every engine these weights as ``version``; returns where they went (for the log).
+        ``engines_free`` is called before any engine is touched and returns once the engines may take new
+        weights (trainer.async_rollout: the rollout generated ahead is in); work of the trainer's own comes
+        before it, so it overlaps that rollout."""
         ...
 
     def before_update(self) -> None:
@@ -68,10 +75,11 @@ class DiskSync:
     def __init__(self, cfg: SlimeConfig, run_dir: Path, engines: list[Any], run: Runner) -> None:
         self.cfg, self.run_dir, self.engines, self.run = cfg, run_dir, engines, run
 
-    def push(self, state: dict[str, torch.Tensor], version: int) -> str:
+    def push(self, state: dict[str, torch.Tensor], version: int, engines_free: Callable[[], None] = _ready) -> str:
         from slimecli.train.hf_export import export_version
 
         path = str(export_version(state, self.cfg.model.resolved_path, self.run_dir, version, keep=2))
+        engines_free()
 
         async def one(engine: Any) -> None:
             _check(engine, await engine.sync_weights(path, str(version)), path)
@@ -123,10 +131,12 @@ class SharedMemorySync:
             self.run(_gather(e.pause() for e in self.engines))
             self.paused = True
 
-    def push(self, state: dict[str, torch.Tensor], version: int) -> str:
+    def push(self, state: dict[str, torch.Tensor], version: int, engines_free: Callable[[], None] = _ready) -> str:
         from slimecli.rollout.shm import segment_dir
         from slimecli.rollout.weight_transfer import SharedSegment, layout
         from slimecli.train.checkpoint import dedupe_views
+
+        engines_free()
 
         tensors, _aliases = dedupe_views(state)  # a tied weight travels once; the engine's alias shares it
         slots, size = layout((k, self.dtype if t.is_floating_point() else t.dtype, list(t.shape))
@@ -224,10 +234,12 @@ class GroupSync:
         self.group = self.run(join_all())
         log.info("weight-update group %s: rank 0 of %d on %s:%d (%s)", GROUP_NAME, world, host, port, self.backend)
 
-    def push(self, state: dict[str, torch.Tensor], version: int) -> str:
+    def push(self, state: dict[str, torch.Tensor], version: int, engines_free: Callable[[], None] = _ready) -> str:
         import torch.distributed as dist
 
         from slimecli.rollout.weight_transfer import dtype_name
+
+        engines_free()
         from slimecli.train.checkpoint import split_shared
 
         if self.group is None:
