@@ -13,7 +13,7 @@ import pytest
 
 from slimecli.config.compose import load
 from slimecli.config.errors import ConfigErrors
-from slimecli.config.layout import engine_slots, node_dir, run_dir_of
+from slimecli.config.layout import engine_slot, engine_slots, node_dir, run_dir_of
 from slimecli.launch.plan import build_plan
 from tests.helpers import ROOT, free_port, wait_until
 from tests.helpers.train_e2e import cmdline, descendants, kill_tree, metrics
@@ -53,6 +53,7 @@ def test_layout_puts_engines_on_every_node_and_node_files_in_their_own_directory
     assert "--rdzv-endpoint" in c10d[-1].argv and "--node-rank" not in c10d[-1].argv
     single = load([])
     assert [s.url for s in engine_slots(single)] == ["http://127.0.0.1:30000"]
+    assert engine_slot(single, 3).url == "http://127.0.0.1:30003"  # an engine started by hand with --index 3
 
 
 def test_bad_cluster_layouts_are_config_errors():
@@ -74,7 +75,7 @@ def test_two_nodes_train_together_and_a_dead_node_stops_both_then_the_same_comma
         assert any(b"slimecli.rollout.engine" in cmdline(p) for p in node1_children)  # node 1 serves an engine
         nodes[1].send_signal(signal.SIGKILL)  # node 1's controller dies: its engine and trainer rank follow
         nodes[1].wait()
-        code = nodes[0].wait(timeout=120)  # node 0 notices through the rendezvous / its engine link, and stops
+        code = nodes[0].wait(timeout=180)  # node 0 notices through the rendezvous / its engine link, and stops
         out0 = (tmp_path / "node0-first.log").read_text()
     finally:
         for proc in nodes:

@@ -8,6 +8,7 @@ gloo, the CPU shim) through the teacher's loader, the same build_model the train
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -145,37 +146,42 @@ def test_biases_megatron_cannot_hold_are_refused_not_dropped(config):
         arch_from_hf(cfg)
 
 
-@pytest.fixture(scope="module")
-def megatron_world():
-    """megatron-core's groups in this process (world size 1, gloo), torn down after so nothing leaks."""
-    pytest.importorskip("megatron.core")
-    import torch.distributed as dist
-    from megatron.core import parallel_state as ps
+# megatron-core in its own process: its CPU shim and parallel groups are process-wide and must not leak into the
+# tests that run after this one in the same pytest process
+MEGATRON_LOGITS = """
+import os, sys, torch
+from slimecli.teacher.megatron_body import load_megatron
+model_dir, ids, out = sys.argv[1], [int(t) for t in sys.argv[2].split(",")], sys.argv[3]
+with torch.no_grad():
+    torch.save(load_megatron(model_dir, "float32", torch.device("cpu"), 1, 0, seed=0).local_logits(ids), out)
+"""
 
-    from tests.helpers import free_port
 
-    ours = not dist.is_initialized()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MASTER_ADDR", "127.0.0.1")
-        mp.setenv("MASTER_PORT", str(free_port()))
-        yield
-        ps.destroy_model_parallel()
-        if ours and dist.is_initialized():
-            dist.destroy_process_group()
+def megatron_logits(model_dir: Path, ids: list[int], out: Path) -> torch.Tensor:
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT, free_port
+
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", MEGATRON_LOGITS, str(model_dir), ",".join(map(str, ids)), str(out)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return torch.load(out)
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
-def test_megatron_gpt_model_logits_equal_the_hf_models(family, megatron_world, tmp_path):
+def test_megatron_gpt_model_logits_equal_the_hf_models(family, tmp_path):
     """The converted checkpoint in megatron-core's GPTModel (rotary base, GQA, qkv bias, SwiGLU, untied head)
     scores a sequence like transformers does, within 1e-4 (Qwen3: tests/test_train_megatron.py)."""
-    from slimecli.teacher.megatron_body import load_megatron
-
+    pytest.importorskip("megatron.core")
     model = hf_model(family)
-    model.save_pretrained(tmp_path)
+    model.save_pretrained(tmp_path / "hf")
     ids = torch.randint(0, VOCAB, (1, 33), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         want = model(ids).logits[0, :-1].float()
-        got = load_megatron(str(tmp_path), "float32", torch.device("cpu"), 1, 0, seed=0).local_logits(ids[0].tolist())
+    got = megatron_logits(tmp_path / "hf", ids[0].tolist(), tmp_path / "logits.pt")
     assert got.shape == want.shape == (32, VOCAB)
     assert want.std() > 0.3  # sharp enough that a wrong rotary base or head grouping moves logits by far more
     torch.testing.assert_close(got, want, atol=1e-4, rtol=0)

@@ -40,6 +40,13 @@ def engine_slots(cfg: SlimeConfig) -> list[EngineSlot]:
             for k in range(cfg.cluster.nnodes * r.engines_per_node)]
 
 
+def engine_slot(cfg: SlimeConfig, index: int) -> EngineSlot:
+    """Engine ``index`` of the layout; an index past it (an engine started by hand, `--index i`) listens on
+    rollout.port + index at rollout.host."""
+    slots = engine_slots(cfg)
+    return slots[index] if 0 <= index < len(slots) else EngineSlot(index, 0, cfg.rollout.host, cfg.rollout.port + index)
+
+
 def node_dir(run_dir: Path, node_rank: int) -> Path:
     """Where node ``node_rank`` keeps its config, logs, plan and lock: the run directory itself for node 0."""
     return run_dir if node_rank == 0 else run_dir / NODES_DIR / str(node_rank)

@@ -41,14 +41,14 @@ def weight_roots(cfg: SlimeConfig, run_dir: str | Path | None) -> list[str | Pat
 def start(cfg: SlimeConfig, index: int = 0, run_dir: str | Path | None = None) -> None:
     """Serve engine `index` of this config (blocks); run_dir: where update_weights_from_disk may load from
     when rollout.weight_roots is not set."""
-    from slimecli.config.layout import engine_slots
+    from slimecli.config.layout import engine_slot
     from slimecli.model.loading import resolve_model_path, resolve_tokenizer_path
     from slimecli.rollout.client import engine_api_key
     from slimecli.rollout.engine.app import run
 
     model_path = resolve_model_path(cfg.model)
     r = cfg.rollout
-    slot = engine_slots(cfg)[index]
+    slot = engine_slot(cfg, index)
     run(model_path, host=slot.host, port=slot.port, tokenizer_path=resolve_tokenizer_path(cfg.model),
         dtype=cfg.model.dtype, max_running=r.max_running_requests, seed=cfg.run.seed + index, device=r.device,
         prefix_cache_mb=r.prefix_cache_mb, trust_remote_code=cfg.model.trust_remote_code,

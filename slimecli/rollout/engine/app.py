@@ -22,7 +22,9 @@ READY_LINE = "slimecli engine ready on http://{host}:{port} (model {model}, weig
 
 async def serve(server: EngineServer, stop: asyncio.Event | None = None) -> None:
     server.loop = asyncio.get_running_loop()
-    runner = app_runner(server.app(), read_timeout_s=server.limits.body_timeout_s)
+    # shutdown_timeout: once stopped, the scheduler finishes nothing; requests still open are cut at once, so
+    # clients see the engine go (and fail over or stop) instead of waiting out a 60 s graceful shutdown
+    runner = app_runner(server.app(), read_timeout_s=server.limits.body_timeout_s, shutdown_timeout=1.0)
     await runner.setup()
     # bound first: /health answers 503 while the model loads
     await start_site(runner, server.host, server.port, max_connections=server.max_connections)
