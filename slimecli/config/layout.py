@@ -40,6 +40,11 @@ def engine_slots(cfg: SlimeConfig) -> list[EngineSlot]:
             for k in range(cfg.cluster.nnodes * r.engines_per_node)]
 
 
+def node_engines(cfg: SlimeConfig) -> list[EngineSlot]:
+    """The engines this node (cluster.node_rank) starts."""
+    return [slot for slot in engine_slots(cfg) if slot.node == cfg.cluster.node_rank]
+
+
 def engine_slot(cfg: SlimeConfig, index: int) -> EngineSlot:
     """Engine ``index`` of the layout; an index past it (an engine started by hand, `--index i`) listens on
     rollout.port + index at rollout.host."""

@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from slimecli.config.groups.rollout import RolloutConfig
-from slimecli.config.layout import EngineSlot, engine_slots, run_dir_of
+from slimecli.config.layout import node_engines, run_dir_of
 from slimecli.config.schema import SlimeConfig
 from slimecli.launch.spec import Probe, ProcessSpec
 from slimecli.launch.torchrun import torchrun_argv
@@ -43,10 +43,6 @@ def _overlap_env(cfg: SlimeConfig) -> dict[str, str]:
     if not cfg.trainer.async_rollout or "OMP_WAIT_POLICY" in os.environ:
         return {}
     return {"OMP_WAIT_POLICY": "PASSIVE"}
-
-
-def node_engines(cfg: SlimeConfig) -> list[EngineSlot]:
-    return [slot for slot in engine_slots(cfg) if slot.node == cfg.cluster.node_rank]
 
 
 def _api_key_args(r: RolloutConfig) -> list[str]:

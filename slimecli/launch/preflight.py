@@ -24,7 +24,7 @@ from pathlib import Path
 from slimecli.config.errors import ConfigError, ConfigErrors
 from slimecli.config.groups.teacher import TeacherConfig
 from slimecli.config.groups.trainer import MEGATRON_ARCHITECTURES
-from slimecli.config.layout import engine_slots
+from slimecli.config.layout import node_engines
 from slimecli.config.schema import SlimeConfig
 
 # No tokenizer packs more than this many characters into one token on average (English prose and code run
@@ -323,7 +323,7 @@ def teacher_errors(t: TeacherConfig, path_key: str = "teacher.model_path") -> li
 def server_errors(cfg: SlimeConfig) -> list[ConfigError]:
     """The servers `train` starts on this node: its engines (config/layout.py), and on node 0 the teacher unless
     teacher.url."""
-    on_node = [slot.port for slot in engine_slots(cfg) if slot.node == cfg.cluster.node_rank]
+    on_node = [slot.port for slot in node_engines(cfg)]
     errors = engine_errors(cfg, on_node) if on_node else []
     if cfg.cluster.node_rank == 0 and cfg.teacher.name == "server" and not cfg.teacher.url:
         errors += teacher_errors(cfg.teacher)

@@ -78,10 +78,11 @@ def generate(cfg: SlimeConfig) -> list[ConfigError]:
         errors.append(ConfigError("trainer.loss_reduction", cfg.trainer.loss_reduction,
                                   "agent runs fork into several samples; each run must weigh the same",
                                   "use trainer.loss_reduction=per_rollout"))
-    slots = cfg.rollout.max_running_requests * len(engine_slots(cfg))
+    engines = len(engine_slots(cfg))
+    slots = cfg.rollout.max_running_requests * engines
     if cfg.agent.concurrency > slots:
         errors.append(ConfigError("agent.concurrency", cfg.agent.concurrency,
-                                  f"more agent runs than the engines serve at once ({cfg.rollout.num_engines} x "
+                                  f"more agent runs than the engines serve at once ({engines} x "
                                   f"rollout.max_running_requests={cfg.rollout.max_running_requests})",
                                   f"at most {slots}, or more engines (rollout.num_engines)"))
     return errors
