@@ -18,7 +18,8 @@ from slimecli.rollout.sample import Sample, Status
 
 
 class Engine:
-    """Answers every /generate with the prompt's label in upper case for even calls and lower case for odd."""
+    """Answers each sample asked for (sampling_params.n per request) with "HELLO" and "nope" in turn; records
+    every sample's sampling params."""
 
     base_url = "http://127.0.0.1:1"
 
@@ -27,11 +28,15 @@ class Engine:
         self.requests: list[dict] = []
 
     async def generate(self, input_ids, sampling_params, return_logprob=True):
-        self.requests.append(dict(sampling_params))
-        text = "HELLO" if len(self.requests) % 2 else "nope"
-        ids = self.tok.encode(text)
-        return {"text": text, "meta_info": {"output_token_logprobs": [[-0.5, i, None] for i in ids],
-                                            "finish_reason": {"type": "stop"}, "weight_version": "7"}}
+        n = sampling_params.get("n", 1)
+        replies = []
+        for _ in range(n):
+            self.requests.append(dict(sampling_params))
+            text = "HELLO" if len(self.requests) % 2 else "nope"
+            ids = self.tok.encode(text)
+            replies.append({"text": text, "meta_info": {"output_token_logprobs": [[-0.5, i, None] for i in ids],
+                                                        "finish_reason": {"type": "stop"}, "weight_version": "7"}})
+        return replies if n > 1 else replies[0]
 
 
 def recipe(tmp_path, body: str) -> str:

@@ -8,6 +8,7 @@ import pytest
 
 from slimecli.config.compose import load
 from slimecli.model.loading import load_tokenizer
+from slimecli.rollout import driver as driver_module
 from slimecli.rollout.client import EngineClient
 from slimecli.rollout.data import PromptSource
 from slimecli.rollout.driver import RolloutDriver
@@ -20,7 +21,19 @@ def live_engine(tmp_path_factory):
     yield from engine_fixture(tmp_path_factory.mktemp("engine"))
 
 
-def _collect(engine: Engine, tmp_path, *overrides: str):
+class Counting(EngineClient):
+    """The real client, noting the n of every /generate it sends."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.copies: list[int] = []
+
+    async def generate(self, *args, **kw):
+        self.copies.append(kw["sampling_params"].get("n", 1))
+        return await super().generate(*args, **kw)
+
+
+def _collect(engine: Engine, tmp_path, *overrides: str, client_out: list | None = None):
     reward = tmp_path / "r.py"
     reward.write_text("def score(s):\n    return 1.0 if s.group_index % 2 == 0 else (s.index % 3) / 2\n")
     cfg = load([f"model.path={engine.model_path}", "rollout.batch_size=3", "rollout.n_samples_per_prompt=4",
@@ -28,7 +41,9 @@ def _collect(engine: Engine, tmp_path, *overrides: str):
                 "rollout.max_new_tokens=6", "reward=python", f"reward.path={reward}:score", *overrides])
 
     async def go():
-        async with EngineClient(engine.url) as client:
+        async with Counting(engine.url) as client:
+            if client_out is not None:
+                client_out.append(client)
             driver = RolloutDriver(cfg, load_tokenizer(engine.model_path), [client], PromptSource(cfg.task, 7))
             return await driver.collect(), driver.source.position
 
@@ -55,3 +70,14 @@ def test_zero_std_filter_drops_constant_groups_and_oversamples(live_engine, tmp_
     assert result.metrics["filter/drop/zero_std"] == result.metrics["rollout/dropped_zero_std"]
     indices = [s.index for s in result.samples]
     assert indices == sorted(indices)
+
+
+@pytest.mark.parametrize("max_copies, requests", [(64, [4, 4, 4]), (3, [3, 1, 3, 1, 3, 1])])
+def test_a_group_is_asked_for_in_one_request(live_engine, tmp_path, monkeypatch, max_copies, requests):
+    monkeypatch.setattr(driver_module, "MAX_COPIES", max_copies)
+    clients: list = []
+    result, _ = _collect(live_engine, tmp_path, client_out=clients)
+    assert sorted(clients[0].copies) == sorted(requests)  # sampling_params.n: the group's samples, at most MAX_COPIES
+    groups = [[s for s in result.samples if s.group_index == g] for g in range(3)]
+    assert all(len(g) == 4 and len({tuple(s.tokens[:s.prompt_length]) for s in g}) == 1 for g in groups)
+    assert any(len({tuple(s.tokens) for s in g}) > 1 for g in groups)  # the copies are sampled independently, not one answer repeated

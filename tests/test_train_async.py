@@ -80,6 +80,30 @@ class RecordingSync:
     def close(self) -> None: ...
 
 
+def test_overlapped_processes_share_the_cores(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    import os
+
+    from slimecli.launch.plan import build_plan
+
+    for key in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(key, raising=False)
+    cores = len(os.sched_getaffinity(0))
+
+    def envs(*overrides: str) -> dict[str, dict[str, str]]:
+        cfg = load(["trainer.nproc=1", "rollout.num_engines=1", *overrides])
+        omp = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")
+        return {spec.name: {k: v for k, v in spec.env.items() if k in omp} for spec in build_plan(cfg, tmp_path)}
+
+    assert envs("trainer.async_rollout=false") == {"engine-0": {}, "trainer": {}}
+    overlapped = envs("trainer.async_rollout=true")
+    assert overlapped["trainer"] == {"OMP_WAIT_POLICY": "PASSIVE"}  # the trainer's threads sleep when idle
+    assert overlapped["engine-0"] == {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": str(max(1, cores // 2))}
+    three = envs("trainer.async_rollout=true", "rollout.num_engines=3")
+    assert three["engine-2"]["OMP_NUM_THREADS"] == str(max(1, cores // 4))
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")  # what the user set wins
+    assert envs("trainer.async_rollout=true")["engine-0"] == {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
 def test_rollout_ahead_runs_while_the_caller_works_and_blocks_the_weight_push(tmp_path: Path):
     coordinator = RolloutCoordinator(load(["trainer.async_rollout=true"]), tmp_path, tokenizer=None)
     try:

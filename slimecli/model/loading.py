@@ -38,6 +38,10 @@ def set_trust_remote_code(value: bool) -> None:
     _trust_remote_code = value
 
 
+def remote_code_trusted() -> bool:
+    return _trust_remote_code
+
+
 def load_model(path: str | Path, dtype: str = "float32", device: str = "cpu",
                trust_remote_code: bool | None = None) -> Any:
     """AutoModelForCausalLM with SDPA attention (long prompts never materialise the full score matrix).

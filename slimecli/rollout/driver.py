@@ -15,6 +15,7 @@ from slimecli.rollout.sample import Sample, Status
 
 log = logging.getLogger("slimecli.rollout")
 MAX_OVERSAMPLING = 20  # give up after this many batches worth of groups fail the filters
+MAX_COPIES = 64  # samples of one prompt asked for in one request (sampling_params.n); more go in several
 
 
 @dataclass
@@ -32,7 +33,9 @@ class RolloutDriver:
         self.source = source
         self._engine_cycle = itertools.cycle(range(len(engines)))
         self._next_index = 0
-        self._limit = asyncio.Semaphore(max(1, cfg.rollout.max_running_requests * len(engines)))
+        # requests in flight, each for up to MAX_COPIES sequences: about max_running_requests sequences per engine
+        copies = min(cfg.rollout.n_samples_per_prompt, MAX_COPIES)
+        self._limit = asyncio.Semaphore(max(1, cfg.rollout.max_running_requests * len(engines) // copies))
 
     # ---- prompts --------------------------------------------------------------------------
     def encode_prompt(self, prompt: str | list[dict[str, Any]]) -> list[int]:
@@ -52,23 +55,26 @@ class RolloutDriver:
                 "skip_special_tokens": False, "no_stop_trim": True, "spaces_between_special_tokens": False}
 
     # ---- generation -----------------------------------------------------------------------
-    async def _generate(self, sample: Sample) -> None:
-        budget = self.cfg.rollout.max_new_tokens - sample.response_length
+    async def _generate(self, copies: list[Sample]) -> None:
+        """Samples of one prompt from one request: SGLang's sampling_params.n, so the engine reads the prompt
+        once and the HTTP round trips are one per group, not one per sample (they cost the trainer's rank 0
+        CPU that an overlapped training step needs)."""
+        budget = self.cfg.rollout.max_new_tokens - copies[0].response_length
         if budget <= 0:
-            sample.status = Status.TRUNCATED
+            for sample in copies:
+                sample.status = Status.TRUNCATED
             return
         engine = self.engines[next(self._engine_cycle)]
+        params = self.sampling_params(budget)
+        if len(copies) > 1:
+            params["n"] = len(copies)
         async with self._limit:
-            out = await engine.generate(input_ids=list(sample.tokens), sampling_params=self.sampling_params(budget),
-                                        return_logprob=True)
-        meta = out["meta_info"]
-        entries = meta.get("output_token_logprobs") or []
-        ids = [int(e[1]) for e in entries] or list(out.get("output_ids", []))
-        logps = [float(e[0]) for e in entries]
-        sample.append_response(ids, logps)
-        sample.response = out.get("text", "")
-        sample.status = Status.from_finish_reason((meta.get("finish_reason") or {}).get("type", "stop"))
-        sample.weight_versions.append(str(meta.get("weight_version", "")))
+            out = await engine.generate(input_ids=list(copies[0].tokens), sampling_params=params, return_logprob=True)
+        replies = out if isinstance(out, list) else [out]
+        if len(replies) != len(copies):
+            raise RuntimeError(f"engine {engine.base_url} answered {len(replies)} samples for n={len(copies)}")
+        for sample, reply in zip(copies, replies, strict=True):
+            record_reply(sample, reply)
 
     async def _group(self, record: dict[str, Any], group_index: int) -> list[Sample]:
         prompt_ids = self.encode_prompt(record["prompt"])
@@ -79,7 +85,8 @@ class RolloutDriver:
                                 index=self._next_index, tokens=list(prompt_ids),
                                 metadata=dict(record.get("metadata") or {})))
             self._next_index += 1
-        await asyncio.gather(*(self._generate(s) for s in group))
+        chunks = [group[i:i + MAX_COPIES] for i in range(0, n, MAX_COPIES)]
+        await asyncio.gather(*(self._generate(chunk) for chunk in chunks))
         return group
 
     # ---- one rollout ----------------------------------------------------------------------
@@ -135,6 +142,18 @@ class RolloutDriver:
         }
         metrics.update(reward_metrics(all_scored, self.cfg.reward.key, filter_drops=drops))
         return RolloutResult(samples, rewards, metrics)
+
+
+def record_reply(sample: Sample, out: dict[str, Any]) -> None:
+    """An engine's /generate reply (SGLang's native form) appended to the sample it continues."""
+    meta = out["meta_info"]
+    entries = meta.get("output_token_logprobs") or []
+    ids = [int(e[1]) for e in entries] or list(out.get("output_ids", []))
+    logps = [float(e[0]) for e in entries]
+    sample.append_response(ids, logps)
+    sample.response = out.get("text", "")
+    sample.status = Status.from_finish_reason((meta.get("finish_reason") or {}).get("type", "stop"))
+    sample.weight_versions.append(str(meta.get("weight_version", "")))
 
 
 def sample_std(values: list[float]) -> float:

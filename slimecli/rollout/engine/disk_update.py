@@ -3,12 +3,17 @@
 The path is checked first (slimecli.net.paths: ~ expanded, symlinks and .. resolved; 400 for what is not a
 path, 403 outside rollout.weight_roots), then loaded off the event loop and checked against the served model
 (vocabulary, architecture); a failed load answers success=false and the old weights keep serving.
+
+A checkpoint of the served architecture whose tensors have the served names and shapes (the trainer's own
+export, every step) is read and copied into the served model in place, between two scheduler steps, as SGLang
+does; building a new model each step cost 35 ms of a 300 ms quickstart step. Anything else is loaded whole.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +22,7 @@ from aiohttp import web
 from slimecli.net import server as net
 from slimecli.net.paths import request_dir
 from slimecli.rollout.engine.protocol import BadRequest
+from slimecli.rollout.engine.weights import installer
 
 if TYPE_CHECKING:
     from slimecli.rollout.engine.server import EngineServer
@@ -39,7 +45,8 @@ async def update_weights_from_disk(self: EngineServer, request: web.Request) -> 
     sch = self._sched
     async with self._update_lock:
         try:
-            model = await asyncio.to_thread(_load_compatible, self, path)
+            install = await asyncio.to_thread(_in_place, self, path)
+            model = None if install is not None else await asyncio.to_thread(_load_compatible, self, path)
         except Exception as exc:  # noqa: BLE001 - reported to the caller; the old weights keep serving
             log.warning("update_weights_from_disk(%s) failed: %s", path, exc)
             return web.json_response({"success": False, "message": f"Failed to load {path}: {exc}",
@@ -47,8 +54,11 @@ async def update_weights_from_disk(self: EngineServer, request: web.Request) -> 
         if body.get("abort_all_requests"):
             await asyncio.wrap_future(sch.call(lambda: sch.abort(lambda s: True, "Aborted: weight update.")))
         paused = len(sch.running) if sch.paused else 0
-        await asyncio.wrap_future(sch.call(lambda: sch.swap_model(
-            model, None if version is None else str(version))))
+        new_version = None if version is None else str(version)
+        if install is not None:
+            await asyncio.wrap_future(sch.call(lambda: sch.load_weights(install, new_version)))
+        else:
+            await asyncio.wrap_future(sch.call(lambda: sch.swap_model(model, new_version)))
         self.model_path = path
     log.info("weights updated from %s (weight_version=%s)", path, sch.weight_version)
     return web.json_response({"success": True, "message": "Succeeded to update model weights.",
@@ -67,3 +77,43 @@ def _load_compatible(self: EngineServer, path: str) -> Any:
     if getattr(cfg, "model_type", None) != getattr(self.config, "model_type", None):
         raise ValueError(f"model_type {cfg.model_type} differs from the served {self.config.model_type}")
     return model
+
+
+# config keys that name where or how a checkpoint was written, not what it computes
+_PROVENANCE = {"_name_or_path", "transformers_version", "torch_dtype", "dtype"}
+
+
+def _in_place(self: EngineServer, path: str) -> Callable[[Any], None] | None:
+    """What copies this checkpoint's tensors into the served model, when its config is the served one's and
+    its tensors are exactly the served tensors (tied ones stored once); None when it must be loaded whole."""
+    from safetensors import safe_open
+    from transformers import AutoConfig
+
+    from slimecli.model.loading import remote_code_trusted
+
+    files = sorted(Path(path).glob("*.safetensors"))
+    if not files or not (Path(path) / "config.json").is_file():
+        return None
+    model = self._sched.runner.model
+    config = AutoConfig.from_pretrained(path, trust_remote_code=remote_code_trusted()).to_dict()
+    served = model.config.to_dict()
+    if {k: v for k, v in config.items() if k not in _PROVENANCE} != {
+            k: v for k, v in served.items() if k not in _PROVENANCE}:
+        return None
+    targets = model.state_dict(keep_vars=True)
+    sources: dict[str, Any] = {}
+    device = self._sched.runner.device
+    for file in files:
+        with safe_open(str(file), framework="pt", device=str(device)) as f:
+            for name in f.keys():  # noqa: SIM118 - safe_open is not a mapping
+                target = targets.get(name)
+                if target is None or name in sources:
+                    return None
+                tensor = f.get_tensor(name)
+                if tensor.shape != target.shape or tensor.is_floating_point() != target.is_floating_point():
+                    return None
+                sources[name] = tensor
+    written = {targets[name].data_ptr() for name in sources}
+    if any(t.data_ptr() not in written for t in targets.values()):
+        return None  # a served tensor the checkpoint leaves out (and does not share storage with one it has)
+    return installer({name: targets[name] for name in sources}, sources)
