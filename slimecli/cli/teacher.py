@@ -61,9 +61,12 @@ def register(app: typer.Typer) -> None:
             run = prepare(cfg, sys.argv, overrides)
         except ConfigErrors as exc:  # the run directory is in use, or holds another run
             fail(exc.render())
+        from slimecli.config.layout import teacher_address
+
         t = cfg.teacher
+        host, port = teacher_address(cfg, cfg.cluster.node_rank)  # teacher.every_node: this node's address
         typer.echo(f"teacher: run dir {run.path}; {t.tp * t.dp} rank(s) (tp={t.tp}, dp={t.dp}); "
-                   f"http://{t.host}:{t.port}", err=True)
+                   f"http://{host}:{port}", err=True)
         specs = teacher_plan(cfg, run.path)
         write_plan(run, specs)
         raise typer.Exit(Supervisor(specs, run.log_dir).run())

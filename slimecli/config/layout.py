@@ -1,5 +1,5 @@
-"""Where a run's processes live across nodes: which engines each node serves, and where every node keeps its
-own files inside the shared run directory. A pure function of the frozen config, so every process that reads
+"""Where a run's processes live across nodes: which engines and teacher servers each node serves, and where
+every node keeps its own files inside the shared run directory. A pure function of the frozen config, so every process that reads
 it (controllers, engines, trainer rank 0, evaluators) agrees on the same layout without talking."""
 
 from __future__ import annotations
@@ -50,6 +50,36 @@ def engine_slot(cfg: SlimeConfig, index: int) -> EngineSlot:
     rollout.port + index at rollout.host."""
     slots = engine_slots(cfg)
     return slots[index] if 0 <= index < len(slots) else EngineSlot(index, 0, cfg.rollout.host, cfg.rollout.port + index)
+
+
+def teacher_address(cfg: SlimeConfig, node: int) -> tuple[str, int]:
+    """Where node ``node``'s teacher server listens: teacher.host:teacher.port, or with teacher.every_node the
+    node's address (cluster.node_hosts, else teacher.host) on teacher.port + node."""
+    t = cfg.teacher
+    if not t.every_node:
+        return t.host, t.port
+    hosts = cfg.cluster.node_hosts
+    return (hosts[node] if node < len(hosts) else t.host), t.port + node
+
+
+def teacher_nodes(cfg: SlimeConfig) -> list[int]:
+    """The nodes that start a teacher server: none for teacher.url (it runs already), node 0, or every node."""
+    if cfg.teacher.name != "server" or cfg.teacher.url:
+        return []
+    return list(range(cfg.cluster.nnodes)) if cfg.teacher.every_node else [0]
+
+
+def teacher_urls(cfg: SlimeConfig) -> list[str]:
+    """The teacher servers trainer rank 0 sends its samples to."""
+    if cfg.teacher.url:
+        return [cfg.teacher.url.rstrip("/")]
+    addresses = [teacher_address(cfg, n) for n in teacher_nodes(cfg) or [0]]
+    return [f"http://{_reachable(host)}:{port}" for host, port in addresses]
+
+
+def _reachable(host: str) -> str:
+    """A wildcard listen address is reached on loopback."""
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
 
 
 def node_dir(run_dir: Path, node_rank: int) -> Path:

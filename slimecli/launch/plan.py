@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from slimecli.config.groups.rollout import RolloutConfig
-from slimecli.config.layout import node_engines, run_dir_of
+from slimecli.config.layout import node_engines, run_dir_of, teacher_address, teacher_nodes
 from slimecli.config.schema import SlimeConfig
 from slimecli.launch.spec import Probe, ProcessSpec
 from slimecli.launch.torchrun import torchrun_argv
@@ -66,12 +66,14 @@ def _api_key_args(r: RolloutConfig) -> list[str]:
 
 
 def teacher_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec | None:
+    """This node's teacher server, if it starts one (config/layout.py: teacher_nodes)."""
     t = cfg.teacher
-    if t.name != "server" or t.url:
+    if cfg.cluster.node_rank not in teacher_nodes(cfg):
         return None
-    return ProcessSpec(name="teacher", kind="server", ports=[t.port],
+    host, port = teacher_address(cfg, cfg.cluster.node_rank)
+    return ProcessSpec(name="teacher", kind="server", ports=[port],
                        argv=torchrun_argv("slimecli.teacher", ["--config", config_path], t.tp * t.dp),
-                       probe=Probe(f"http://{t.host}:{t.port}/healthz"),
+                       probe=Probe(f"http://{host}:{port}/healthz"),
                        start_timeout_s=t.start_timeout_s + (t.warmup_timeout_s if t.warmup else 0.0))
 
 
@@ -87,10 +89,9 @@ def build_plan(cfg: SlimeConfig, run_dir: str | Path) -> list[ProcessSpec]:
     config_path = str(run_dir / CONFIG_FILE)
     specs: list[ProcessSpec] = []
     specs += engine_specs(cfg, config_path)
-    if cfg.cluster.node_rank == 0:  # the teacher runs once, on the first node
-        teacher = teacher_spec(cfg, config_path)
-        if teacher is not None:
-            specs.append(teacher)
+    teacher = teacher_spec(cfg, config_path)  # on the first node, or on every node (teacher.every_node)
+    if teacher is not None:
+        specs.append(teacher)
     specs.append(trainer_spec(cfg, config_path))
     return _in_run(specs, run_dir_of(config_path))  # a node's own directory is inside the shared one
 

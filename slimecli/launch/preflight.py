@@ -24,7 +24,7 @@ from pathlib import Path
 from slimecli.config.errors import ConfigError, ConfigErrors
 from slimecli.config.groups.teacher import TeacherConfig
 from slimecli.config.groups.trainer import MEGATRON_ARCHITECTURES
-from slimecli.config.layout import node_engines
+from slimecli.config.layout import node_engines, teacher_address, teacher_nodes
 from slimecli.config.schema import SlimeConfig
 
 # No tokenizer packs more than this many characters into one token on average (English prose and code run
@@ -301,9 +301,12 @@ def engine_errors(cfg: SlimeConfig, ports: Iterable[int]) -> list[ConfigError]:
     return errors + port_errors("rollout.port", cfg.rollout.host, ports)
 
 
-def teacher_errors(t: TeacherConfig, path_key: str = "teacher.model_path") -> list[ConfigError]:
-    """A teacher server started here: its weights, its port, one GPU per rank where ranks run on GPUs."""
-    errors = weights_errors(path_key, t.model_path) + port_errors("teacher.port", t.host, [t.port])
+def teacher_errors(t: TeacherConfig, path_key: str = "teacher.model_path",
+                   address: tuple[str, int] | None = None) -> list[ConfigError]:
+    """A teacher server started here: its weights, its port (``address``: where it listens, when not
+    teacher.host:teacher.port), one GPU per rank where ranks run on GPUs."""
+    host, port = address or (t.host, t.port)
+    errors = weights_errors(path_key, t.model_path) + port_errors("teacher.port", host, [port])
     if t.backend == "megatron":
         if importlib.util.find_spec("megatron") is None:
             errors.append(ConfigError("teacher.backend", "megatron", "megatron-core is not installed",
@@ -321,12 +324,13 @@ def teacher_errors(t: TeacherConfig, path_key: str = "teacher.model_path") -> li
 
 
 def server_errors(cfg: SlimeConfig) -> list[ConfigError]:
-    """The servers `train` starts on this node: its engines (config/layout.py), and on node 0 the teacher unless
-    teacher.url."""
+    """The servers `train` starts on this node (config/layout.py): its engines, and its teacher server (node 0's,
+    or every node's with teacher.every_node; none with teacher.url)."""
     on_node = [slot.port for slot in node_engines(cfg)]
     errors = engine_errors(cfg, on_node) if on_node else []
-    if cfg.cluster.node_rank == 0 and cfg.teacher.name == "server" and not cfg.teacher.url:
-        errors += teacher_errors(cfg.teacher)
+    node = cfg.cluster.node_rank
+    if node in teacher_nodes(cfg):
+        errors += teacher_errors(cfg.teacher, address=teacher_address(cfg, node))
     return errors
 
 
@@ -378,7 +382,7 @@ def teacher_serve_errors(cfg: SlimeConfig, path_key: str = "teacher.model_path")
     errors = [e for rule in teacher_rules.RULES for e in rule(cfg)]
     if errors:
         return errors
-    errors = teacher_errors(cfg.teacher, path_key)
+    errors = teacher_errors(cfg.teacher, path_key, address=teacher_address(cfg, cfg.cluster.node_rank))
     student = cfg.model.path
     if not errors and student and Path(student).resolve() != Path(cfg.teacher.model_path or "").resolve():
         errors = model_errors(cfg)

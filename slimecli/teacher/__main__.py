@@ -61,7 +61,10 @@ async def warm_up(runner: web.AppRunner, cfg: SlimeConfig, vocab_size: int) -> N
 
 
 async def run_front(cfg: SlimeConfig, front: Front) -> None:
+    from slimecli.config.layout import teacher_address
+
     t = cfg.teacher
+    host, port = teacher_address(cfg, cfg.cluster.node_rank)  # this node's (teacher.every_node)
     runner = app_runner(front.app())  # closes connections whose request head stalls (slimecli.net.listen)
     await runner.setup()
     front.start_background()
@@ -69,13 +72,13 @@ async def run_front(cfg: SlimeConfig, front: Front) -> None:
         try:
             await warm_up(runner, cfg, front.vocab_size)
         except Exception as exc:
-            log.error("teacher warm-up failed, not opening %s:%d: %s", t.host, t.port, exc)
+            log.error("teacher warm-up failed, not opening %s:%d: %s", host, port, exc)
             sys.stderr.flush()
             os._exit(1)  # torchrun then stops the other ranks
         log.info("warm-up request ok")
         front.reset_counters()
-    await start_site(runner, t.host, t.port)  # a cap on open connections
-    log.info("teacher server on http://%s:%d  model=%s vocab=%d tp=%d dp=%d", t.host, t.port, front.model_path,
+    await start_site(runner, host, port)  # a cap on open connections
+    log.info("teacher server on http://%s:%d  model=%s vocab=%d tp=%d dp=%d", host, port, front.model_path,
              front.vocab_size, t.tp, t.dp)
     await asyncio.Event().wait()
 

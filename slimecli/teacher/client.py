@@ -143,6 +143,25 @@ class TeacherClient:
             return await r.json()
 
 
+class TeacherPool:
+    """Several teacher servers as one (teacher.every_node): each sample goes to the next server in turn."""
+
+    def __init__(self, cfg: TeacherConfig, urls: Sequence[str], temperature: float | None = None) -> None:
+        if not urls:
+            raise ValueError("a teacher pool needs at least one URL")
+        self.clients = [TeacherClient(cfg, url=url, temperature=temperature) for url in urls]
+
+    async def score(self, samples: Sequence[Sample]) -> list[list[float]]:
+        """Teacher log-probs of each sample's response tokens, in order; sample i is scored by server i mod n."""
+        n = len(self.clients)
+        return list(await asyncio.gather(*(self.clients[i % n].score_tokens(s.tokens, s.response_length)
+                                           for i, s in enumerate(samples))))
+
+    async def close(self) -> None:
+        for client in self.clients:
+            await client.close()
+
+
 def _short(obj: Any) -> str:
     text = repr(obj)
     return text if len(text) < 300 else text[:300] + "..."

@@ -71,10 +71,11 @@ class RolloutCoordinator:
         self.weight_sync: WeightSync | None = None  # made at the first push, once the engines are up
         self.policy: torch.nn.Module | None = None  # rank 0's model, for a weight sync that shares its memory
         if cfg.teacher.name != "none":
-            from slimecli.teacher.client import TeacherClient
+            from slimecli.config.layout import teacher_urls
+            from slimecli.teacher.client import TeacherPool
 
-            # the teacher scores the student's tokens at the rollout temperature
-            self.teacher = TeacherClient(cfg.teacher, temperature=cfg.rollout.temperature)
+            # the teacher servers (one, or one per node) score the student's tokens at the rollout temperature
+            self.teacher = TeacherPool(cfg.teacher, teacher_urls(cfg), temperature=cfg.rollout.temperature)
 
     def _collector(self, tokenizer: Any) -> Collector:
         """What rollout.generate names: the single-turn driver, the agent rollout, or a factory

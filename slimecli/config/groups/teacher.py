@@ -13,6 +13,9 @@ class TeacherConfig:
     model_path: str | None = None
     host: str = "127.0.0.1"
     port: int = 7999
+    # a launched teacher server (tp x dp ranks) on every node of the run, node k's on teacher.port + k at its
+    # address (cluster.node_hosts); trainer rank 0 spreads its samples over all of them
+    every_node: bool = False
     tp: int = 1
     dp: int = 1
     # torch: the model body replicated on every rank, the output layer split by vocabulary;

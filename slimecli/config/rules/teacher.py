@@ -52,4 +52,13 @@ def limits(cfg: SlimeConfig) -> list[ConfigError]:
     return errors
 
 
-RULES = [source, model_dir, limits]
+def placement(cfg: SlimeConfig) -> list[ConfigError]:
+    t = cfg.teacher
+    if t.every_node and (t.name != "server" or t.url):
+        return [ConfigError("teacher.every_node", True, "starts a teacher server on every node: it needs teacher=server "
+                            "with teacher.model_path, not a teacher that runs already (teacher.url)",
+                            "drop teacher.url (and use teacher=server), or drop teacher.every_node")]
+    return []
+
+
+RULES = [source, model_dir, limits, placement]
