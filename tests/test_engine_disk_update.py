@@ -19,7 +19,8 @@ from slimecli.rollout.engine.disk_update import _in_place
 def served(path: Path) -> SimpleNamespace:
     """What _in_place reads of an EngineServer: its scheduler's runner, serving the model at ``path``."""
     model = load_model(path)
-    return SimpleNamespace(_sched=SimpleNamespace(runner=SimpleNamespace(model=model, device=torch.device("cpu"))))
+    return SimpleNamespace(_sched=SimpleNamespace(runner=SimpleNamespace(model=model, device=torch.device("cpu"))),
+                           weight_routes=SimpleNamespace(segment=None))
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +43,12 @@ def test_same_architecture_is_copied_in_place(models: tuple[Path, Path]) -> None
     # the tied output layer follows the embedding it shares storage with
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     assert torch.equal(model.lm_head.weight, expected.lm_head.weight)
+
+
+def test_weights_served_from_a_shared_segment_are_not_overwritten(models: tuple[Path, Path]) -> None:
+    server = served(models[0])
+    server.weight_routes.segment = object()  # the trainer's segment (trainer.weight_sync=shared_memory)
+    assert _in_place(server, str(models[1])) is None
 
 
 def test_a_different_config_is_loaded_whole(models: tuple[Path, Path], tmp_path: Path) -> None:

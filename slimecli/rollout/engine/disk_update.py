@@ -94,6 +94,8 @@ def _in_place(self: EngineServer, path: str) -> Callable[[Any], None] | None:
     files = sorted(Path(path).glob("*.safetensors"))
     if not files or not (Path(path) / "config.json").is_file():
         return None
+    if self.weight_routes.segment is not None:
+        return None  # the served tensors are views of a shared segment the trainer writes: not ours to overwrite
     model = self._sched.runner.model
     config = AutoConfig.from_pretrained(path, trust_remote_code=remote_code_trusted()).to_dict()
     served = model.config.to_dict()
