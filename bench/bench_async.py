@@ -14,6 +14,11 @@ start-up of engines and torchrun is left out) of each side and their ratio (goal
 and the final reward of each side (the mean of reward/mean over the last 10 steps; goal: async within 0.05 of
 sync), and the mean off-policy gap the async side trained with.
 
+It also prints what the cores allow: the CPU seconds (user + system, every process of the run) a training step
+costs on each side, from the run's CPU time less that of the same run stopped after its first step. An
+overlapped step cannot take less than its CPU seconds over the cores, so the synchronous step time over that
+is the most any overlap can gain on this machine.
+
 Usage: python bench/bench_async.py [--repeats 1] [--scenario quickstart|long_generation|all] [override ...]
 """
 
@@ -21,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -40,12 +47,17 @@ SIDES = {"sync": ("trainer.async_rollout=false",), "async": ("trainer.async_roll
 LAST = 10
 
 
-def run(run_dir: Path, overrides: list[str]) -> list[dict]:
+def run_with_cpu(run_dir: Path, overrides: list[str]) -> tuple[list[dict], float]:
+    """The run's metrics rows and the CPU seconds its processes used (all of them are waited for)."""
     argv = [sys.executable, "-m", "slimecli", "train", f"run.dir={run_dir}", f"rollout.port={free_port()}", *overrides]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if out.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({out.returncode}):\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return rows, cpu
 
 
 def main() -> None:
@@ -57,25 +69,35 @@ def main() -> None:
     root = args.run_root or Path(tempfile.mkdtemp(prefix="bench-async-"))
     for scenario in SCENARIOS if args.scenario == "all" else [args.scenario]:
         speed: dict[str, list[float]] = {side: [] for side in SIDES}
+        cpu: dict[str, list[float]] = {side: [] for side in SIDES}
         final: dict[str, list[float]] = {side: [] for side in SIDES}
         gaps = []
         for i in range(args.repeats):
             for side in list(SIDES) if i % 2 == 0 else list(SIDES)[::-1]:
-                rows = run(root / f"{scenario}-{side}-{i}", [*COMMON, *SCENARIOS[scenario], *SIDES[side], *overrides])
+                args_ = [*COMMON, *SCENARIOS[scenario], *SIDES[side], *overrides]
+                rows, full_cpu = run_with_cpu(root / f"{scenario}-{side}-{i}", args_)
+                _, start_cpu = run_with_cpu(root / f"{scenario}-{side}-{i}-start", [*args_, "trainer.max_steps=1"])
+                cpu[side].append((full_cpu - start_cpu) / max(len(rows) - 1, 1))
                 steps_s = len(rows) / sum(r["time/step_s"] for r in rows)
                 reward = statistics.mean(r["reward/mean"] for r in rows[-LAST:])
                 speed[side].append(steps_s)
                 final[side].append(reward)
                 if side == "async":
                     gaps.append(statistics.mean(r.get("rollout/staleness_mean", 0.0) for r in rows[1:]))
-                print(f"{scenario} run {i} {side:5s}: {steps_s:.2f} steps/s, final reward {reward:.3f}", flush=True)
+                print(f"{scenario} run {i} {side:5s}: {steps_s:.2f} steps/s, final reward {reward:.3f}, "
+                      f"{cpu[side][-1]:.3f} CPU s a step", flush=True)
         sync_speed, async_speed = statistics.mean(speed["sync"]), statistics.mean(speed["async"])
         sync_reward, async_reward = statistics.mean(final["sync"]), statistics.mean(final["async"])
         goal = " (goal >= 1.4x)" if scenario == "quickstart" else ""
         print(f"\n{scenario}: steps/s async {async_speed:.2f} vs sync {sync_speed:.2f}: ratio "
               f"{async_speed / sync_speed:.2f}x{goal}; final reward async {async_reward:.3f} vs sync "
               f"{sync_reward:.3f} (difference {async_reward - sync_reward:+.3f}, goal within 0.05); "
-              f"mean off-policy gap {statistics.mean(gaps):.2f} versions\n", flush=True)
+              f"mean off-policy gap {statistics.mean(gaps):.2f} versions", flush=True)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        floor = statistics.mean(cpu["async"]) / cores  # the shortest overlapped step these cores can run
+        print(f"{scenario}: CPU seconds a step: sync {statistics.mean(cpu['sync']):.3f}, async "
+              f"{statistics.mean(cpu['async']):.3f}; on {cores} cores an async step takes at least {floor:.3f} s, "
+              f"so the most the overlap can gain here is {1 / sync_speed / floor:.2f}x\n", flush=True)
 
 
 if __name__ == "__main__":
