@@ -133,7 +133,9 @@ def test_opd_student_learns_from_teacher_with_zero_task_reward(tmp_path):
     rows = metrics(student_run)
     assert all(r["reward/mean"] is not None for r in rows)  # the task reward is logged, not trained on
     gaps = [r["opd/student_teacher_gap"] for r in rows]
-    assert sum(gaps[-3:]) / 3 < 0.6 * sum(gaps[:3]) / 3, gaps
+    # the gap falls steadily, then collapses once the student finds the teacher's answers; when that comes
+    # varies from run to run (the last 3 steps' gap was 0.04x to 0.64x the first 3's): no learning stays ~1x
+    assert sum(gaps[-3:]) / 3 < 0.75 * sum(gaps[:3]) / 3, gaps
     assert rows[-1]["opd/teacher_logp_mean"] > rows[0]["opd/teacher_logp_mean"]
     student_reward = sum(r["reward/mean"] for r in rows[-3:]) / 3
     assert student_reward > 3 * rows[0]["reward/mean"] and student_reward > 0.25 * teacher_reward, (
