@@ -1,6 +1,7 @@
 """Where a run's processes live across nodes: which engines and teacher servers each node serves, and where
-every node keeps its own files inside the shared run directory. A pure function of the frozen config, so every process that reads
-it (controllers, engines, trainer rank 0, evaluators) agrees on the same layout without talking."""
+every node keeps its own files inside the shared run directory. A pure function of the frozen config, so every
+process that reads it (controllers, engines, trainer rank 0, evaluators) agrees on the same layout without
+talking."""
 
 from __future__ import annotations
 
@@ -74,10 +75,10 @@ def teacher_urls(cfg: SlimeConfig) -> list[str]:
     if cfg.teacher.url:
         return [cfg.teacher.url.rstrip("/")]
     addresses = [teacher_address(cfg, n) for n in teacher_nodes(cfg) or [0]]
-    return [f"http://{_reachable(host)}:{port}" for host, port in addresses]
+    return [f"http://{reachable_host(host)}:{port}" for host, port in addresses]
 
 
-def _reachable(host: str) -> str:
+def reachable_host(host: str) -> str:
     """A wildcard listen address is reached on loopback."""
     return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
 

@@ -28,8 +28,9 @@ class TeacherError(RuntimeError):
 def teacher_url(cfg: TeacherConfig) -> str:
     if cfg.url:
         return cfg.url.rstrip("/")
-    host = "127.0.0.1" if cfg.host in ("0.0.0.0", "::", "") else cfg.host
-    return f"http://{host}:{cfg.port}"
+    from slimecli.config.layout import reachable_host
+
+    return f"http://{reachable_host(cfg.host)}:{cfg.port}"
 
 
 class TeacherClient:
