@@ -78,6 +78,16 @@ def test_dry_run_writes_the_job_and_node_scripts(tmp_path: Path):
     assert plan.returncode == 0 and "#SBATCH --nodes=2" in plan.stdout and "node.sh" in plan.stdout
 
 
+def test_slurm_spelling_cluster_nodes(tmp_path: Path):
+    """SLURM's word for the node count works as the key; every node then takes it from the allocation."""
+    run = tmp_path / "run"
+    out = slimecli("train", "--dry-run", "cluster=slurm", "cluster.nodes=4", f"run.dir={run}", path=no_sbatch_path())
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "#SBATCH --nodes=4" in (run / "slurm" / "job.sbatch").read_text().splitlines()
+    node = (run / "slurm" / "node.sh").read_text()
+    assert "cluster.nodes=" not in node and node.count("cluster.nnodes=") == 1 and 'nnodes="$SLURM_NNODES"' in node
+
+
 def test_missing_or_refusing_sbatch_and_bad_job_settings_are_exit_2(tmp_path: Path):
     out = slimecli("train", "cluster=slurm", f"run.dir={tmp_path / 'a'}", path=no_sbatch_path())
     assert out.returncode == 2, out.stdout + out.stderr

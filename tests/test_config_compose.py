@@ -88,6 +88,19 @@ def test_unknown_top_level_and_nested_paths():
     assert any(m.startswith("rollot.temperature: unknown key") and "did you mean 'rollout'?" in m for m in msgs)
 
 
+def test_slurm_nodes_is_another_name_for_nnodes(tmp_path):
+    assert load(["cluster=slurm", "cluster.nodes=4"]).cluster.nnodes == 4
+    assert load(["cluster.nodes=2", "cluster.nnodes=2", f"run.dir={tmp_path}"]).cluster.nnodes == 2
+    (msg,) = errors_of(["cluster.nodes=2", "cluster.nnodes=4", f"run.dir={tmp_path}"])
+    assert msg == ("cluster.nodes: is another name for cluster.nnodes, which is set to 4 on the same command line "
+                   "(got 2)\n    hint: set only cluster.nnodes")
+    recipe = tmp_path / "two_nodes.yaml"
+    recipe.write_text("cluster:\n  name: slurm\n  nodes: 2\n")
+    assert load([f"+recipe={recipe}"]).cluster.nnodes == 2
+    assert load([f"+recipe={recipe}", "cluster.nnodes=4"]).cluster.nnodes == 4  # the command line wins
+    assert load([f"+recipe={recipe}", "cluster.nodes=4"]).cluster.nnodes == 4
+
+
 def test_wrong_type_names_path_value_and_expected_type():
     msgs = errors_of(["trainer.max_steps=abc", "optimizer.betas=[0.9]", "trainer.use_tis=3"])
     assert "trainer.max_steps: expected int (got 'abc')" in msgs

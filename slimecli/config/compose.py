@@ -290,7 +290,32 @@ def compose_dict(overrides: list[str], recipe_dirs: tuple[str, ...] = (), uses_a
             interpolated.append(path)
     if interpolated:
         _resolve_interpolations(data, before, interpolated, errors)
+    _apply_aliases(data, parsed, errors)
     return data, errors
+
+
+# Another tool's word for a key, accepted as that key: a SLURM user writes --nodes, torchrun --nnodes.
+KEY_ALIASES = {"cluster.nodes": "cluster.nnodes"}
+
+
+def _apply_aliases(data: dict[str, Any], parsed: _Parsed, errors: list[ConfigError]) -> None:
+    """Move an alias's value (command line or recipe) onto its key; the command line wins over a recipe, and
+    the alias and its key set to different values on the command line is an error naming both."""
+    given = dict(parsed.values)
+    for alias, target in KEY_ALIASES.items():
+        parent, _, leaf = alias.rpartition(".")
+        try:
+            node = _get(data, parent)
+        except (KeyError, TypeError):
+            continue
+        if not isinstance(node, dict) or leaf not in node:
+            continue
+        value = node.pop(leaf)
+        if target in given and alias in given and given[target] != value:
+            errors.append(ConfigError(alias, value, f"is another name for {target}, which is set to "
+                                      f"{given[target]!r} on the same command line", f"set only {target}"))
+        elif target not in given or alias in given:
+            _put(data, target, value)
 
 
 def load(overrides: Sequence[str] = (), recipe_dirs: tuple[str, ...] = (), uses_agent: bool = False) -> SlimeConfig:

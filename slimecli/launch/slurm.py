@@ -50,7 +50,8 @@ def sbatch_script(cfg: SlimeConfig, run_dir: Path) -> str:
 
 def node_script(cfg: SlimeConfig, run_dir: Path, overrides: list[str], recipe_dirs: list[str], workdir: Path) -> str:
     """One node's `slimecli train`: the submitted overrides, this node's place in the allocation, the run dir."""
-    kept = [o for o in overrides if not o.lstrip("+~").startswith(("run.dir=", "cluster.name=", "cluster.node_rank="))]
+    mine = ("run.dir=", "cluster.name=", "cluster.node_rank=", "cluster.nnodes=", "cluster.nodes=")  # NODE_OVERRIDES
+    kept = [o for o in overrides if not o.lstrip("+~").startswith(mine)]
     argv = [sys.executable, "-m", "slimecli", "train", *(f"--recipe-dir={d}" for d in recipe_dirs), *kept]
     command = " ".join([*map(shlex.quote, argv), *NODE_OVERRIDES, shlex.quote(f"run.dir={run_dir}")])
     return "\n".join(["#!/bin/bash", "# one node of the slimecli job (srun starts it once per node)",

@@ -10,7 +10,7 @@ class ClusterConfig:
     sbatch script that runs the same command on every node of the allocation, and submits it."""
 
     name: Literal["local", "slurm"] = "local"
-    nnodes: int = 1
+    nnodes: int = 1  # `cluster.nodes`, SLURM's word for it, is accepted as this key (config/compose.py)
     node_rank: int = 0
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
