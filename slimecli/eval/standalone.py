@@ -107,7 +107,7 @@ def evaluate(cfg: SlimeConfig, step: int, argv: list[str], overrides: list[str],
     """Launch the engines and the evaluator, supervise them, print the table. 0 only when every dataset
     was evaluated."""
     from slimecli.eval.runner import read_summary
-    from slimecli.launch.plan import engine_specs
+    from slimecli.launch.plan import engine_specs, in_run
     from slimecli.launch.preflight import agent_cli_errors, engine_errors, materialize, sandbox_errors
     from slimecli.launch.rundir import prepare, write_plan
     from slimecli.launch.spec import ProcessSpec
@@ -128,8 +128,7 @@ def evaluate(cfg: SlimeConfig, step: int, argv: list[str], overrides: list[str],
     config_path = str(run.config_path)
     evaluator = ProcessSpec(name="evaluator", kind="worker",
                             argv=[sys.executable, "-m", "slimecli.eval", "--config", config_path, "--step", str(step)])
-    env = {"SLIMECLI_RUN_DIR": str(run.path), "PYTHONUNBUFFERED": "1"}
-    specs = [replace(s, env={**env, **s.env}) for s in [*engine_specs(cfg, config_path), evaluator]]
+    specs = in_run([*engine_specs(cfg, config_path), evaluator], run.path)
     write_plan(run, specs)
     code = Supervisor(specs, run.log_dir, console=console).run()
     summary = read_summary(run.path, step)
