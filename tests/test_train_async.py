@@ -87,7 +87,7 @@ def test_overlapped_processes_share_the_cores(monkeypatch: pytest.MonkeyPatch, t
 
     for key in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS"):
         monkeypatch.delenv(key, raising=False)
-    cores = len(os.sched_getaffinity(0))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(16)))  # a 16-core node
 
     def envs(*overrides: str) -> dict[str, dict[str, str]]:
         cfg = load(["trainer.nproc=1", "rollout.num_engines=1", *overrides])
@@ -95,13 +95,17 @@ def test_overlapped_processes_share_the_cores(monkeypatch: pytest.MonkeyPatch, t
         return {spec.name: {k: v for k, v in spec.env.items() if k in omp} for spec in build_plan(cfg, tmp_path)}
 
     assert envs("trainer.async_rollout=false") == {"engine-0": {}, "trainer": {}}
-    overlapped = envs("trainer.async_rollout=true")
-    assert overlapped["trainer"] == {"OMP_WAIT_POLICY": "PASSIVE"}  # the trainer's threads sleep when idle
-    assert overlapped["engine-0"] == {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": str(max(1, cores // 2))}
+    sleep = {"OMP_WAIT_POLICY": "PASSIVE"}  # idle threads sleep instead of spinning on the other side's cores
+    assert envs("trainer.async_rollout=true") == {"engine-0": {**sleep, "OMP_NUM_THREADS": "8"},
+                                                  "trainer": {**sleep, "OMP_NUM_THREADS": "8"}}
     three = envs("trainer.async_rollout=true", "rollout.num_engines=3")
-    assert three["engine-2"]["OMP_NUM_THREADS"] == str(max(1, cores // 4))
+    assert {three[name]["OMP_NUM_THREADS"] for name in ("engine-0", "engine-2", "trainer")} == {"4"}
+    ranks = envs("trainer.async_rollout=true", "trainer.nproc=2", "rollout.num_engines=2")
+    assert ranks["trainer"]["OMP_NUM_THREADS"] == ranks["engine-1"]["OMP_NUM_THREADS"] == "4"
+    sglang = envs("trainer.async_rollout=true", "rollout=sglang")  # SGLang's threads are its own business
+    assert sglang == {"engine-0": sleep, "trainer": {**sleep, "OMP_NUM_THREADS": "16"}}
     monkeypatch.setenv("OMP_NUM_THREADS", "7")  # what the user set wins
-    assert envs("trainer.async_rollout=true")["engine-0"] == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert envs("trainer.async_rollout=true") == {"engine-0": sleep, "trainer": sleep}
 
 
 def test_rollout_ahead_runs_while_the_caller_works_and_blocks_the_weight_push(tmp_path: Path):

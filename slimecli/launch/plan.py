@@ -31,30 +31,34 @@ def engine_specs(cfg: SlimeConfig, config_path: str) -> list[ProcessSpec]:
                     "--skip-server-warmup", *_api_key_args(r), *shlex.split(r.sglang_args)]
         specs.append(ProcessSpec(name=f"engine-{slot.index}", argv=argv, kind="server", ports=[slot.port],
                                  probe=Probe(f"{slot.url}/health_generate"), start_timeout_s=r.start_timeout_s,
-                                 env=_overlap_env(cfg, engine=r.name == "local")))
+                                 env=_overlap_env(cfg, local=r.name == "local")))
     return specs
 
 
-def _overlap_env(cfg: SlimeConfig, engine: bool = False) -> dict[str, str]:
+def _overlap_env(cfg: SlimeConfig, local: bool = True) -> dict[str, str]:
     """With trainer.async_rollout an engine generates while the trainer computes on the same cores.
 
     OpenMP's default of spinning between parallel regions then takes the cores from the other side (on 2 CPU
-    cores the update ran 5-8x slower): idle OpenMP threads of engines and trainer sleep instead. A local engine
-    also keeps to its share of the node's cores (engine_threads). What the environment sets wins."""
+    cores the update ran 5-8x slower): idle OpenMP threads of engines and trainer sleep instead. The trainer's
+    ranks and the local engines also keep to their share of the node's cores (node_threads): a parallel region
+    with more threads than free cores waits for whichever of its threads was descheduled. What the environment
+    sets wins. ``local``: an engine slimecli runs itself (SGLang's own processes are left alone)."""
     if not cfg.trainer.async_rollout:
         return {}
     env = {} if "OMP_WAIT_POLICY" in os.environ else {"OMP_WAIT_POLICY": "PASSIVE"}
-    if engine and "OMP_NUM_THREADS" not in os.environ:
-        env["OMP_NUM_THREADS"] = str(engine_threads(cfg))
+    if local and "OMP_NUM_THREADS" not in os.environ:
+        env["OMP_NUM_THREADS"] = str(node_threads(cfg))
     return env
 
 
-def engine_threads(cfg: SlimeConfig) -> int:
-    """A local engine's threads when it generates beside the trainer: the node's cores shared out among its
-    engines and trainer ranks. On 2 cores an engine with both of them made the overlapped step 15% slower, where
-    a synchronous rollout, which has the cores to itself, is 20% faster with both."""
+def node_threads(cfg: SlimeConfig) -> int:
+    """The threads of a local engine or a trainer rank when rollout and training overlap: the node's cores
+    shared out among its local engines and trainer ranks. On 2 cores, 1 engine and 1 rank, giving either one
+    both cores made the overlapped step 10-15% slower; a synchronous step, which has the cores to itself in
+    turn, keeps OpenMP's default (all of them)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, cores // (len(node_engines(cfg)) + cfg.trainer.nproc))
+    local_engines = len(node_engines(cfg)) if cfg.rollout.name == "local" else 0
+    return max(1, cores // (local_engines + cfg.trainer.nproc))
 
 
 def _api_key_args(r: RolloutConfig) -> list[str]:
