@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,85 @@ def test_async_quickstart_trains_one_version_behind(tmp_path: Path):
     assert [r["rollout/staleness_max"] for r in rows] == [0.0, 1.0, 1.0, 1.0]
     assert all(r["rollout/stale_dropped"] == 0.0 for r in rows)
     assert (run / "final" / "model.safetensors").is_file()
+
+
+class GatedEngine:
+    """An engine whose weight load finishes only when the test opens its gate (or fails, when told to)."""
+
+    base_url = "http://engine.test"
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.loaded: list[str] = []
+        self.refuse = False
+
+    async def sync_weights(self, path: str, version: str) -> dict:
+        while not self.gate.is_set():
+            await asyncio.sleep(0.01)
+        if self.refuse:
+            return {"success": False, "message": "no room"}
+        assert Path(path, "model.safetensors").is_file()  # the export is on disk before the engine is asked
+        self.loaded.append(version)
+        return {"success": True}
+
+
+class VersionSeen:
+    """A rollout that records which weights the engine held when it started."""
+
+    def __init__(self, engine: GatedEngine) -> None:
+        self.engine = engine
+        self.seen: list[list[str]] = []
+
+    async def collect(self) -> RolloutResult:
+        self.seen.append(list(self.engine.loaded))
+        return RolloutResult([Sample(index=0)], [1.0], {"reward/mean": 1.0})
+
+
+@pytest.mark.parametrize("overlapped", [True, False])
+def test_a_disk_push_lets_the_trainer_go_on_while_the_engines_load(tmp_path: Path, overlapped: bool):
+    from safetensors.torch import load_file
+
+    from tests.helpers.teacher import make_checkpoint
+
+    ckpt = make_checkpoint(tmp_path / "model", seed=0)
+    state = load_file(str(ckpt / "model.safetensors"))
+    cfg = load([f"model.path={ckpt}", f"trainer.async_rollout={str(overlapped).lower()}"])
+    coordinator = RolloutCoordinator(cfg, tmp_path / "run", tokenizer=None)
+    try:
+        engine = GatedEngine()
+        coordinator.engines = [engine]
+        collector = VersionSeen(engine)
+        coordinator.driver = collector
+        pusher = threading.Thread(target=coordinator.push_weights, args=(state, 1))
+        pusher.start()
+        pusher.join(0.5)
+        if not overlapped:  # a synchronous step's push returns once the engines hold the weights
+            assert pusher.is_alive() and engine.loaded == []
+            engine.gate.set()
+            pusher.join(10)
+            assert engine.loaded == ["1"] and coordinator.delivery is None
+            return
+        assert not pusher.is_alive() and engine.loaded == []  # returned: the engine is still loading
+        assert (tmp_path / "run" / "weights" / "v1" / "model.safetensors").is_file()
+        coordinator.collect_ahead()
+        time.sleep(0.3)
+        assert collector.seen == []  # the rollout ahead waits for the weights just pushed
+        engine.gate.set()
+        assert coordinator.collect().train_rewards == [1.0] and collector.seen == [["1"]]
+
+        engine.gate.clear()
+        engine.refuse = True
+        coordinator.push_weights(state, 2)
+        engine.gate.set()
+        with pytest.raises(RuntimeError, match="refused weights .*no room"):
+            coordinator.settle()  # what evaluate and the next push do first
+        engine.gate.clear()
+        coordinator.push_weights(state, 3)
+        coordinator.collect_ahead()
+        engine.gate.set()
+        with pytest.raises(RuntimeError, match="refused weights"):
+            coordinator.collect()  # the rollout ahead carries the engines' error
+        assert collector.seen == [["1"]]  # and never ran on weights the engine does not hold
+    finally:
+        engine.gate.set()
+        coordinator.close()

@@ -55,6 +55,9 @@ class RolloutCoordinator:
         self.ahead: Future[RolloutResult] | None = None  # the next step's rollout, generated ahead
         self.ahead_position: Any = None  # the prompt source's position before that rollout drew its prompts
         self.ahead_wait_s = 0.0
+        # trainer.async_rollout with a disk push: the engines loading the weights last pushed, while the trainer
+        # goes on; whatever talks to the engines next waits for it (settle(), or the rollout ahead awaits it)
+        self.delivery: Future[None] | None = None
         r = cfg.rollout
         self.engines = [EngineClient(slot.url, timeout_s=r.request_timeout_s, api_key=r.api_key)
                         for slot in engine_slots(cfg)]  # every node's engines (config/layout.py)
@@ -128,14 +131,29 @@ class RolloutCoordinator:
         if self.ahead is not None:
             ahead, self.ahead, self.ahead_position = self.ahead, None, None
             return ahead.result()
+        self.settle()
         return self.run(self._collect())
 
     def collect_ahead(self) -> None:
-        """Start the next step's rollout on the engines' current weights and return at once (async_rollout)."""
+        """Start the next step's rollout on the engines' current weights and return at once (async_rollout);
+        it begins once the engines hold the weights last pushed."""
         if self.ahead is not None:
             raise RuntimeError("a rollout is already being generated ahead")
         self.ahead_position = self.source.state_dict()
-        self.ahead = self.submit(self._collect())
+        delivery, self.delivery = self.delivery, None
+
+        async def after_delivery() -> RolloutResult:
+            if delivery is not None:
+                await asyncio.wrap_future(delivery)  # its error, if any, is this rollout's
+            return await self._collect()
+
+        self.ahead = self.submit(after_delivery())
+
+    def settle(self) -> None:
+        """Wait until the engines hold the weights last pushed; an error of theirs is raised here."""
+        delivery, self.delivery = self.delivery, None
+        if delivery is not None:
+            delivery.result()
 
     def wait_ahead(self) -> None:
         """Block until the rollout generated ahead is in (before new weights may reach the engines)."""
@@ -180,6 +198,7 @@ class RolloutCoordinator:
             return None
         from slimecli.eval.runner import flat_metrics, headline
 
+        self.settle()  # the weights of ``step``
         results = self.run(self.evaluator.evaluate(step))
         self.last_eval = headline(results)
         log.info("step %d: %s", step, self.last_eval)
@@ -191,7 +210,16 @@ class RolloutCoordinator:
             from slimecli.train.weight_sync import make_weight_sync
 
             self.weight_sync = make_weight_sync(self.cfg, self.run_dir, self.engines, self.run, self.policy)
-        return self.weight_sync.push(state, version, engines_free=self.wait_ahead)  # one version per sequence
+        from slimecli.train.weight_sync import begin_push
+
+        self.settle()
+        # the rollout ahead is in before any engine is touched: one weight version per sequence
+        path, delivery = begin_push(self.weight_sync, state, version, engines_free=self.wait_ahead)
+        if delivery is not None and self.cfg.trainer.async_rollout:
+            self.delivery = self.submit(delivery)  # the next rollout ahead starts once it is done
+        elif delivery is not None:
+            self.run(delivery)
+        return path
 
     def before_update(self) -> None:
         """The optimizer is about to change the weights (an engine sharing them must not run meanwhile)."""
@@ -202,6 +230,11 @@ class RolloutCoordinator:
         if self.ahead is not None:  # the run ended (or failed) with a rollout still in flight
             self.ahead.cancel()
             self.ahead = None
+        if self.delivery is not None:  # the last push: the engines finish loading it (they may serve on)
+            try:
+                self.settle()
+            except Exception as exc:  # noqa: BLE001  # closing: the run's own outcome is already decided
+                log.warning("the engines did not take the last weights: %s", exc)
         if self.weight_sync is not None:
             self.weight_sync.close()
         if self.service is not None:

@@ -66,6 +66,16 @@ def make_weight_sync(cfg: SlimeConfig, run_dir: Path, engines: list[Any], run: R
     raise ValueError(f"trainer.weight_sync: unknown kind {kind!r}")  # the schema admits only the three
 
 
+def begin_push(sync: WeightSync, state: dict[str, torch.Tensor], version: int,
+               engines_free: Callable[[], None] = _ready) -> tuple[str, Awaitable[None] | None]:
+    """What must happen on the trainer's thread now; the rest, which only waits on the engines, as a coroutine
+    (None: the push is complete). Only a disk push has such a rest: the other kinds read the trainer's memory
+    or take part in a collective."""
+    if isinstance(sync, DiskSync):
+        return sync.export(state, version, engines_free)
+    return sync.push(state, version, engines_free), None
+
+
 def _check(engine: Any, result: dict[str, Any], what: str) -> None:
     if not result.get("success", False):
         raise RuntimeError(f"engine {engine.base_url} refused weights {what}: {result.get('message')}")
@@ -76,6 +86,14 @@ class DiskSync:
         self.cfg, self.run_dir, self.engines, self.run = cfg, run_dir, engines, run
 
     def push(self, state: dict[str, torch.Tensor], version: int, engines_free: Callable[[], None] = _ready) -> str:
+        path, delivery = self.export(state, version, engines_free)
+        self.run(delivery)
+        return path
+
+    def export(self, state: dict[str, torch.Tensor], version: int,
+               engines_free: Callable[[], None] = _ready) -> tuple[str, Awaitable[None]]:
+        """The trainer's part (the checkpoint on disk), then the engines' part as a coroutine: the engines load
+        from the files, so that part may run on rank 0's event loop while the trainer goes on."""
         from slimecli.train.hf_export import export_version
 
         path = str(export_version(state, self.cfg.model.resolved_path, self.run_dir, version, keep=2))
@@ -84,8 +102,10 @@ class DiskSync:
         async def one(engine: Any) -> None:
             _check(engine, await engine.sync_weights(path, str(version)), path)
 
-        self.run(_gather(one(e) for e in self.engines))
-        return path
+        async def deliver() -> None:
+            await _gather(one(e) for e in self.engines)
+
+        return path, deliver()
 
     def before_update(self) -> None:
         pass
