@@ -26,6 +26,17 @@ def test_removed_sample_has_zero_mask():
     assert pack([s], pad_id=0).mask.tolist() == [[0.0, 0.0]]
 
 
+def test_per_token_fields_of_the_wrong_length_name_the_sample():
+    import pytest
+
+    for bad in (Sample(index=3, tokens=[1, 2, 3, 4], response_length=2, loss_mask=[1]),
+                Sample(index=3, tokens=[1, 2, 3, 4], response_length=2, rollout_log_probs=[-1.0, -2.0, -3.0])):
+        with pytest.raises(ValueError, match="sample 3: .* one value per response token"):
+            pack([Sample(tokens=[1, 2], response_length=1), bad], pad_id=0)
+    with pytest.raises(ValueError, match="sample 5: response_length 4 leaves no prompt token"):
+        pack([Sample(index=5, tokens=[1, 2, 3, 4], response_length=4)], pad_id=0)
+
+
 def test_response_logprobs_match_a_direct_forward():
     from transformers import Qwen2Config, Qwen2ForCausalLM
 

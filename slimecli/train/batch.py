@@ -28,26 +28,27 @@ class PackedBatch:
 
 
 def pack(samples: list[Sample], pad_id: int) -> PackedBatch:
-    lengths = [len(s.tokens) for s in samples]
+    """Rows built as Python lists and made tensors once per field (a tensor per sample and field cost ~90 us
+    a sample: 6 ms of a CPU quickstart step)."""
     r_max = max(max(s.response_length for s in samples), 1)
-    b, l_max = len(samples), max(lengths)
-    input_ids = torch.full((b, l_max), pad_id, dtype=torch.long)
-    attention = torch.zeros((b, l_max), dtype=torch.long)
-    logit_index = torch.zeros((b, r_max), dtype=torch.long)
-    targets = torch.full((b, r_max), pad_id, dtype=torch.long)
-    mask = torch.zeros((b, r_max), dtype=torch.float32)
-    rollout_lp = torch.zeros((b, r_max), dtype=torch.float32)
-    for i, s in enumerate(samples):
+    l_max = max(len(s.tokens) for s in samples)
+    ids, attention, logit_index, targets, mask, rollout_lp = [], [], [], [], [], []
+    for s in samples:
         n, r = len(s.tokens), s.response_length
         if r >= n:
             raise ValueError(f"sample {s.index}: response_length {r} leaves no prompt token in {n} tokens")
-        input_ids[i, :n] = torch.tensor(s.tokens, dtype=torch.long)
-        attention[i, :n] = 1
-        start = n - r
-        logit_index[i, :r] = torch.arange(start - 1, n - 1)
-        logit_index[i, r:] = n - 1  # padding columns point at a real position; masked out
-        targets[i, :r] = torch.tensor(s.tokens[start:], dtype=torch.long)
-        mask[i, :r] = torch.tensor(s.effective_loss_mask(), dtype=torch.float32)
-        if s.rollout_log_probs is not None:
-            rollout_lp[i, :r] = torch.tensor(s.rollout_log_probs, dtype=torch.float32)
-    return PackedBatch(input_ids, attention, logit_index, targets, mask, rollout_lp)
+        loss_mask = s.effective_loss_mask()
+        if len(loss_mask) != r or (s.rollout_log_probs is not None and len(s.rollout_log_probs) != r):
+            raise ValueError(f"sample {s.index}: its loss mask and rollout log-probs need one value per response "
+                             f"token ({r})")
+        start, pad = n - r, r_max - r
+        ids.append([*s.tokens, *[pad_id] * (l_max - n)])
+        attention.append([1] * n + [0] * (l_max - n))
+        # padding columns point at a real position (the last); masked out
+        logit_index.append([*range(start - 1, n - 1), *[n - 1] * pad])
+        targets.append([*s.tokens[start:], *[pad_id] * pad])
+        mask.append([*loss_mask, *[0] * pad])
+        rollout_lp.append([*(s.rollout_log_probs if s.rollout_log_probs is not None else [0.0] * r), *[0.0] * pad])
+    return PackedBatch(torch.tensor(ids, dtype=torch.long), torch.tensor(attention, dtype=torch.long),
+                       torch.tensor(logit_index, dtype=torch.long), torch.tensor(targets, dtype=torch.long),
+                       torch.tensor(mask, dtype=torch.float32), torch.tensor(rollout_lp, dtype=torch.float32))
