@@ -107,6 +107,32 @@ def test_grpo_counts_an_agent_runs_branches_as_one_rollout():
     assert_close(values(out.advantages), want)
 
 
+def test_group_centre_matches_a_group_by_group_reference_on_random_batches():
+    import random
+    import statistics
+
+    rng = random.Random(0)
+    for _ in range(200):
+        size = rng.randint(1, 24)
+        groups = [rng.choice([0, 3, 9]) for _ in range(size)]
+        rewards = [rng.choice([0.0, 1.0, rng.random()]) for _ in range(size)]
+        valid = [rng.random() > 0.2 for _ in range(size)]
+        rollouts = [rng.randint(0, 4) for _ in range(size)]
+        for divide in (True, False):
+            got = A.group_centre(torch.tensor(rewards, dtype=torch.float64), torch.tensor(groups), divide,
+                                 valid=torch.tensor(valid), rollouts=torch.tensor(rollouts)).tolist()
+            want = [0.0] * size
+            for g in set(groups):
+                members = [i for i in range(size) if groups[i] == g and valid[i]]
+                first = {rollouts[i]: i for i in reversed(members)}  # a rollout's first position
+                stats = [rewards[i] for i in first.values()]
+                for i in members:
+                    want[i] = rewards[i] - statistics.fmean(stats) if stats else 0.0
+                    if divide and len(stats) > 1:
+                        want[i] /= statistics.stdev(stats) + A.STD_EPS
+            assert got == pytest.approx(want, abs=1e-9)
+
+
 def test_reinforce_plus_plus_kl_reward_discount_then_whiten():
     c = cfg(advantage_estimator="reinforce_plus_plus", kl_coef=0.5, gamma=0.9)
     samples = [sample(0, 3, mask=[1, 1, 0]), sample(1, 2)]
