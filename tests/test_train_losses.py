@@ -52,6 +52,29 @@ def test_entropy_hand_values():
     assert two.item() == pytest.approx(got[1].item(), abs=1e-6)
 
 
+@pytest.mark.parametrize("temperature,chunk_size", [(1.0, 4096), (0.7, 5)])
+def test_log_probs_and_entropy_in_one_pass_equal_the_two_functions(temperature, chunk_size):
+    torch.manual_seed(0)
+    logits = (torch.randn(3, 7, 50) * 3).requires_grad_()
+    targets = torch.randint(0, 50, (3, 7))
+
+    def separate():
+        return L.log_probs_from_logits(logits, targets, temperature), L.entropy_from_logits(logits, temperature)
+
+    logp, entropy = L.log_probs_and_entropy(logits, targets, temperature, chunk_size=chunk_size)
+    want_logp, want_entropy = separate()
+    assert logp.shape == entropy.shape == (3, 7) and not entropy.requires_grad  # a metric: out of the graph
+    assert torch.allclose(logp, want_logp, atol=1e-5) and torch.allclose(entropy, want_entropy, atol=1e-5)
+    (got,) = torch.autograd.grad(logp.sum(), logits)
+    (want,) = torch.autograd.grad(want_logp.sum(), logits)
+    assert torch.allclose(got, want, atol=1e-6)
+    logp, entropy = L.log_probs_and_entropy(logits, targets, temperature, entropy_grad=True, chunk_size=chunk_size)
+    want_logp, want_entropy = separate()
+    (got,) = torch.autograd.grad((logp - 0.1 * entropy).sum(), logits)  # an entropy bonus's gradient
+    (want,) = torch.autograd.grad((want_logp - 0.1 * want_entropy).sum(), logits)
+    assert torch.allclose(got, want, atol=1e-5)
+
+
 def test_ppo_clip_and_dual_clip_hand_values():
     adv = torch.tensor([1.0, 1.0, -1.0, -1.0, 1.0])
     ratio = torch.tensor([1.5, 0.9, 0.5, 3.0, 3.0])

@@ -46,6 +46,29 @@ def log_probs_from_logits(logits: torch.Tensor, targets: torch.Tensor, temperatu
     return result.reshape(targets.shape)
 
 
+def log_probs_and_entropy(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0, *,
+                          entropy_grad: bool = False, chunk_size: int = 4096) -> tuple[torch.Tensor, torch.Tensor]:
+    """log_probs_from_logits and entropy_from_logits in one pass over each chunk: the entropy reuses the
+    log-normaliser (H = logsumexp(x) - sum softmax(x) * x), which saves a log-softmax of [N, V] a micro-batch.
+
+    The entropy is in the graph only with ``entropy_grad`` (an entropy bonus); otherwise it is a metric.
+    """
+    rows, inv_t = _rows(logits, temperature)
+    flat_targets = targets.reshape(-1, 1).long()
+    logps, entropies = [], []
+    for start in range(0, rows.shape[0], chunk_size):
+        chunk = rows[start:start + chunk_size].float()
+        scaled = chunk * inv_t if inv_t != 1.0 else chunk
+        lse = torch.logsumexp(scaled, dim=-1)
+        logps.append(scaled.gather(-1, flat_targets[start:start + chunk_size]).squeeze(-1) - lse)
+        with torch.enable_grad() if entropy_grad else torch.no_grad():
+            x = scaled if entropy_grad else scaled.detach()
+            entropies.append(lse - torch.linalg.vecdot(torch.softmax(x, dim=-1), x))
+    empty = rows.new_zeros(0, dtype=torch.float32)
+    return (torch.cat(logps) if logps else empty).reshape(targets.shape), \
+        (torch.cat(entropies) if entropies else empty).reshape(logits.shape[:-1])
+
+
 def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0, chunk_size: int = 4096) -> torch.Tensor:
     """Entropy of softmax(logits / T) per position: logits [..., V] -> [...] (float32)."""
     rows, inv_t = _rows(logits, temperature)

@@ -152,15 +152,13 @@ def no_sync_unless(model: torch.nn.Module, last: bool) -> Iterator[None]:
 def forward_logp(model: torch.nn.Module, packed: PackedBatch, temperature: float, *, with_entropy: bool = False,
                  entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs [B, R] (and entropy) of the response tokens at the sampling temperature."""
-    from slimecli.train.losses import entropy_from_logits, log_probs_from_logits
+    from slimecli.train.losses import log_probs_and_entropy, log_probs_from_logits
 
     logits = response_logits(model, packed)
-    logp = log_probs_from_logits(logits, packed.targets, temperature)  # chunked: no second [B, R, V] tensor
-    entropy = None
-    if with_entropy:  # without an entropy bonus it is only a metric: keep it out of the graph
-        with torch.enable_grad() if entropy_grad else torch.no_grad():
-            entropy = entropy_from_logits(logits, temperature)
-    return logp, entropy
+    if not with_entropy:  # chunked: no second [B, R, V] tensor
+        return log_probs_from_logits(logits, packed.targets, temperature), None
+    # without an entropy bonus the entropy is only a metric, kept out of the graph
+    return log_probs_and_entropy(logits, packed.targets, temperature, entropy_grad=entropy_grad)
 
 
 class TorchPolicy:
