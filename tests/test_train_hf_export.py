@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from slimecli.train.hf_export import export_hf, export_version
+from slimecli.train.hf_export import export_hf, export_version, prune_versions
 
 transformers = pytest.importorskip("transformers")
 
@@ -66,6 +66,19 @@ def test_export_version_keeps_the_newest(base_dir, tmp_path):
     for v in range(1, 5):
         export_version(state, base_dir, tmp_path, v, keep=2)
     assert sorted(p.name for p in (tmp_path / "weights").iterdir()) == ["v3", "v4"]
+
+
+def test_pruning_later_keeps_the_newest_and_exports_in_progress(base_dir, tmp_path):
+    import os
+
+    state = {"model.embed_tokens.weight": torch.zeros(32, 16)}
+    paths = [export_version(state, base_dir, tmp_path, v, keep=None) for v in range(1, 5)]
+    root = tmp_path / "weights"
+    assert sorted(p.name for p in root.iterdir()) == ["v1", "v2", "v3", "v4"]  # nothing deleted on the way
+    (root / f".tmp-v5-{os.getpid()}").mkdir()  # this process exporting the next version right now
+    (root / ".tmp-v9-999999999").mkdir()  # left half-written by a trainer that is gone
+    prune_versions(paths[2], keep=2)  # the engines hold v3; v4 is newer still
+    assert sorted(p.name for p in root.iterdir()) == [f".tmp-v5-{os.getpid()}", "v3", "v4"]
 
 
 def test_export_needs_a_hf_base(tmp_path):

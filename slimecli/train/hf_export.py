@@ -60,19 +60,28 @@ def export_hf(state_dict: dict[str, torch.Tensor], base_model_dir: str | Path, o
 
 
 def export_version(state_dict: dict[str, torch.Tensor], base_model_dir: str | Path, run_dir: str | Path,
-                   version: int | str, keep: int = 2, dtype: torch.dtype | None = None) -> Path:
-    """Export to RUN/weights/v<version>/ and delete all but the newest ``keep`` versions.
+                   version: int | str, keep: int | None = 2, dtype: torch.dtype | None = None) -> Path:
+    """Export to RUN/weights/v<version>/ and delete all but the newest ``keep`` versions (None: leave that to
+    a later prune_versions, off the caller's path: removing a directory costs milliseconds).
 
     One dir per version, so an engine still loading the previous one is not disturbed.
     """
-    root = Path(run_dir) / WEIGHTS_DIR
-    path = export_hf(state_dict, base_model_dir, root / f"v{version}", dtype=dtype)
+    path = export_hf(state_dict, base_model_dir, Path(run_dir) / WEIGHTS_DIR / f"v{version}", dtype=dtype)
+    if keep is not None:
+        prune_versions(path, keep)
+    return path
+
+
+def prune_versions(newest: Path, keep: int) -> None:
+    """Delete all but the newest ``keep`` version dirs next to ``newest`` (itself always kept), and the
+    leftovers of exports that other processes (earlier trainers) left half-written; this process's own may be
+    in progress."""
+    root = newest.parent
     versions = sorted((p for p in root.iterdir() if p.is_dir() and p.name.startswith("v")),
                       key=lambda p: (int(p.name[1:]) if p.name[1:].isdigit() else -1, p.stat().st_mtime_ns))
     for stale in versions[:-keep] if keep > 0 else []:
-        if stale != path:
+        if stale != newest:
             shutil.rmtree(stale, ignore_errors=True)
     for leftover in root.glob(".tmp-*"):
-        if leftover.name != f".tmp-{path.name}-{os.getpid()}":
+        if not leftover.name.endswith(f"-{os.getpid()}"):
             shutil.rmtree(leftover, ignore_errors=True)
-    return path

@@ -94,9 +94,10 @@ class DiskSync:
                engines_free: Callable[[], None] = _ready) -> tuple[str, Awaitable[None]]:
         """The trainer's part (the checkpoint on disk), then the engines' part as a coroutine: the engines load
         from the files, so that part may run on rank 0's event loop while the trainer goes on."""
-        from slimecli.train.hf_export import export_version
+        from slimecli.train.hf_export import export_version, prune_versions
 
-        path = str(export_version(state, self.cfg.model.resolved_path, self.run_dir, version, keep=2))
+        exported = export_version(state, self.cfg.model.resolved_path, self.run_dir, version, keep=None)
+        path = str(exported)
         engines_free()
 
         async def one(engine: Any) -> None:
@@ -104,6 +105,7 @@ class DiskSync:
 
         async def deliver() -> None:
             await _gather(one(e) for e in self.engines)
+            await asyncio.to_thread(prune_versions, exported, 2)  # the engines hold this one: two are kept
 
         return path, deliver()
 
