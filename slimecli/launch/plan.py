@@ -31,22 +31,23 @@ def engine_specs(cfg: SlimeConfig, config_path: str) -> list[ProcessSpec]:
                     "--skip-server-warmup", *_api_key_args(r), *shlex.split(r.sglang_args)]
         specs.append(ProcessSpec(name=f"engine-{slot.index}", argv=argv, kind="server", ports=[slot.port],
                                  probe=Probe(f"{slot.url}/health_generate"), start_timeout_s=r.start_timeout_s,
-                                 env=_overlap_env(cfg, local=r.name == "local")))
+                                 env=_overlap_env(cfg, share_cores=r.name == "local")))
     return specs
 
 
-def _overlap_env(cfg: SlimeConfig, local: bool = True) -> dict[str, str]:
+def _overlap_env(cfg: SlimeConfig, *, share_cores: bool) -> dict[str, str]:
     """With trainer.async_rollout an engine generates while the trainer computes on the same cores.
 
     OpenMP's default of spinning between parallel regions then takes the cores from the other side (on 2 CPU
     cores the update ran 5-8x slower): idle OpenMP threads of engines and trainer sleep instead. The trainer's
     ranks and the local engines also keep to their share of the node's cores (node_threads): a parallel region
     with more threads than free cores waits for whichever of its threads was descheduled. What the environment
-    sets wins. ``local``: an engine slimecli runs itself (SGLang's own processes are left alone)."""
+    sets wins. ``share_cores``: a trainer or an engine slimecli runs itself (SGLang's own threads are left
+    alone)."""
     if not cfg.trainer.async_rollout:
         return {}
     env = {} if "OMP_WAIT_POLICY" in os.environ else {"OMP_WAIT_POLICY": "PASSIVE"}
-    if local and "OMP_NUM_THREADS" not in os.environ:
+    if share_cores and "OMP_NUM_THREADS" not in os.environ:
         env["OMP_NUM_THREADS"] = str(node_threads(cfg))
     return env
 
@@ -82,7 +83,7 @@ def teacher_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec | None:
 
 
 def trainer_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec:
-    return ProcessSpec(name="trainer", kind="worker", env=_overlap_env(cfg),
+    return ProcessSpec(name="trainer", kind="worker", env=_overlap_env(cfg, share_cores=True),
                        argv=torchrun_argv("slimecli.train", ["--config", config_path], cfg.trainer.nproc, cfg.cluster,
                                           run_id=cfg.run.name))
 

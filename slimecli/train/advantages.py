@@ -133,12 +133,15 @@ def group_centre(rewards: torch.Tensor, groups: torch.Tensor, divide_by_std: boo
             counted[pos] = True
     n_groups = int(gid.max()) + 1 if len(gid) else 0
     stat_gid, stat_rewards = gid[counted], rewards[counted]
-    count = torch.zeros(n_groups, dtype=rewards.dtype).index_add_(0, stat_gid, torch.ones_like(stat_rewards))
-    mean = torch.zeros(n_groups, dtype=rewards.dtype).index_add_(0, stat_gid, stat_rewards) / count.clamp(min=1)
+
+    def per_group(values: torch.Tensor) -> torch.Tensor:  # the sum of the counted values of each group
+        return torch.zeros(n_groups, dtype=rewards.dtype).index_add_(0, stat_gid, values)
+
+    count = per_group(torch.ones_like(stat_rewards))
+    mean = per_group(stat_rewards) / count.clamp(min=1)
     centred = rewards - mean[gid]
     if divide_by_std:
-        squares = torch.zeros(n_groups, dtype=rewards.dtype).index_add_(0, stat_gid, (stat_rewards - mean[stat_gid]) ** 2)
-        std = (squares / (count - 1).clamp(min=1)).sqrt()
+        std = (per_group((stat_rewards - mean[stat_gid]) ** 2) / (count - 1).clamp(min=1)).sqrt()
         centred = centred / torch.where(count > 1, std + STD_EPS, 1.0)[gid]
     return torch.where(valid, centred, 0.0)
 

@@ -10,7 +10,7 @@ weighted sum: summing it over the micro-batches (and ranks) of a step gives the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -22,10 +22,19 @@ from slimecli.train.registry import get_policy_loss, register_policy_loss, resol
 LOW_VAR_KL_CLAMP = 10.0
 
 
-def _rows(logits: torch.Tensor, temperature: float) -> tuple[torch.Tensor, float]:
+def _scaled_chunks(logits: torch.Tensor, temperature: float, chunk_size: int) -> Iterator[tuple[slice, torch.Tensor]]:
+    """logits [..., V] as float32 rows / T, ``chunk_size`` rows at a time (never a second full [N, V] tensor)."""
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    return logits.reshape(-1, logits.shape[-1]), 1.0 / temperature
+    rows, inv_t = logits.reshape(-1, logits.shape[-1]), 1.0 / temperature
+    for start in range(0, rows.shape[0], chunk_size):
+        chunk = rows[start:start + chunk_size].float()
+        yield slice(start, start + chunk_size), chunk * inv_t if inv_t != 1.0 else chunk
+
+
+def _joined(parts: list[torch.Tensor], shape: torch.Size, like: torch.Tensor) -> torch.Tensor:
+    """The chunks' per-row values as one float32 tensor of ``shape`` (on ``like``'s device when there are none)."""
+    return (torch.cat(parts) if parts else like.new_zeros(0, dtype=torch.float32)).reshape(shape)
 
 
 def log_probs_from_logits(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
@@ -34,16 +43,10 @@ def log_probs_from_logits(logits: torch.Tensor, targets: torch.Tensor, temperatu
 
     logits [..., V], targets [...] -> [...] (float32). Rows are processed in chunks of ``chunk_size``.
     """
-    rows, inv_t = _rows(logits, temperature)
     flat_targets = targets.reshape(-1, 1).long()
-    out = []
-    for start in range(0, rows.shape[0], chunk_size):
-        chunk = rows[start:start + chunk_size].float()
-        scaled = chunk * inv_t if inv_t != 1.0 else chunk
-        picked = scaled.gather(-1, flat_targets[start:start + chunk_size]).squeeze(-1)
-        out.append(picked - torch.logsumexp(scaled, dim=-1))
-    result = torch.cat(out) if out else rows.new_zeros(0, dtype=torch.float32)
-    return result.reshape(targets.shape)
+    out = [scaled.gather(-1, flat_targets[rows]).squeeze(-1) - torch.logsumexp(scaled, dim=-1)
+           for rows, scaled in _scaled_chunks(logits, temperature, chunk_size)]
+    return _joined(out, targets.shape, logits)
 
 
 def log_probs_and_entropy(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0, *,
@@ -53,31 +56,24 @@ def log_probs_and_entropy(logits: torch.Tensor, targets: torch.Tensor, temperatu
 
     The entropy is in the graph only with ``entropy_grad`` (an entropy bonus); otherwise it is a metric.
     """
-    rows, inv_t = _rows(logits, temperature)
     flat_targets = targets.reshape(-1, 1).long()
     logps, entropies = [], []
-    for start in range(0, rows.shape[0], chunk_size):
-        chunk = rows[start:start + chunk_size].float()
-        scaled = chunk * inv_t if inv_t != 1.0 else chunk
+    for rows, scaled in _scaled_chunks(logits, temperature, chunk_size):
         lse = torch.logsumexp(scaled, dim=-1)
-        logps.append(scaled.gather(-1, flat_targets[start:start + chunk_size]).squeeze(-1) - lse)
+        logps.append(scaled.gather(-1, flat_targets[rows]).squeeze(-1) - lse)
         with torch.enable_grad() if entropy_grad else torch.no_grad():
             x = scaled if entropy_grad else scaled.detach()
             entropies.append(lse - torch.linalg.vecdot(torch.softmax(x, dim=-1), x))
-    empty = rows.new_zeros(0, dtype=torch.float32)
-    return (torch.cat(logps) if logps else empty).reshape(targets.shape), \
-        (torch.cat(entropies) if entropies else empty).reshape(logits.shape[:-1])
+    return _joined(logps, targets.shape, logits), _joined(entropies, logits.shape[:-1], logits)
 
 
 def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0, chunk_size: int = 4096) -> torch.Tensor:
     """Entropy of softmax(logits / T) per position: logits [..., V] -> [...] (float32)."""
-    rows, inv_t = _rows(logits, temperature)
     out = []
-    for start in range(0, rows.shape[0], chunk_size):
-        logp = F.log_softmax(rows[start:start + chunk_size].float() * inv_t, dim=-1)
+    for _, scaled in _scaled_chunks(logits, temperature, chunk_size):
+        logp = F.log_softmax(scaled, dim=-1)
         out.append(-(logp.exp() * logp).sum(-1))
-    result = torch.cat(out) if out else rows.new_zeros(0, dtype=torch.float32)
-    return result.reshape(logits.shape[:-1])
+    return _joined(out, logits.shape[:-1], logits)
 
 
 def pad_sequences(seqs: Sequence[torch.Tensor | Sequence[float]], value: float = 0.0,

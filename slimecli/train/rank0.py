@@ -210,11 +210,9 @@ class RolloutCoordinator:
             from slimecli.train.weight_sync import make_weight_sync
 
             self.weight_sync = make_weight_sync(self.cfg, self.run_dir, self.engines, self.run, self.policy)
-        from slimecli.train.weight_sync import begin_push
-
         self.settle()
         # the rollout ahead is in before any engine is touched: one weight version per sequence
-        path, delivery = begin_push(self.weight_sync, state, version, engines_free=self.wait_ahead)
+        path, delivery = self.weight_sync.begin_push(state, version, engines_free=self.wait_ahead)
         if delivery is not None and self.cfg.trainer.async_rollout:
             self.delivery = self.submit(delivery)  # the next rollout ahead starts once it is done
         elif delivery is not None:

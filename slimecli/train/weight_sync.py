@@ -42,6 +42,13 @@ class WeightSync(Protocol):
         before it, so it overlaps that rollout."""
         ...
 
+    def begin_push(self, state: dict[str, torch.Tensor], version: int,
+                   engines_free: Callable[[], None] = _ready) -> tuple[str, Awaitable[None] | None]:
+        """push, but what only waits on the engines comes back as a coroutine the caller may run after it moves
+        on (None: the push is complete). A disk push has such a part; kinds that read the trainer's memory or
+        take part in a collective finish here."""
+        ...
+
     def before_update(self) -> None:
         """Called before the optimizer changes the trainer's weights."""
         ...
@@ -66,16 +73,6 @@ def make_weight_sync(cfg: SlimeConfig, run_dir: Path, engines: list[Any], run: R
     raise ValueError(f"trainer.weight_sync: unknown kind {kind!r}")  # the schema admits only the three
 
 
-def begin_push(sync: WeightSync, state: dict[str, torch.Tensor], version: int,
-               engines_free: Callable[[], None] = _ready) -> tuple[str, Awaitable[None] | None]:
-    """What must happen on the trainer's thread now; the rest, which only waits on the engines, as a coroutine
-    (None: the push is complete). Only a disk push has such a rest: the other kinds read the trainer's memory
-    or take part in a collective."""
-    if isinstance(sync, DiskSync):
-        return sync.export(state, version, engines_free)
-    return sync.push(state, version, engines_free), None
-
-
 def _check(engine: Any, result: dict[str, Any], what: str) -> None:
     if not result.get("success", False):
         raise RuntimeError(f"engine {engine.base_url} refused weights {what}: {result.get('message')}")
@@ -86,12 +83,12 @@ class DiskSync:
         self.cfg, self.run_dir, self.engines, self.run = cfg, run_dir, engines, run
 
     def push(self, state: dict[str, torch.Tensor], version: int, engines_free: Callable[[], None] = _ready) -> str:
-        path, delivery = self.export(state, version, engines_free)
+        path, delivery = self.begin_push(state, version, engines_free)
         self.run(delivery)
         return path
 
-    def export(self, state: dict[str, torch.Tensor], version: int,
-               engines_free: Callable[[], None] = _ready) -> tuple[str, Awaitable[None]]:
+    def begin_push(self, state: dict[str, torch.Tensor], version: int,
+                   engines_free: Callable[[], None] = _ready) -> tuple[str, Awaitable[None]]:
         """The trainer's part (the checkpoint on disk), then the engines' part as a coroutine: the engines load
         from the files, so that part may run on rank 0's event loop while the trainer goes on."""
         from slimecli.train.hf_export import export_version, prune_versions
@@ -152,6 +149,10 @@ class SharedMemorySync:
         if self.shared and not self.paused:
             self.run(_gather(e.pause() for e in self.engines))
             self.paused = True
+
+    def begin_push(self, state: dict[str, torch.Tensor], version: int,
+                   engines_free: Callable[[], None] = _ready) -> tuple[str, Awaitable[None] | None]:
+        return self.push(state, version, engines_free), None  # the engines read the trainer's memory
 
     def push(self, state: dict[str, torch.Tensor], version: int, engines_free: Callable[[], None] = _ready) -> str:
         from slimecli.rollout.shm import segment_dir
@@ -255,6 +256,10 @@ class GroupSync:
 
         self.group = self.run(join_all())
         log.info("weight-update group %s: rank 0 of %d on %s:%d (%s)", GROUP_NAME, world, host, port, self.backend)
+
+    def begin_push(self, state: dict[str, torch.Tensor], version: int,
+                   engines_free: Callable[[], None] = _ready) -> tuple[str, Awaitable[None] | None]:
+        return self.push(state, version, engines_free), None  # a collective with every engine
 
     def push(self, state: dict[str, torch.Tensor], version: int, engines_free: Callable[[], None] = _ready) -> str:
         import torch.distributed as dist
