@@ -53,26 +53,42 @@ def test_entropy_hand_values():
 
 
 @pytest.mark.parametrize("temperature,chunk_size", [(1.0, 4096), (0.7, 5)])
-def test_log_probs_and_entropy_in_one_pass_equal_the_two_functions(temperature, chunk_size):
+def test_log_probs_and_entropy_equal_autograd_through_log_softmax(temperature, chunk_size):
     torch.manual_seed(0)
     logits = (torch.randn(3, 7, 50) * 3).requires_grad_()
     targets = torch.randint(0, 50, (3, 7))
 
-    def separate():
-        return L.log_probs_from_logits(logits, targets, temperature), L.entropy_from_logits(logits, temperature)
+    def reference():
+        logp_all = torch.log_softmax(logits / temperature, dim=-1)
+        return logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1), -(logp_all.exp() * logp_all).sum(-1)
 
     logp, entropy = L.log_probs_and_entropy(logits, targets, temperature, chunk_size=chunk_size)
-    want_logp, want_entropy = separate()
+    want_logp, want_entropy = reference()
     assert logp.shape == entropy.shape == (3, 7) and not entropy.requires_grad  # a metric: out of the graph
     assert torch.allclose(logp, want_logp, atol=1e-5) and torch.allclose(entropy, want_entropy, atol=1e-5)
-    (got,) = torch.autograd.grad(logp.sum(), logits)
-    (want,) = torch.autograd.grad(want_logp.sum(), logits)
+    assert torch.allclose(L.log_probs_from_logits(logits, targets, temperature, chunk_size), want_logp, atol=1e-5)
+    assert torch.allclose(L.entropy_from_logits(logits, temperature, chunk_size), want_entropy, atol=1e-5)
+    weights = torch.rand(3, 7)  # a weighted loss, as the policy loss is
+    (got,) = torch.autograd.grad((logp * weights).sum(), logits)
+    (want,) = torch.autograd.grad((want_logp * weights).sum(), logits)
     assert torch.allclose(got, want, atol=1e-6)
-    logp, entropy = L.log_probs_and_entropy(logits, targets, temperature, entropy_grad=True, chunk_size=chunk_size)
-    want_logp, want_entropy = separate()
-    (got,) = torch.autograd.grad((logp - 0.1 * entropy).sum(), logits)  # an entropy bonus's gradient
-    (want,) = torch.autograd.grad((want_logp - 0.1 * want_entropy).sum(), logits)
-    assert torch.allclose(got, want, atol=1e-5)
+    for entropy_coef in (0.1, 0.0):  # an entropy bonus; the entropy alone (no gradient reaches the log-probs)
+        logp, entropy = L.log_probs_and_entropy(logits, targets, temperature, entropy_grad=True, chunk_size=chunk_size)
+        want_logp, want_entropy = reference()
+        got_loss = (entropy * weights).sum() if not entropy_coef else (logp - entropy_coef * entropy).sum()
+        want_loss = (want_entropy * weights).sum() if not entropy_coef else (want_logp - entropy_coef * want_entropy).sum()
+        (got,) = torch.autograd.grad(got_loss, logits)
+        (want,) = torch.autograd.grad(want_loss, logits)
+        assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_log_probs_of_a_peaked_distribution_stay_finite():
+    """A target far below the top logit: its log-prob is large and negative, never -inf or nan."""
+    logits = torch.tensor([[0.0, -150.0, -1000.0]], requires_grad=True)
+    logp, entropy = L.log_probs_and_entropy(logits, torch.tensor([[2]]).squeeze(0), 1.0)
+    assert logp.item() == pytest.approx(-1000.0, rel=1e-6) and entropy.item() >= 0.0
+    (grad,) = torch.autograd.grad(logp.sum(), logits)
+    assert grad[0].tolist() == pytest.approx([-1.0, 0.0, 1.0], abs=1e-6)  # onehot - softmax
 
 
 def test_ppo_clip_and_dual_clip_hand_values():
