@@ -49,8 +49,7 @@ def _softmax_parts(x: torch.Tensor, inv_t: float, targets: torch.Tensor | None
     pass over x [N, V] that writes a new tensor and one exp over that. Base 2: exp2 costs half of exp on a
     CPU, and a tenth where the softmax's small values are subnormal floats."""
     top = x.amax(-1, keepdim=True)
-    scale = inv_t * _LOG2E
-    z = torch.add(top * -scale, x, alpha=scale)  # log2 of the unnormalised softmax, at most 0: no overflow
+    z = torch.sub(x, top).mul_(inv_t * _LOG2E)  # log2 of the unnormalised softmax; the top at exactly 0
     picked = z.gather(-1, targets.unsqueeze(-1)).squeeze(-1) if targets is not None else None
     probs = z.exp2_()
     total = probs.sum(-1, keepdim=True)

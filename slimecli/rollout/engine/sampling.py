@@ -14,6 +14,7 @@ tokens whatever else is in the batch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -21,7 +22,9 @@ import torch
 from slimecli.rollout.engine.protocol import SamplingParams
 
 NEG_INF = float("-inf")
-EXACT_CDF_VOCAB = 65536  # up to this vocabulary size the cdf is summed in float64
+CDF_BLOCK = 64  # tokens per block of the two-level draw
+_LOG2E = 1.0 / math.log(2.0)
+_LN2 = math.log(2.0)
 
 
 @dataclass
@@ -91,16 +94,38 @@ def _filter(scaled: torch.Tensor, rows: list[RowState]) -> torch.Tensor:
     return scaled
 
 
-def _draw(probs: torch.Tensor, rows: list[RowState], default_gen: torch.Generator | None) -> torch.Tensor:
-    """Inverse-CDF draw: one uniform number per row (a row's own generator when it has a seed)."""
-    vocab = probs.shape[1]
-    cdf = (probs.double() if vocab <= EXACT_CDF_VOCAB else probs).cumsum(-1)
-    u = torch.rand(len(rows), 1, generator=default_gen, device=probs.device, dtype=cdf.dtype)
+def _draw(weights: torch.Tensor, rows: list[RowState], default_gen: torch.Generator | None) -> torch.Tensor:
+    """Inverse-CDF draw over unnormalised weights [rows, V]: one uniform number per row (a row's own generator
+    when it has a seed). Two levels: the cdf of blocks of CDF_BLOCK tokens picks a block, then the cdf inside
+    it picks the token. Each block sums in float32 (64 terms: a relative error near 1e-7) and everything after
+    in float64, so a large vocabulary's tail is drawn as exactly as its head; a full float64 cumsum would
+    convert and sweep the whole [rows, V] tensor twice, a quarter of a small engine's decode step."""
+    n, vocab = weights.shape
+    u = torch.rand(n, 1, generator=default_gen, device=weights.device, dtype=torch.float64)
     for i, r in enumerate(rows):
         if r.generator is not None:
-            u[i] = torch.rand(1, generator=r.generator, device=probs.device, dtype=cdf.dtype)
-    # right=True skips zero-probability tokens (their cdf equals the previous one); u < total keeps it in range
-    return torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(1).clamp_(max=vocab - 1)
+            u[i] = torch.rand(1, generator=r.generator, device=weights.device, dtype=torch.float64)
+    full = vocab // CDF_BLOCK * CDF_BLOCK
+    block_sums = weights[:, :full].reshape(n, -1, CDF_BLOCK).sum(-1)
+    if full < vocab:  # the last, shorter block
+        block_sums = torch.cat([block_sums, weights[:, full:].sum(-1, keepdim=True)], dim=1)
+    block_sums = block_sums.double()  # summed in float64 from here: no drift across a large vocabulary
+    block_cdf = block_sums.cumsum(-1)
+    total = block_cdf[:, -1:]
+    target = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))  # below the total
+    # right=True skips blocks and tokens of zero weight (their cdf equals the previous one)
+    block = torch.searchsorted(block_cdf, target, right=True).clamp_(max=block_cdf.shape[1] - 1)
+    before = torch.where(block > 0, block_cdf.gather(1, (block - 1).clamp_(min=0)), 0.0)
+    # where in its block, as a fraction of the block's weight: the block's own cdf ends at exactly 1
+    below_one = 1.0 - torch.finfo(torch.float64).eps  # rounding never carries the draw past the block's last token
+    into = ((target - before) / block_sums.gather(1, block)).clamp_(0.0, below_one)
+    columns = (block * CDF_BLOCK + torch.arange(CDF_BLOCK, device=weights.device)).clamp_(max=vocab - 1)
+    inside = weights.gather(1, columns).double()
+    inside[columns.diff(dim=1, prepend=columns[:, :1] - 1) == 0] = 0.0  # a short last block: its tail repeats
+    inside_cdf = inside.cumsum(-1)
+    inside_cdf = inside_cdf / inside_cdf[:, -1:]
+    offset = torch.searchsorted(inside_cdf, into, right=True).clamp_(max=CDF_BLOCK - 1)
+    return (block * CDF_BLOCK + offset).squeeze(1).clamp_(max=vocab - 1)
 
 
 def sample(logits: torch.Tensor, rows: list[RowState], default_gen: torch.Generator | None = None,
@@ -117,15 +142,20 @@ def sample(logits: torch.Tensor, rows: list[RowState], default_gen: torch.Genera
         constrained = set(which)
         index = torch.tensor(which, device=dev)
         logits = logits.index_put((index,), logits.index_select(0, index).masked_fill(~ok, NEG_INF))
-    temps = torch.tensor([1.0 if r.params.greedy else r.params.temperature for r in rows], device=dev)
-    scaled = logits / temps.unsqueeze(1)
-    logp = torch.log_softmax(scaled, dim=-1)
+    temps = [1.0 if r.params.greedy else r.params.temperature for r in rows]
+    temps_t = torch.tensor(temps, device=dev).unsqueeze(1)
+    scaled = logits if all(t == 1.0 for t in temps) else logits / temps_t
+    # log2 of the unnormalised softmax and its exp2 (exp2 costs half of exp on a CPU); log-probs from these
+    top_logit = scaled.amax(-1, keepdim=True)
+    log2_w = torch.sub(scaled, top_logit).mul_(_LOG2E)  # the top token at exactly 0: its log-prob is <= 0
+    weights = torch.exp2(log2_w)
+    log_total = weights.sum(-1, keepdim=True).log()
 
     shaped = scaled
     if any(r.params.penalized for r in rows):
         shaped_logits = logits.clone()
         _apply_penalties(shaped_logits, rows)
-        shaped = shaped_logits / temps.unsqueeze(1)
+        shaped = shaped_logits / temps_t
     if any(r.blocked for r in rows):
         shaped = shaped.clone() if shaped is scaled else shaped
         for i, r in enumerate(rows):
@@ -141,21 +171,23 @@ def sample(logits: torch.Tensor, rows: list[RowState], default_gen: torch.Genera
     if all(greedy):
         tokens_t = shaped.argmax(-1)
     else:
-        probs = logp.exp() if shaped is scaled else shaped.softmax(-1)
-        tokens_t = _draw(probs, rows, default_gen)
+        tokens_t = _draw(weights if shaped is scaled else shaped.softmax(-1), rows, default_gen)
         if any(greedy):
             tokens_t = torch.where(torch.tensor(greedy, device=dev), shaped.argmax(-1), tokens_t)
-    chosen = logp.gather(1, tokens_t.unsqueeze(1)).squeeze(1)
+    chosen = log2_w.gather(1, tokens_t.unsqueeze(1)).squeeze(1).mul_(_LN2).sub_(log_total.squeeze(1))
     tokens, lps = tokens_t.tolist(), chosen.tolist()
     top: list[list[tuple[float, int]] | None] = [None] * len(rows)
+    ids_lp: list[list[tuple[float, int]] | None] = [None] * len(rows)
     n_top = max(r.top_n for r in rows)
+    if not n_top and not any(r.ids_logprob for r in rows):
+        return Draw(tokens, lps, top, ids_lp)
+    logp = log2_w.mul_(_LN2).sub_(log_total)  # every token's log-prob, in place
     if n_top:
         vals, idx = logp.topk(min(n_top, logp.shape[1]), dim=-1)
         for i, r in enumerate(rows):
             if r.top_n:
                 top[i] = [(v, t) for v, t in zip(vals[i, :r.top_n].tolist(), idx[i, :r.top_n].tolist(), strict=True)
                           if v != NEG_INF]  # a grammar's disallowed tokens are not candidates
-    ids_lp: list[list[tuple[float, int]] | None] = [None] * len(rows)
     for i, r in enumerate(rows):
         if r.ids_logprob:
             want = list(r.ids_logprob)
