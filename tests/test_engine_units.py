@@ -166,3 +166,20 @@ def test_draws_follow_the_distribution() -> None:
     expected = torch.softmax(logits[0] / 0.8, -1)
     assert torch.allclose(freq, expected, atol=0.012), (freq, expected)
     assert freq[4] == 0
+
+
+def test_draws_across_blocks_of_a_large_vocabulary() -> None:
+    """The two-level draw: mass spread over several blocks, one in the last short block; zero-weight tokens
+    (between them, and ending blocks) are never drawn, and each drawn token reports its own log-prob."""
+    vocab = 64 * 5 + 7
+    mass = {3: 0.1, 63: 0.2, 64: 0.05, 200: 0.3, vocab - 6: 0.15, vocab - 1: 0.2}
+    logits = torch.full((vocab,), float("-inf"))
+    for token, p in mass.items():
+        logits[token] = torch.tensor(p).log()
+    n = 40000
+    draw = sample(logits.repeat(n, 1), [row()] * n, torch.Generator().manual_seed(1))
+    freq = torch.bincount(torch.tensor(draw.tokens), minlength=vocab).float() / n
+    assert set(torch.nonzero(freq).flatten().tolist()) == set(mass)
+    for token, p in mass.items():
+        assert freq[token].item() == pytest.approx(p, abs=0.01), token
+        assert draw.logprobs[draw.tokens.index(token)] == pytest.approx(torch.tensor(p).log().item(), abs=1e-5)
