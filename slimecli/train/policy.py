@@ -116,13 +116,14 @@ def response_logits(model: torch.nn.Module, batch: PackedBatch) -> torch.Tensor:
 
     A model that takes ``logits_to_keep`` projects only those positions onto the vocabulary: an agent sample is
     a long prompt (the CLI's system prompt) with a short response, and [B, L, V] logits would not fit.
+    The batch is right-padded, so under the causal mask alone no real token sees a pad: no attention mask is
+    passed (a padding mask costs a [B, 1, L, L] mask and a slower attention kernel per layer).
     """
     if _keeps_logits(model):
-        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False,
-                    logits_to_keep=batch.logit_index)
+        out = model(input_ids=batch.input_ids, use_cache=False, logits_to_keep=batch.logit_index)
         kept: torch.Tensor = out.logits  # a causal LM's output: logits [B, R, V]
         return kept.float()
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
+    out = model(input_ids=batch.input_ids, use_cache=False)
     logits: torch.Tensor = out.logits  # [B, L, V]
     index = batch.logit_index.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
     return torch.gather(logits, 1, index).float()
