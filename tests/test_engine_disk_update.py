@@ -20,7 +20,7 @@ def served(path: Path) -> SimpleNamespace:
     """What _in_place reads of an EngineServer: its scheduler's runner, serving the model at ``path``."""
     model = load_model(path)
     return SimpleNamespace(_sched=SimpleNamespace(runner=SimpleNamespace(model=model, device=torch.device("cpu"))),
-                           weight_routes=SimpleNamespace(segment=None))
+                           weight_routes=SimpleNamespace(segment=None), same_config=None)
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,12 @@ def test_a_different_config_is_loaded_whole(models: tuple[Path, Path], tmp_path:
     config = json.loads((changed / "config.json").read_text())
     config["rms_norm_eps"] = 1e-3  # the same tensors, but not the same computation
     (changed / "config.json").write_text(json.dumps(config))
-    assert _in_place(served(first), str(changed)) is None
+    server = served(first)
+    assert _in_place(server, str(second)) is not None  # a match is remembered for that config.json...
+    assert _in_place(server, str(changed)) is None  # ...and only for it
+    assert _in_place(server, str(second)) is not None
+    server._sched.runner.model.config = type(server._sched.runner.model.config)(**config)  # another model swapped in
+    assert _in_place(server, str(second)) is None
 
 
 @pytest.mark.parametrize("edit", ["missing", "extra", "shape"])

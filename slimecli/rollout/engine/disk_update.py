@@ -97,11 +97,14 @@ def _in_place(self: EngineServer, path: str) -> Callable[[Any], None] | None:
     if self.weight_routes.segment is not None:
         return None  # the served tensors are views of a shared segment the trainer writes: not ours to overwrite
     model = self._sched.runner.model
-    config = AutoConfig.from_pretrained(path, trust_remote_code=remote_code_trusted()).to_dict()
-    served = model.config.to_dict()
-    if {k: v for k, v in config.items() if k not in _PROVENANCE} != {
-            k: v for k, v in served.items() if k not in _PROVENANCE}:
-        return None
+    raw = (Path(path) / "config.json").read_bytes()
+    if self.same_config is None or self.same_config[0] != raw or self.same_config[1] is not model.config:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=remote_code_trusted()).to_dict()
+        served = model.config.to_dict()
+        if {k: v for k, v in config.items() if k not in _PROVENANCE} != {
+                k: v for k, v in served.items() if k not in _PROVENANCE}:
+            return None
+        self.same_config = (raw, model.config)
     targets = model.state_dict(keep_vars=True)
     sources: dict[str, Any] = {}
     device = self._sched.runner.device

@@ -91,6 +91,9 @@ class EngineServer:
         self.ready = False
         self.started = time.time()
         self._update_lock = asyncio.Lock()
+        # (config.json bytes, served config object) last found the same architecture: a trainer exports the same
+        # config.json every step, and parsing it costs more than the rest of the check
+        self.same_config: tuple[bytes, Any] | None = None
         self.active: dict[str, int] = {}  # client rid -> unfinished sequences (event-loop side only)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.api_key = api_key  # rollout.api_key: every endpoint but /health* needs it (SGLang's --api-key)
