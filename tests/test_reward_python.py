@@ -198,3 +198,35 @@ def test_concurrency_limits_reward_calls_in_flight():
     samples = run(make(10), RewardConfig(name="test_busy", concurrency=2))
     assert [s.reward for s in samples] == [1.0] * 10
     assert 1 <= state["max"] <= 2
+
+
+def test_inline_rewards_run_on_the_event_loop_and_fail_per_sample(caplog):
+    """inline=True: scored in the loop's own thread (no worker thread, no task each); a raise or a group of
+    the wrong length marks only the samples it scored."""
+    import threading
+
+    threads = set()
+
+    def inline(sample):
+        threads.add(threading.get_ident())
+        if sample.index == 2:
+            raise ValueError("no score for 2")
+        return float(sample.index)
+
+    def inline_group(group):
+        return [1.0] * (len(group) if group[0].group_index == 0 else len(group) + 1)
+
+    register_reward("test_inline", inline, inline=True)
+    register_reward("test_inline_group", inline_group, group=True, inline=True)
+
+    async def scored(samples, cfg):
+        await assign_rewards(samples, cfg, logging.getLogger("test_reward"))
+        return threading.get_ident(), samples
+
+    loop_thread, samples = asyncio.run(scored(make(4), RewardConfig(name="test_inline")))
+    assert threads == {loop_thread}
+    assert [s.reward for s in samples] == [0.0, 1.0, None, 3.0]
+    assert samples[2].metadata["reward_error"] == "ValueError" and "no score for 2" in caplog.text
+    _, samples = asyncio.run(scored(make(4, group_size=2), RewardConfig(name="test_inline_group")))
+    assert [s.reward for s in samples[:2]] == [1.0, 1.0]
+    assert all(s.metadata["reward_error"] == "RewardShapeError" for s in samples[2:])

@@ -171,14 +171,37 @@ async def _score(source: _Source, batch: list[Any], cfg: RewardConfig, limit: as
         else:
             async with limit:
                 result = await asyncio.wait_for(_call(source, arg), timeout=cfg.timeout_s)
-        values = _as_list(result, len(batch)) if source.group else [result]
+        _assign(source, batch, result)
     except (Exception, SystemExit) as exc:
-        _log_once(log, source.name, exc, cfg.timeout_s)
-        _mark(batch, exc)
-        failures[type(exc).__name__] = failures.get(type(exc).__name__, 0) + len(batch)
-        return
+        _failed(source, batch, exc, cfg, log, failures)
+
+
+def _score_inline(source: _Source, batch: list[Any], cfg: RewardConfig, log: logging.Logger,
+                  failures: dict[str, int]) -> None:
+    """A cheap synchronous built-in, scored where it stands: a task and a timeout per sample cost more than the
+    function (and a timeout could not interrupt it)."""
+    try:
+        _assign(source, batch, source.fn(list(batch) if source.group else batch[0]))
+    except (Exception, SystemExit) as exc:
+        _failed(source, batch, exc, cfg, log, failures)
+
+
+def _runs_inline(source: _Source) -> bool:
+    fn = source.fn
+    return source.inline and not (inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__))
+
+
+def _assign(source: _Source, batch: list[Any], result: Any) -> None:
+    values = _as_list(result, len(batch)) if source.group else [result]
     for sample, value in zip(batch, values, strict=True):
         sample.reward = value
+
+
+def _failed(source: _Source, batch: list[Any], exc: BaseException, cfg: RewardConfig, log: logging.Logger,
+            failures: dict[str, int]) -> None:
+    _log_once(log, source.name, exc, cfg.timeout_s)
+    _mark(batch, exc)
+    failures[type(exc).__name__] = failures.get(type(exc).__name__, 0) + len(batch)
 
 
 async def assign_rewards(samples: list[Any], cfg: RewardConfig, log: logging.Logger) -> None:
@@ -211,7 +234,13 @@ async def assign_rewards(samples: list[Any], cfg: RewardConfig, log: logging.Log
             bucket = (source.key, sample.group_index) if source.group else (source.key, "sample", i)
             buckets.setdefault(bucket, (source, []))[1].append(sample)
         limit = asyncio.Semaphore(max(1, int(cfg.concurrency)))
-        await asyncio.gather(*(_score(src, batch, cfg, limit, log, failures) for src, batch in buckets.values()))
+        waiting = []
+        for src, batch in buckets.values():
+            if _runs_inline(src):
+                _score_inline(src, batch, cfg, log, failures)
+            else:
+                waiting.append(_score(src, batch, cfg, limit, log, failures))
+        await asyncio.gather(*waiting)
     finally:
         await resolver.close()
     if failures:
