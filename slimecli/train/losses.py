@@ -64,7 +64,7 @@ class _TokenLogProbs(torch.autograd.Function):
 
     Autograd through logsumexp, gather and a softmax sweeps and allocates several [N, V] tensors (for
     [256, 4096] on one CPU thread, 8 ms of a small model's step). Here the forward makes one [N, V] tensor,
-    the softmax, and keeps it in place of x (the same memory); the backward scales it by each row's weight.
+    the softmax, and keeps it instead of x (the same size); the backward scales it by each row's weight.
     """
 
     @staticmethod
