@@ -80,8 +80,7 @@ async def _in_daemon_thread(fn: Callable[..., Any], arg: Any) -> Any:
 
 async def _call(source: _Source, arg: Any) -> Any:
     fn = source.fn
-    is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
-    if source.inline or is_async:
+    if source.inline or _is_async(fn):
         result = fn(arg)
     else:
         result = await _in_daemon_thread(fn, arg)
@@ -186,9 +185,12 @@ def _score_inline(source: _Source, batch: list[Any], cfg: RewardConfig, log: log
         _failed(source, batch, exc, cfg, log, failures)
 
 
+def _is_async(fn: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
+
+
 def _runs_inline(source: _Source) -> bool:
-    fn = source.fn
-    return source.inline and not (inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__))
+    return source.inline and not _is_async(source.fn)
 
 
 def _assign(source: _Source, batch: list[Any], result: Any) -> None:

@@ -10,13 +10,13 @@ weighted sum: summing it over the micro-batches (and ranks) of a step gives the 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 
 from slimecli.config.groups.trainer import TrainerConfig
+from slimecli.model.softmax import LN2, log2_weights
 from slimecli.rollout.sample import Sample
 from slimecli.train.registry import get_policy_loss, register_policy_loss, resolve_deprecated
 
@@ -40,23 +40,18 @@ def _joined(parts: list[torch.Tensor], shape: torch.Size, like: torch.Tensor) ->
     return (torch.cat(parts) if parts else like.new_zeros(0, dtype=torch.float32)).reshape(shape)
 
 
-_LOG2E = 1.0 / math.log(2.0)
-
-
 def _softmax_parts(x: torch.Tensor, inv_t: float, targets: torch.Tensor | None
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """softmax(x / T) [N, V], its log-normaliser [N] and the targets' log-probs [N] (when given), from one
-    pass over x [N, V] that writes a new tensor and one exp over that. Base 2: exp2 costs half of exp on a
-    CPU, and a tenth where the softmax's small values are subnormal floats."""
-    top = x.amax(-1, keepdim=True)
-    z = torch.sub(x, top).mul_(inv_t * _LOG2E)  # log2 of the unnormalised softmax; the top at exactly 0
+    pass over x [N, V] that writes a new tensor and one exp2 over that."""
+    z, top = log2_weights(x, inv_t)
     picked = z.gather(-1, targets.unsqueeze(-1)).squeeze(-1) if targets is not None else None
     probs = z.exp2_()
     total = probs.sum(-1, keepdim=True)
     log_total = total.log().squeeze(-1)
     probs.div_(total)
     lse = top.squeeze(-1) * inv_t + log_total
-    return probs, lse, picked / _LOG2E - log_total if picked is not None else None
+    return probs, lse, picked * LN2 - log_total if picked is not None else None
 
 
 class _TokenLogProbs(torch.autograd.Function):

@@ -14,17 +14,15 @@ tokens whatever else is in the batch.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
 
+from slimecli.model.softmax import LN2, log2_weights
 from slimecli.rollout.engine.protocol import SamplingParams
 
 NEG_INF = float("-inf")
 CDF_BLOCK = 64  # tokens per block of the two-level draw
-_LOG2E = 1.0 / math.log(2.0)
-_LN2 = math.log(2.0)
 
 
 @dataclass
@@ -145,9 +143,7 @@ def sample(logits: torch.Tensor, rows: list[RowState], default_gen: torch.Genera
     temps = [1.0 if r.params.greedy else r.params.temperature for r in rows]
     temps_t = torch.tensor(temps, device=dev).unsqueeze(1)
     scaled = logits if all(t == 1.0 for t in temps) else logits / temps_t
-    # log2 of the unnormalised softmax and its exp2 (exp2 costs half of exp on a CPU); log-probs from these
-    top_logit = scaled.amax(-1, keepdim=True)
-    log2_w = torch.sub(scaled, top_logit).mul_(_LOG2E)  # the top token at exactly 0: its log-prob is <= 0
+    log2_w, _ = log2_weights(scaled)  # the reported log-probs come from these, the draw from their exp2
     weights = torch.exp2(log2_w)
     log_total = weights.sum(-1, keepdim=True).log()
 
@@ -174,14 +170,14 @@ def sample(logits: torch.Tensor, rows: list[RowState], default_gen: torch.Genera
         tokens_t = _draw(weights if shaped is scaled else shaped.softmax(-1), rows, default_gen)
         if any(greedy):
             tokens_t = torch.where(torch.tensor(greedy, device=dev), shaped.argmax(-1), tokens_t)
-    chosen = log2_w.gather(1, tokens_t.unsqueeze(1)).squeeze(1).mul_(_LN2).sub_(log_total.squeeze(1))
+    chosen = log2_w.gather(1, tokens_t.unsqueeze(1)).squeeze(1).mul_(LN2).sub_(log_total.squeeze(1))
     tokens, lps = tokens_t.tolist(), chosen.tolist()
     top: list[list[tuple[float, int]] | None] = [None] * len(rows)
     ids_lp: list[list[tuple[float, int]] | None] = [None] * len(rows)
     n_top = max(r.top_n for r in rows)
     if not n_top and not any(r.ids_logprob for r in rows):
         return Draw(tokens, lps, top, ids_lp)
-    logp = log2_w.mul_(_LN2).sub_(log_total)  # every token's log-prob, in place
+    logp = log2_w.mul_(LN2).sub_(log_total)  # every token's log-prob, in place
     if n_top:
         vals, idx = logp.topk(min(n_top, logp.shape[1]), dim=-1)
         for i, r in enumerate(rows):
