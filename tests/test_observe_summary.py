@@ -1,0 +1,75 @@
+"""The end-of-run summary, read from a fabricated run directory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from slimecli.observe.summary import render, summarize
+
+
+def fabricate(run: Path, rewards: list[float], *, max_steps: int, evals: dict[int, float] | None = None,
+              final: bool = True) -> Path:
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "config.yaml").write_text(f"trainer:\n  max_steps: {max_steps}\n")
+    rows = []
+    for i, reward in enumerate(rewards, start=1):
+        rows.append({"step": i, "time": 1000.0 + 10 * i, "reward/mean": reward, "time/step_s": 10.0,
+                     "time/train_s": 2.0, "time/rollout_s": 7.5, "time/update_s": 2.0, "time/save_s": 0.5,
+                     "time/eval_s": 0.0})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 9, "rew')
+    for step, value in (evals or {}).items():
+        out = run / "eval" / f"step_{step}"
+        out.mkdir(parents=True)
+        datasets = [{"name": "heldout", "metrics": {"reward_mean": value}, "error": None},
+                    {"name": "broken", "metrics": {}, "error": "FileNotFoundError: x"}]
+        (out / "summary.json").write_text(json.dumps({"step": step, "datasets": datasets}))
+    (run / "checkpoints" / f"step_{len(rewards)}").mkdir(parents=True)
+    if final:
+        (run / "final").mkdir()
+        (run / "report").mkdir()
+        (run / "report" / "report.html").write_text("<html></html>")
+    return run
+
+
+def test_a_finished_run_reports_reward_eval_time_and_where_its_results_are(tmp_path):
+    run = fabricate(tmp_path / "run", [0.25, 1.0, 0.5, 0.75], max_steps=4, evals={0: 0.4, 2: 0.5, 4: 0.625})
+    summary = summarize(run)
+    assert summary.steps == 4 and summary.finished
+    assert (summary.final_reward, summary.best_reward, summary.best_step) == (0.75, 1.0, 2)
+    [change] = summary.evals  # the failed dataset has no reward to compare
+    assert (change.name, change.before, change.before_step, change.after, change.after_step) == \
+        ("heldout", 0.4, 0, 0.625, 4)
+    assert summary.wall_s == pytest.approx(40.0)  # first step's start (1010 - 10) to the last row (1040)
+    assert summary.stage_share == pytest.approx({"rollout": 0.75, "update": 0.2, "save": 0.05})
+    assert list(summary.stage_share) == ["rollout", "update", "save"]  # largest first; the totals are no stage
+    text = "\n".join(render(summary))
+    assert "final 0.750, best 1.000 (step 2)" in text
+    assert "heldout 0.400 -> 0.625 (step 0 -> 4)" in text and "broken" not in text
+    assert "40s (rollout 75%, update 20%, save 5%)" in text
+    assert f"final model  {run.resolve() / 'final'}" in text
+    assert f"report       {run.resolve() / 'report' / 'report.html'}" in text
+    assert text.splitlines()[-1].split(None, 1) == ["continue",
+                                                   f"slimecli train run.dir={run.resolve()} trainer.max_steps=8"]
+
+
+def test_a_stopped_run_names_its_checkpoint_and_the_resume_command(tmp_path):
+    run = fabricate(tmp_path / "run", [0.5, 0.5], max_steps=10, final=False)
+    summary = summarize(run, wall_s=125.0)
+    assert not summary.finished and summary.best_step == 1  # a tie: the first step that reached it
+    lines = render(summary)
+    assert lines[0] == "run summary (2 steps of 10)"
+    assert any(line.startswith("  wall time    2m05s") for line in lines)
+    assert f"  checkpoint   {run.resolve() / 'checkpoints' / 'step_2'}" in lines
+    assert not any("final model" in line or "report" in line or "eval" in line for line in lines)
+    assert lines[-1] == f"  resume       slimecli train run.dir={run.resolve()}"
+
+
+def test_a_run_without_metrics_still_says_how_to_resume(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("trainer:\n  max_steps: 3\n")
+    lines = render(summarize(run))
+    assert "  reward       none logged" in lines and lines[-1].startswith("  resume       slimecli train run.dir=")
