@@ -8,10 +8,11 @@ from rich.console import Console
 from rich.markup import escape
 
 from slimecli.config.errors import NO_VALUE, ConfigError, ConfigErrors
+from slimecli.config.layout import run_dir_of
 from slimecli.config.schema import SlimeConfig
 from slimecli.launch.plan import build_plan
 from slimecli.launch.preflight import check, materialize
-from slimecli.launch.rundir import prepare, write_plan
+from slimecli.launch.rundir import prepare, resume_command, write_plan
 from slimecli.launch.supervisor import Supervisor
 
 
@@ -26,20 +27,31 @@ def run(cfg: SlimeConfig, argv: list[str], overrides: list[str], console: Consol
             console.print(f"  [yellow]config changed[/] {line}")
     else:
         console.print(f"[bold]run directory[/] {run_dir.path}")
-    _check_checkpoints(run_dir.path, console)
+    shared = run_dir_of(run_dir.config_path)  # node ranks > 0 work in RUN/nodes/<rank>; the command names RUN
+    console.print(f"[bold]resume:[/] {escape(resume_command(shared, overrides))}")
+    done = _checkpointed_step(run_dir.path, console)
+    if done is not None and done >= cfg.trainer.max_steps:  # nothing to train: say so (exit 0), start nothing
+        more = resume_command(shared, overrides, [f"trainer.max_steps={2 * done}"])
+        console.print(f"[bold green]run complete[/]: {done}/{cfg.trainer.max_steps} steps done; raise "
+                      f"trainer.max_steps to continue it, e.g. {escape(more)}")
+        if run_dir.lock is not None:
+            run_dir.lock.release()
+        return 0
     specs = build_plan(cfg, run_dir.path)
     write_plan(run_dir, specs)
     return Supervisor(specs, run_dir.log_dir, console=console, verbose=cfg.observe.verbose).run()
 
 
-def _check_checkpoints(path: Path, console: Console) -> None:
-    """Before anything starts: which checkpoint the trainer will resume from (damaged ones are named and
-    skipped), or exit 2 naming the damaged files when the run has checkpoints but none is usable."""
-    from slimecli.launch.manifest import CheckpointDamaged, newest_usable
+def _checkpointed_step(path: Path, console: Console) -> int | None:
+    """Before anything starts: the step of the checkpoint the trainer will resume from (damaged ones are named
+    and skipped; None: it starts from step 0), or exit 2 naming the damaged files when the run has checkpoints
+    but none is usable."""
+    from slimecli.launch.manifest import CheckpointDamaged, newest_usable, step_of
 
     try:
-        newest_usable(path, warn=lambda message: console.print(f"[yellow]warning[/] {escape(message)}"))
+        found = newest_usable(path, warn=lambda message: console.print(f"[yellow]warning[/] {escape(message)}"))
     except CheckpointDamaged as exc:
         raise ConfigErrors([ConfigError(str(ckpt), NO_VALUE, f"damaged checkpoint: {why}",
                                         "delete the damaged checkpoint directories to start the run over, "
                                         "or pick another run.dir") for ckpt, why in exc.damaged]) from None
+    return None if found is None else step_of(found)

@@ -63,6 +63,14 @@ def step_dirs(run_dir: str | Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def step_of(path: Path) -> int:
+    """The training step a step_<N> checkpoint directory holds."""
+    match = _STEP_DIR.match(path.name)
+    if match is None:
+        raise ValueError(f"{path} is not a step_<N> checkpoint directory")
+    return int(match.group(1))
+
+
 def is_step_dir(path: Path) -> bool:
     return bool(_STEP_DIR.match(path.name))
 

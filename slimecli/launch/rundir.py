@@ -95,6 +95,17 @@ def resumable(key: str) -> bool:
             or key.rsplit(".", 1)[-1] in RESUMABLE_LEAVES or key.endswith("timeout_s"))
 
 
+def resume_command(path: Path, overrides: list[str], then: list[str] | tuple[str, ...] = ()) -> str:
+    """The command that resumes the run in ``path``: the same overrides (those of ``then`` replacing any of the
+    same key), with run.dir naming it absolutely (an auto-named run has no run.dir of its own)."""
+    def key(override: str) -> str:
+        return override.partition("=")[0].lstrip("+~")
+
+    replaced = {"run.dir", "run.resume", *map(key, then)}
+    kept = [o for o in overrides if key(o) not in replaced]
+    return shlex.join(["slimecli", "train", *kept, *then, f"run.dir={path.resolve()}"])
+
+
 def prepare(cfg: SlimeConfig, argv: list[str], overrides: list[str]) -> RunDir:
     """Create (or reopen, as a resume) the run directory, lock it, and write the frozen config into it.
 
@@ -111,7 +122,10 @@ def prepare(cfg: SlimeConfig, argv: list[str], overrides: list[str]) -> RunDir:
     changed: list[str] = []
     if resumed:
         old = load_frozen(config_path)
-        diff = _diff(to_plain(old), to_plain(cfg))
+        # run.dir never differs between a run and its resume: the stored config was found in the directory being
+        # resumed, whatever it says (null for an auto-named run, a path relative to another working directory,
+        # the absolute path, or where the directory was before it was moved)
+        diff = [d for d in _diff(to_plain(old), to_plain(cfg)) if d[0] != "run.dir"]
         refused = [key for key, _, _ in diff if not resumable(key)]
         if refused and cfg.run.resume != "force":
             lock.release()
