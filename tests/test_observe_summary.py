@@ -52,7 +52,8 @@ def test_a_finished_run_reports_reward_eval_time_and_where_its_results_are(tmp_p
     assert f"final model  {run.resolve() / 'final'}" in text
     assert f"report       {run.resolve() / 'report' / 'report.html'}" in text
     assert text.splitlines()[-1].split(None, 1) == ["continue",
-                                                   f"slimecli train run.dir={run.resolve()} trainer.max_steps=8"]
+                                                   f"slimecli train trainer.max_steps=8 run.dir={run.resolve()}"]
+    assert render(summary, "slimecli train +recipe=x run.dir=D")[-1] == "  continue     slimecli train +recipe=x run.dir=D"
 
 
 def test_a_stopped_run_names_its_checkpoint_and_the_resume_command(tmp_path):

@@ -33,14 +33,20 @@ def register(app: typer.Typer) -> None:
   slimecli train +recipe=opd teacher=server teacher.url=http://127.0.0.1:7999""")
     def train(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption,
               dry_run: bool = typer.Option(False, "--dry-run", help="cluster=slurm: write and print the sbatch "
-                                           "script, do not submit it.")) -> None:
+                                           "script, do not submit it."),
+              verbose: bool = typer.Option(False, "--verbose", help="Stream every line of every process to the "
+                                           "console (observe.verbose=true); by default library noise is left "
+                                           "to RUN/logs/.")) -> None:
         """Train: rollout engines and teacher start first, then the trainer under torchrun."""
+        import time
+
         from rich.console import Console
 
         from slimecli.config.errors import ConfigErrors
         from slimecli.launch.controller import run
 
-        overrides = split_overrides(ctx.args)
+        started = time.monotonic()
+        overrides = split_overrides(ctx.args) + (["observe.verbose=true"] if verbose else [])
         cfg = load_config_or_exit(overrides, recipe_dir)
         console = Console(highlight=False, soft_wrap=True)
         if cfg.cluster.name == "slurm":
@@ -58,6 +64,8 @@ def register(app: typer.Typer) -> None:
                 follower.stop()
         if cfg.observe.report and cfg.cluster.node_rank == 0:  # the first node reports for every node
             _report(cfg, console)
+        if cfg.cluster.node_rank == 0:
+            _summary(cfg, console, time.monotonic() - started, split_overrides(ctx.args))
         raise typer.Exit(code)
 
 
@@ -112,6 +120,28 @@ def _start_progress(cfg: SlimeConfig, console: Console) -> MetricsFollower | Non
 
     os.environ[PROGRESS_ENV] = "controller"  # inherited by the children: the trainer prints no step lines
     return MetricsFollower(console, cfg.trainer.max_steps, lambda: own_run_dir(cfg)).start()
+
+
+def _summary(cfg: SlimeConfig, console: Console, wall_s: float, overrides: list[str]) -> None:
+    """What the run achieved, where its results are and how to resume or continue it (observe.summary); never
+    fails the run."""
+    run_dir = own_run_dir(cfg)
+    if run_dir is None:
+        return
+    from rich.markup import escape
+
+    from slimecli.launch.rundir import resume_command
+    from slimecli.observe.summary import render, summarize
+
+    try:
+        summary = summarize(run_dir, wall_s=wall_s)
+        lines = render(summary, resume_command(run_dir, overrides, summary.more_steps()))
+    except Exception as exc:  # noqa: BLE001 - the run is over; its files say the same
+        console.print(f"[yellow]no run summary: {type(exc).__name__}: {escape(str(exc))}[/]")
+        return
+    console.print(f"[bold]{escape(lines[0])}[/]")
+    for line in lines[1:]:
+        console.print(escape(line))
 
 
 def _report(cfg: SlimeConfig, console: Console) -> None:

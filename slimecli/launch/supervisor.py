@@ -25,6 +25,7 @@ from rich.markup import escape
 
 from slimecli.launch import pdeathsig
 from slimecli.launch.failure import strip_prefix, summary
+from slimecli.launch.quiet import noise
 from slimecli.launch.spec import ProcessSpec
 from slimecli.launch.watchdog import PARENT_ENV
 from slimecli.process import terminate_groups
@@ -148,10 +149,19 @@ class Supervisor:
                 log.write(raw)
                 line = raw.decode("utf-8", "replace").rstrip("\n")
                 child.tail.append(line)
-                if self._tearing_down or not (self.verbose or child.spec.kind != "server" or _NOTABLE.search(line)):
+                if self._tearing_down or not self._shown(child, line):
                     continue
                 with self._print_lock:
                     self.console.print(f"[{child.colour}]{child.spec.name:>10} |[/] {escape(line)}")
+
+    def _shown(self, child: Child, line: str) -> bool:
+        """Whether the console shows a child's line: all when verbose; else a worker's lines less library noise
+        (launch/quiet.py) and a server's notable ones."""
+        if self.verbose:
+            return True
+        if child.spec.kind == "server":
+            return bool(_NOTABLE.search(line))
+        return noise(line) is None
 
     def _wait_ready(self, child: Child) -> None:
         probe = child.spec.probe

@@ -54,12 +54,9 @@ class RunSummary:
     def finished(self) -> bool:
         return self.max_steps is not None and self.steps >= self.max_steps
 
-    def resume_command(self) -> str:
-        """Run again in the same directory: it resumes from the last checkpoint, or (finished) trains on."""
-        command = f"slimecli train run.dir={self.run_dir}"
-        if self.finished and self.max_steps:
-            command += f" trainer.max_steps={self.max_steps * 2}"
-        return command
+    def more_steps(self) -> list[str]:
+        """What a finished run's command adds to train on (a run that stopped early resumes as it was)."""
+        return [f"trainer.max_steps={self.max_steps * 2}"] if self.finished and self.max_steps else []
 
 
 def _finite(value: Any) -> float | None:
@@ -152,8 +149,9 @@ def _duration(seconds: float) -> str:
     return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
-def render(summary: RunSummary) -> list[str]:
-    """The block's lines, plain text (the caller styles or prefixes them)."""
+def render(summary: RunSummary, command: str | None = None) -> list[str]:
+    """The block's lines, plain text (the caller styles or prefixes them). ``command``: the one that resumes or
+    continues the run with its own overrides (launch.rundir.resume_command); else the bare run.dir one."""
     lines = [f"run summary ({summary.steps} step{'s' if summary.steps != 1 else ''}"
              + (f" of {summary.max_steps}" if summary.max_steps is not None else "") + ")"]
     if summary.final_reward is not None and summary.best_reward is not None:
@@ -177,5 +175,6 @@ def render(summary: RunSummary) -> list[str]:
     if summary.report is not None:
         lines.append(f"  report       {summary.report}")
     verb = "continue" if summary.finished else "resume"
-    lines.append(f"  {verb:<12} {summary.resume_command()}")
+    command = command or " ".join(["slimecli", "train", *summary.more_steps(), f"run.dir={summary.run_dir}"])
+    lines.append(f"  {verb:<12} {command}")
     return lines

@@ -1,0 +1,70 @@
+"""Library noise stays out of the console (and in the logs); --verbose shows it. Sample lines are copied from
+torch 2.x's torchrun and transformers' weight loading."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from slimecli.launch.quiet import noise
+from slimecli.launch.spec import ProcessSpec
+from slimecli.launch.supervisor import Supervisor
+
+PREFIX = "W1205 13:46:33.491000 5891 torch/distributed/run.py:874] "
+OMP_BANNER = [
+    PREFIX,
+    PREFIX + "*****************************************",
+    PREFIX + "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to avoid your system "
+             "being overloaded, please further tune the variable for optimal performance in your application as "
+             "needed. ",
+    PREFIX + "*****************************************",
+]
+LOADING = ("\rLoading weights:   0%|          | 0/24 [00:00<?, ?it/s]\rLoading weights: 100%|██████████| 24/24 "
+           "[00:00<00:00, 5552.00it/s]")
+SHARDS = "[rank0]:Loading checkpoint shards: 100%|██████████| 2/2 [00:01<00:00,  1.52it/s]"
+KEPT = [
+    "train step 1/6 [3s, ETA 16s] step reward 0.011 | reward (last 10) 0.011",
+    "2026-12-05 13:47:49,792 slimecli.train INFO saved checkpoint step_1",
+    "Traceback (most recent call last):",
+    "E1205 13:46:33.491000 5891 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) "
+    "local_rank: 0 (pid: 5898)",
+    "",  # an empty line a program printed itself
+    "Loading the dataset from data.jsonl",  # not a progress bar
+]
+
+
+@pytest.mark.parametrize("line", [*OMP_BANNER, LOADING, SHARDS])
+def test_library_noise_is_recognised(line):
+    assert noise(line) is not None
+
+
+@pytest.mark.parametrize("line", KEPT)
+def test_what_a_user_needs_is_kept(line):
+    assert noise(line) is None
+
+
+def run_worker(tmp_path: Path, verbose: bool) -> tuple[str, str]:
+    lines = [*OMP_BANNER, LOADING, "step 1 done"]
+    code = f"import sys\nfor line in {lines!r}:\n    print(line, flush=True)\n"
+    out = io.StringIO()
+    console = Console(file=out, highlight=False, soft_wrap=True, width=400)
+    sup = Supervisor([ProcessSpec(name="trainer", argv=[sys.executable, "-c", code], kind="worker")],
+                     tmp_path / "logs", console=console, grace_s=2, verbose=verbose)
+    assert sup.run() == 0
+    return out.getvalue(), (tmp_path / "logs" / "trainer.log").read_text(encoding="utf-8")
+
+
+def test_the_console_leaves_the_noise_to_the_log(tmp_path):
+    console, log = run_worker(tmp_path, verbose=False)
+    assert "trainer | step 1 done" in console
+    assert "OMP_NUM_THREADS" not in console and "*****" not in console and "Loading weights" not in console
+    assert "Setting OMP_NUM_THREADS" in log and "Loading weights: 100%" in log and "step 1 done" in log
+
+
+def test_verbose_shows_every_line(tmp_path):
+    console, _ = run_worker(tmp_path, verbose=True)
+    assert "Setting OMP_NUM_THREADS" in console and "Loading weights: 100%" in console and "step 1 done" in console
