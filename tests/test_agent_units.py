@@ -241,14 +241,14 @@ def test_sandbox_scrubs_env_and_kills_the_group_at_the_time_limit(tmp_path, monk
 
 
 def test_agent_cli_needs_an_agent_and_a_prompt(monkeypatch):
-    from tests.helpers import run_cli
+    from tests.helpers import invoke_cli
 
     monkeypatch.delenv("SWE_AGENT", raising=False)
-    proc = run_cli("agent", "run", "task.prompt=x")
+    proc = invoke_cli("agent", "run", "task.prompt=x")
     assert proc.returncode == 2 and "no agent chosen" in proc.stderr
-    proc = run_cli("agent", "run", "agent=codex")
+    proc = invoke_cli("agent", "run", "agent=codex")
     assert proc.returncode == 2 and "task.prompt" in proc.stderr
-    proc = run_cli("agent", "install", "aider", "--print")
+    proc = invoke_cli("agent", "install", "aider", "--print")
     assert proc.returncode == 2 and "valid: claude_code, codex" in proc.stderr
 
 

@@ -20,7 +20,7 @@ from slimecli.config.errors import ConfigErrors
 from slimecli.config.paths import group_members
 from slimecli.config.recipes import available
 from slimecli.config.schema import GROUPS, SlimeConfig
-from tests.helpers import run_cli
+from tests.helpers import invoke_cli
 
 PATHS = schema_paths(SlimeConfig)
 RECIPES = sorted(available())
@@ -118,6 +118,6 @@ def test_a_few_hostile_sets_as_real_processes():
     ]
     for args in sets:
         for command in ("show", "validate"):
-            out = run_cli("config", command, *args)
+            out = invoke_cli("config", command, *args)
             assert out.returncode == 2, (args, out.stdout, out.stderr)
             assert "Traceback" not in out.stderr and "config error" in out.stderr, out.stderr

@@ -16,7 +16,7 @@ from slimecli.config.convert import NON_FINITE, build, field_types
 from slimecli.config.errors import ConfigError, ConfigErrors
 from slimecli.config.io import load_frozen
 from slimecli.config.schema import SlimeConfig
-from tests.helpers import run_cli
+from tests.helpers import invoke_cli
 
 
 def errors_of(overrides: list[str]) -> list[str]:
@@ -156,7 +156,7 @@ def test_a_recipe_without_the_directive_but_with_known_sections_is_global(tmp_pa
 
 def test_recipes_list_survives_a_binary_file_in_a_recipe_dir(tmp_path):
     (tmp_path / "junk.yaml").write_bytes(b"\xff\xfe\x00garbage")
-    out = run_cli("recipes", "list", "--recipe-dir", str(tmp_path))
+    out = invoke_cli("recipes", "list", "--recipe-dir", str(tmp_path))
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
 
 
@@ -183,6 +183,6 @@ def test_a_damaged_frozen_config_is_a_config_error(tmp_path, content):
     ["+recipe=/etc/passwd"],
 ])
 def test_the_cli_exits_2_without_a_traceback(args):
-    out = run_cli("config", "validate", *args)
+    out = invoke_cli("config", "validate", *args)
     assert out.returncode == 2, out.stdout + out.stderr
     assert "Traceback" not in out.stderr and "config error" in out.stderr

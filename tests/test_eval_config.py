@@ -9,7 +9,7 @@ import pytest
 from slimecli.config.compose import load
 from slimecli.config.errors import ConfigErrors
 from slimecli.config.eval_settings import dataset_reward, dataset_sampling, dataset_task
-from tests.helpers import run_cli
+from tests.helpers import invoke_cli
 
 
 def recipe(tmp_path, body: str) -> str:
@@ -105,7 +105,7 @@ def test_eval_on_without_datasets(tmp_path):
 
 
 def test_config_validate_exits_2_with_every_eval_error(tmp_path):
-    out = run_cli("config", "validate", recipe(tmp_path, """
+    out = invoke_cli("config", "validate", recipe(tmp_path, """
         eval:
           interval: -1
           datasets:
@@ -121,21 +121,21 @@ def test_config_validate_exits_2_with_every_eval_error(tmp_path):
 
 
 def test_config_show_has_the_eval_section():
-    out = run_cli("config", "show")
+    out = invoke_cli("config", "show")
     assert out.returncode == 0 and "eval:" in out.stdout and "name: heldout" in out.stdout
 
 
 def test_eval_command_refuses_what_it_cannot_evaluate(tmp_path):
-    out = run_cli("eval", f"run.dir={tmp_path / 'nothing'}")
+    out = invoke_cli("eval", f"run.dir={tmp_path / 'nothing'}")
     assert out.returncode == 2 and "run.dir: no run there (no config.yaml)" in out.stderr, out.stderr
-    out = run_cli("eval", "eval.datasets=[]", "eval.at_start=false", "eval.at_end=false", f"run.root={tmp_path}")
+    out = invoke_cli("eval", "eval.datasets=[]", "eval.at_start=false", "eval.at_end=false", f"run.root={tmp_path}")
     assert out.returncode == 2 and "eval.datasets: nothing to evaluate" in out.stderr, out.stderr
-    out = run_cli("eval", "eval.datasets=[{name:x,task:quickstart,temprature:1}]", f"run.root={tmp_path}")
+    out = invoke_cli("eval", "eval.datasets=[{name:x,task:quickstart,temprature:1}]", f"run.root={tmp_path}")
     assert out.returncode == 2 and "did you mean 'eval.datasets[0].temperature'?" in out.stderr, out.stderr
     run = tmp_path / "run"
     run.mkdir()
-    (run / "config.yaml").write_text(run_cli("config", "show").stdout)
-    out = run_cli("eval", f"run.dir={run}", "optimizer=stateless_adam", "rollout.tempratur=1")
+    (run / "config.yaml").write_text(invoke_cli("config", "show").stdout)
+    out = invoke_cli("eval", f"run.dir={run}", "optimizer=stateless_adam", "rollout.tempratur=1")
     assert out.returncode == 2, out.stderr
     assert "a finished run's config is evaluated as it was frozen" in out.stderr
     assert "did you mean 'rollout.temperature'?" in out.stderr and "the run has no final model" in out.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from slimecli.config.compose import load
 from slimecli.model.loading import load_model, load_tokenizer, resolve_model_path
-from tests.helpers import ROOT, run_cli
+from tests.helpers import ROOT, invoke_cli
 
 
 def test_path_is_returned_as_is(tmp_path: Path) -> None:
@@ -48,9 +48,9 @@ def test_concurrent_makers_agree(tmp_path: Path) -> None:
 
 def test_cli_model_init(tmp_path: Path) -> None:
     out = tmp_path / "m"
-    res = run_cli("model", "init", str(out), "--seed", "3")
+    res = invoke_cli("model", "init", str(out), "--seed", "3")
     assert res.returncode == 0, res.stderr
     assert (out / "config.json").exists() and (out / "tokenizer.json").exists()
     assert json.loads((out / "slimecli_tiny.json").read_text())["seed"] == 3
-    again = run_cli("model", "init", str(out))
+    again = invoke_cli("model", "init", str(out))
     assert again.returncode == 2 and "not an empty directory" in again.stderr

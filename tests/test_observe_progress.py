@@ -93,7 +93,7 @@ def test_the_controller_bar_follows_metrics_jsonl(tmp_path):
     assert follower.rows == 2 and follower.last_eval == "eval heldout 0.900"
     follower.stop()
     text = out.getvalue()
-    assert "5/10" in text and "step reward 0.750 | running mean 0.625 | eval heldout 0.900" in text
+    assert "5/10" in text and "step reward 0.750 | reward (last 10) 0.625 | eval heldout 0.900" in text
 
 
 def test_own_run_dir_is_the_one_this_process_locked(tmp_path):

@@ -14,7 +14,7 @@ import yaml
 
 from slimecli.observe.report import write_report
 from slimecli.observe.runs import differing_keys, group_runs, label_runs, load_run
-from tests.helpers import ROOT, run_cli
+from tests.helpers import ROOT, invoke_cli
 from tests.helpers.train_e2e import metrics, run_train
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -108,7 +108,7 @@ def test_overlay_of_two_runs_is_labelled_by_the_differing_key(run_dir: Path, tmp
     config["run"]["dir"] = str(other)
     (other / "config.yaml").write_text(yaml.safe_dump(config))
     shutil.copy(run_dir / "metrics.jsonl", other / "metrics.jsonl")
-    out = run_cli("report", str(run_dir), str(other), "--out", str(tmp_path / "cmp"))
+    out = invoke_cli("report", str(run_dir), str(other), "--out", str(tmp_path / "cmp"))
     assert out.returncode == 0, out.stderr
     labels = ["optimizer.name=adam", "optimizer.name=stateless_adam"]
     assert [g["label"] for g in manifest(tmp_path / "cmp")["groups"]] == labels
@@ -174,14 +174,14 @@ def test_missing_series_are_skipped(tmp_path: Path) -> None:
 
 
 def test_a_directory_that_is_not_a_run_is_exit_2(tmp_path: Path) -> None:
-    out = run_cli("report", str(tmp_path))
+    out = invoke_cli("report", str(tmp_path))
     assert out.returncode == 2 and "is not a run directory" in out.stderr and "Traceback" not in out.stderr
-    out = run_cli("report", str(tmp_path / "missing"))
+    out = invoke_cli("report", str(tmp_path / "missing"))
     assert out.returncode == 2 and "no such directory" in out.stderr
     good = fake_run(tmp_path / "good", config(), rows(2))
-    out = run_cli("report", str(good), str(tmp_path / "missing"))  # nothing is written when one is bad
+    out = invoke_cli("report", str(good), str(tmp_path / "missing"))  # nothing is written when one is bad
     assert out.returncode == 2 and not (good / "report").exists()
-    out = run_cli("report", str(good), "--seeds", "cloud")
+    out = invoke_cli("report", str(good), "--seeds", "cloud")
     assert out.returncode == 2 and "--seeds" in out.stderr
 
 
@@ -198,9 +198,9 @@ def test_help_and_config_show_import_neither_matplotlib_nor_wandb() -> None:
 
 
 def test_observe_keys_are_config_keys() -> None:
-    out = run_cli("config", "show", "observe.wandb=true", "observe.wandb_project=p", "observe.report=false")
+    out = invoke_cli("config", "show", "observe.wandb=true", "observe.wandb_project=p", "observe.report=false")
     assert out.returncode == 0 and "wandb: true" in out.stdout and "report: false" in out.stdout, out.stderr
-    out = run_cli("config", "show", "observe.reprot=false")
+    out = invoke_cli("config", "show", "observe.reprot=false")
     assert out.returncode == 2 and "did you mean 'observe.report'" in out.stderr
 
 
@@ -219,6 +219,6 @@ def test_a_label_tells_every_two_configs_apart_and_by_picks_the_keys(tmp_path: P
     groups = group_runs(runs, by=["optimizer.name"])
     assert [(g.display, len(g.runs)) for g in groups] == [("optimizer.name=adam (2 runs)", 2),
                                                           ("optimizer.name=stateless_adam", 1)]
-    out = run_cli("report", *(str(r.path) for r in runs), "--by", "optimizer.lr", "--out", str(tmp_path / "by"))
+    out = invoke_cli("report", *(str(r.path) for r in runs), "--by", "optimizer.lr", "--out", str(tmp_path / "by"))
     assert out.returncode == 0, out.stderr
     assert [g["label"] for g in manifest(tmp_path / "by")["groups"]] == ["optimizer.lr=1 (2 runs)", "optimizer.lr=2"]

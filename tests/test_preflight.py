@@ -14,7 +14,7 @@ import yaml
 
 from slimecli.config.compose import load
 from slimecli.launch import preflight
-from tests.helpers import free_port, run_cli
+from tests.helpers import free_port, invoke_cli
 
 
 def errors(out: subprocess.CompletedProcess) -> list[str]:
@@ -44,27 +44,27 @@ def no_weights(tmp_path: Path) -> Path:
 def test_teacher_serve_refuses_a_directory_without_config_json_like_validate(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     line = f"teacher.model_path: not a Hugging Face checkpoint (no config.json) (got '{tmp_path / 'empty'}')"
-    serve = run_cli("teacher", "serve", f"teacher.model_path={tmp_path / 'empty'}", f"run.dir={tmp_path / 'run'}")
+    serve = invoke_cli("teacher", "serve", f"teacher.model_path={tmp_path / 'empty'}", f"run.dir={tmp_path / 'run'}")
     assert errors(serve) == [line]
     assert not (tmp_path / "run").exists()  # nothing written, nothing started
-    assert errors(run_cli("config", "validate", "teacher=server", f"teacher.model_path={tmp_path / 'empty'}")) == [line]
+    assert errors(invoke_cli("config", "validate", "teacher=server", f"teacher.model_path={tmp_path / 'empty'}")) == [line]
 
 
 def test_teacher_serve_refuses_a_checkpoint_without_weights_like_validate(tmp_path: Path, no_weights: Path) -> None:
     line = f"teacher.model_path: no weights in the checkpoint directory (no *.safetensors or *.bin) (got '{no_weights}')"
-    serve = run_cli("teacher", "serve", f"teacher.model_path={no_weights}", f"run.dir={tmp_path / 'run'}")
+    serve = invoke_cli("teacher", "serve", f"teacher.model_path={no_weights}", f"run.dir={tmp_path / 'run'}")
     assert errors(serve) == [line]
-    validate = run_cli("config", "validate", "+recipe=opd", f"teacher.model_path={no_weights}")
+    validate = invoke_cli("config", "validate", "+recipe=opd", f"teacher.model_path={no_weights}")
     assert line in errors(validate)
 
 
 def test_teacher_serve_refuses_a_busy_port_like_validate(tmp_path: Path, tiny: Path, busy_port: int) -> None:
     line = f"teacher.port: 127.0.0.1:{busy_port} is in use (got {busy_port})"
-    serve = run_cli("teacher", "serve", f"model.path={tiny}", f"teacher.port={busy_port}", f"run.dir={tmp_path / 'r'}")
+    serve = invoke_cli("teacher", "serve", f"model.path={tiny}", f"teacher.port={busy_port}", f"run.dir={tmp_path / 'r'}")
     assert errors(serve) == [line]
     assert "hint: stop what listens there, or choose another teacher.port" in serve.stderr
-    validate = run_cli("config", "validate", "+recipe=opd", f"model.path={tiny}", f"teacher.model_path={tiny}",
-                       f"teacher.port={busy_port}")
+    validate = invoke_cli("config", "validate", "+recipe=opd", f"model.path={tiny}", f"teacher.model_path={tiny}",
+                          f"teacher.port={busy_port}", f"rollout.port={free_port()}")
     assert errors(validate) == [line]
 
 
@@ -82,34 +82,34 @@ def test_teacher_ranks_take_one_gpu_each(monkeypatch: pytest.MonkeyPatch, tiny: 
 # ---- rollout serve -----------------------------------------------------------------------------------------
 def test_rollout_serve_refuses_a_busy_port_like_validate(busy_port: int) -> None:
     line = f"rollout.port: 127.0.0.1:{busy_port} is in use (got {busy_port})"
-    assert errors(run_cli("rollout", "serve", f"rollout.port={busy_port}")) == [line]
-    assert errors(run_cli("config", "validate", f"rollout.port={busy_port}")) == [line]
-    assert errors(run_cli("plan", f"rollout.port={busy_port}")) == [line]
+    assert errors(invoke_cli("rollout", "serve", f"rollout.port={busy_port}")) == [line]
+    assert errors(invoke_cli("config", "validate", f"rollout.port={busy_port}")) == [line]
+    assert errors(invoke_cli("plan", f"rollout.port={busy_port}")) == [line]
     # --index i listens on rollout.port + i
-    assert errors(run_cli("rollout", "serve", f"rollout.port={busy_port - 1}", "--index", "1")) == [line]
+    assert errors(invoke_cli("rollout", "serve", f"rollout.port={busy_port - 1}", "--index", "1")) == [line]
 
 
 def test_rollout_serve_refuses_a_checkpoint_without_weights_like_validate(no_weights: Path) -> None:
     line = f"model.path: no weights in the checkpoint directory (no *.safetensors or *.bin) (got '{no_weights}')"
     tokenizer = f"model.path: no tokenizer in the directory (none of {', '.join(preflight.TOKENIZER_FILES)}) " \
                 f"(got '{no_weights}')"
-    assert errors(run_cli("rollout", "serve", f"model.path={no_weights}")) == [line, tokenizer]
-    assert errors(run_cli("config", "validate", f"model.path={no_weights}")) == [line, tokenizer]
+    assert errors(invoke_cli("rollout", "serve", f"model.path={no_weights}")) == [line, tokenizer]
+    assert errors(invoke_cli("config", "validate", f"model.path={no_weights}")) == [line, tokenizer]
 
 
 def test_rollout_device_must_exist_here() -> None:
-    serve = errors(run_cli("rollout", "serve", "rollout.device=cuda:99"))
+    serve = errors(invoke_cli("rollout", "serve", "rollout.device=cuda:99"))
     assert len(serve) == 1 and serve[0].startswith("rollout.device: ") and serve[0].endswith("(got 'cuda:99')")
-    assert errors(run_cli("config", "validate", "rollout.device=cuda:99")) == serve
+    assert errors(invoke_cli("config", "validate", "rollout.device=cuda:99")) == serve
 
 
 def test_engine_keys_are_config_keys_with_rules() -> None:
-    shown = yaml.safe_load(run_cli("config", "show").stdout)["rollout"]
+    shown = yaml.safe_load(invoke_cli("config", "show").stdout)["rollout"]
     assert shown["device"] == "auto" and shown["prefix_cache_mb"] == 1024
-    out = errors(run_cli("config", "validate", "rollout.device=tpu", "rollout.prefix_cache_mb=-1"))
+    out = errors(invoke_cli("config", "validate", "rollout.device=tpu", "rollout.prefix_cache_mb=-1"))
     assert out == ["rollout.device: not an allowed value (got 'tpu')",
                    "rollout.prefix_cache_mb: must be >= 0 (0 turns it off) (got -1)"]
-    out = errors(run_cli("config", "validate", "rollout=sglang", "rollout.device=cuda"))
+    out = errors(invoke_cli("config", "validate", "rollout=sglang", "rollout.device=cuda"))
     assert "rollout.device: applies to the embedded engine (rollout=local) (got 'cuda')" in out
 
 
@@ -137,44 +137,44 @@ def test_engine_process_gets_its_settings_from_the_run_config(monkeypatch: pytes
 def test_agent_commands_need_an_agent(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SWE_AGENT", raising=False)
     for command in ("serve", "run"):
-        out = run_cli("agent", command, "task.prompt=x")
+        out = invoke_cli("agent", command, "task.prompt=x")
         assert errors(out) == ["agent: no agent chosen (got 'none')"]
         assert "pass agent=NAME (valid: claude_code, codex) or set SWE_AGENT" in out.stderr
 
 
 def test_agent_serve_refuses_a_busy_adapter_port(busy_port: int) -> None:
-    out = run_cli("agent", "serve", "agent=codex", f"agent.port={busy_port}", "agent.engine_url=http://127.0.0.1:9")
+    out = invoke_cli("agent", "serve", "agent=codex", f"agent.port={busy_port}", "agent.engine_url=http://127.0.0.1:9")
     assert errors(out) == [f"agent.port: 127.0.0.1:{busy_port} is in use (got {busy_port})"]
 
 
 def test_agent_serve_refuses_a_bad_engine_url_like_validate() -> None:
     line = "agent.engine_url: must start with http:// or https:// (got 'localhost:1')"
-    assert errors(run_cli("agent", "serve", "agent=codex", "agent.engine_url=localhost:1")) == [line]
-    assert errors(run_cli("config", "validate", "agent.engine_url=localhost:1")) == [line]
+    assert errors(invoke_cli("agent", "serve", "agent=codex", "agent.engine_url=localhost:1")) == [line]
+    assert errors(invoke_cli("config", "validate", "agent.engine_url=localhost:1")) == [line]
 
 
 def test_agent_run_refuses_a_missing_cli_like_validate(tmp_path: Path) -> None:
     binary = tmp_path / "claude"
     line = f"agent: agent.binary={binary} is not an executable (got 'claude_code')"
-    run = run_cli("agent", "run", "agent=claude_code", f"agent.binary={binary}", "task.prompt=x")
+    run = invoke_cli("agent", "run", "agent=claude_code", f"agent.binary={binary}", "task.prompt=x")
     assert errors(run) == [line] and "run `slimecli agent install claude_code`" in run.stderr
-    validate = run_cli("config", "validate", "+recipe=swe_agent", f"agent.binary={binary}")
+    validate = invoke_cli("config", "validate", "+recipe=swe_agent", f"agent.binary={binary}")
     assert errors(validate) == [line]
 
 
 def test_agent_run_needs_a_task(tmp_path: Path) -> None:
     ok_cli = ["agent=codex", "agent.binary=/bin/true", "agent.engine_url=http://127.0.0.1:9"]
-    assert errors(run_cli("agent", "run", *ok_cli)) == ["task.prompt: agent run needs a task (got None)"]
+    assert errors(invoke_cli("agent", "run", *ok_cli)) == ["task.prompt: agent run needs a task (got None)"]
     missing = tmp_path / "nope"
-    assert errors(run_cli("agent", "run", *ok_cli, "task.prompt=x", f"task.workdir={missing}")) == [
+    assert errors(invoke_cli("agent", "run", *ok_cli, "task.prompt=x", f"task.workdir={missing}")) == [
         f"task.workdir: directory does not exist (got '{missing}')"]
-    out = run_cli("agent", "run", *ok_cli, "task=swe")
+    out = invoke_cli("agent", "run", *ok_cli, "task=swe")
     assert errors(out) == ["task.instance: agent run with task=swe works one task (got None)"]
     assert "slimecli tasks list" in out.stderr
 
 
 def test_agent_run_refuses_an_unavailable_sandbox(tmp_path: Path) -> None:
-    out = run_cli("agent", "run", "agent=codex", "agent.binary=/bin/true", "task.prompt=x", "sandbox=docker",
+    out = invoke_cli("agent", "run", "agent=codex", "agent.binary=/bin/true", "task.prompt=x", "sandbox=docker",
                   f"sandbox.binary={tmp_path / 'docker'}", "agent.engine_url=http://127.0.0.1:9")
     (line,) = errors(out)
     assert line.startswith("sandbox: ") and line.endswith("(got 'docker')")
@@ -182,7 +182,7 @@ def test_agent_run_refuses_an_unavailable_sandbox(tmp_path: Path) -> None:
 
 # ---- train's own pre-flight, the same components -----------------------------------------------------------
 def test_parallel_sizes_are_megatron_keys() -> None:
-    out = errors(run_cli("config", "validate", "trainer.pipeline_parallel_size=2"))
+    out = errors(invoke_cli("config", "validate", "trainer.pipeline_parallel_size=2"))
     assert out == ["trainer.pipeline_parallel_size: the torch trainer is data-parallel only; tensor/pipeline "
                    "parallel sizes must be 1 (got 2)"]
 

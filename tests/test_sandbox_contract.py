@@ -155,11 +155,11 @@ def test_a_missing_runtime_is_reported_not_crashed():
 
 
 def test_rules_reject_unknown_kinds_with_did_you_mean_and_non_positive_limits():
-    from tests.helpers import run_cli
+    from tests.helpers import invoke_cli
 
-    proc = run_cli("config", "validate", "sandbox=bwarp")
+    proc = invoke_cli("config", "validate", "sandbox=bwarp")
     assert proc.returncode == 2 and "did you mean 'bwrap'?" in proc.stderr
-    proc = run_cli("config", "validate", "sandbox.max_processes=0", "sandbox.uid=0", "sandbox.extra_ro_paths=[rel]")
+    proc = invoke_cli("config", "validate", "sandbox.max_processes=0", "sandbox.uid=0", "sandbox.extra_ro_paths=[rel]")
     assert proc.returncode == 2
     assert "sandbox.max_processes: must be > 0" in proc.stderr and "sandbox.uid" in proc.stderr
     assert "sandbox.extra_ro_paths[0]: must be an absolute path" in proc.stderr

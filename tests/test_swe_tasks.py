@@ -10,7 +10,7 @@ from slimecli.config.compose import load
 from slimecli.config.errors import ConfigErrors
 from slimecli.swe.task import TaskFileError, parse_row
 from slimecli.swe.task import load as load_tasks
-from tests.helpers import run_cli
+from tests.helpers import invoke_cli
 
 ROW = {"instance_id": "x-1", "repo": "me/x", "base_commit": "abc", "problem_statement": "add() is wrong",
        "patch": "diff --git a/x.py b/x.py\n", "test_patch": "diff --git a/t.py b/t.py\n",
@@ -71,7 +71,7 @@ def test_file_errors_carry_line_numbers_and_duplicates(tmp_path):
 
 def test_config_validate_names_the_line_and_field(tmp_path):
     path = write_rows(tmp_path / "bad.jsonl", ROW, {**ROW, "instance_id": "x-2", "PASS_TO_PASS": 5})
-    proc = run_cli("config", "validate", "task=swe", f"task.path={path}")
+    proc = invoke_cli("config", "validate", "task=swe", f"task.path={path}")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"{path}:2: PASS_TO_PASS: expected a list of non-empty test id strings, got int" in proc.stderr
     assert "task.on_invalid=skip" in proc.stderr

@@ -1,0 +1,189 @@
+"""Every `slimecli ...` line in a fenced code block of README.md and docs/*.md is checked, so the docs cannot
+drift from the CLI.
+
+Checked cheaply, in this interpreter, nothing launched: a command that takes overrides (`train`, `plan`,
+`config show|validate`, `eval`, `teacher serve`, `rollout serve`, `agent run|serve`, `tasks ...`) must compose
+and validate with `slimecli.config.compose.load` exactly as the command would; `recipes ...`, `agent install`
+(with `--print`) and `--help` forms run through typer's runner and must exit 0. A line whose comment says
+`# exit 2` must fail with config errors instead. Placeholders (DIR, /ckpt, RUN, NAME, DST) stand for real
+paths and names here. The pre-flight checks that need this machine (ports, GPUs, installed CLIs) are not
+part of composition, so they do not matter here.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import invoke_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+# Commands composed as the CLI composes them: (words) -> uses_agent.
+COMPOSED = {
+    ("train",): False, ("plan",): False, ("config", "show"): False, ("config", "validate"): False,
+    ("eval",): False, ("teacher", "serve"): False, ("rollout", "serve"): False,
+    ("agent", "run"): True, ("agent", "serve"): True,
+    ("tasks", "list"): False, ("tasks", "check"): False, ("tasks", "grade"): False,
+}
+# Options of those commands that take a value (dropped with it before composing).
+VALUE_OPTIONS = {"--patch", "--index", "--recipe-dir", "-r", "--out", "--by", "--seeds", "--dir"}
+
+# Lines not checked, each with the reason. Keep it small.
+SKIPPED = {
+    ("report",): "needs a finished run; tests of slimecli report write one",
+    ("model", "init"): "writes a model (seconds); the `tiny` fixture runs the same create_tiny_model",
+}
+
+
+@dataclass(frozen=True)
+class Command:
+    doc: str
+    line: int
+    text: str
+    env: tuple[tuple[str, str], ...]
+    args: tuple[str, ...]
+    expect_exit: int
+
+    def __str__(self) -> str:
+        return f"{self.doc}:{self.line}"
+
+
+def _commands() -> list[Command]:
+    found = []
+    for path in DOCS:
+        in_block = False
+        lines = path.read_text(encoding="utf-8").splitlines()
+        i = 0
+        while i < len(lines):
+            number, raw = i + 1, lines[i]
+            i += 1
+            if raw.lstrip().startswith("```"):
+                in_block = not in_block
+                continue
+            if not in_block:
+                continue
+            text = raw.strip()
+            while text.endswith("\\") and i < len(lines):
+                text = text[:-1] + " " + lines[i].strip()
+                i += 1
+            text = text.removeprefix("$ ")
+            words = shlex.split(text, comments=True) if "slimecli" in text else []
+            env = []
+            while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
+                env.append(tuple(words.pop(0).split("=", 1)))
+            if not words or words[0] != "slimecli":
+                continue
+            m = re.search(r"\s#\s*exit (\d+)\b", text)
+            found.append(Command(str(path.relative_to(ROOT)), number, text, tuple(env), tuple(words[1:]),
+                                 int(m.group(1)) if m else 0))
+    return found
+
+
+COMMANDS = _commands()
+
+
+def test_docs_have_commands():
+    assert len(COMMANDS) >= 30, [str(c) for c in COMMANDS]
+    assert any(c.doc == "README.md" for c in COMMANDS)
+
+
+@pytest.fixture(scope="module")
+def places(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Real values for the docs' placeholders: a model directory, a finished-looking run, a destination, and a
+    working directory holding the data files the docs name (test.jsonl, gsm.jsonl, swe.jsonl, fix.diff)."""
+    import shutil
+
+    import slimecli
+    from slimecli.config.compose import load
+    from slimecli.config.io import save_frozen
+
+    cwd = tmp_path_factory.mktemp("docs")
+    for name in ("test.jsonl", "gsm.jsonl"):
+        (cwd / name).write_text('{"prompt": "1 + 1 =", "label": "2"}\n')
+    shutil.copyfile(Path(slimecli.__file__).parent / "swe/data/swe_tiny/tasks.jsonl", cwd / "swe.jsonl")
+    (cwd / "fix.diff").write_text("")
+    run = cwd / "run"
+    save_frozen(load([]), run / "config.yaml")
+    (run / "final").symlink_to(tiny, target_is_directory=True)
+    return {"model": str(tiny), "run": str(run), "dst": str(cwd / "my.yaml"), "cwd": str(cwd)}
+
+
+def _value(value: str, places: dict[str, str]) -> str:
+    if value == "RUN":
+        return places["run"]
+    if value == "NAME":
+        return "quickstart"
+    if value == "DIR" or value.startswith(("/ckpt", "RUN/")):
+        return places["model"]
+    return value
+
+
+def _overrides(args: tuple[str, ...], places: dict[str, str]) -> list[str]:
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in VALUE_OPTIONS:
+            skip = True
+        elif arg.startswith("-"):
+            continue
+        else:
+            key, eq, value = arg.partition("=")
+            out.append(f"{key}{eq}{_value(value, places)}" if eq else arg)
+    return out
+
+
+def _split(args: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the command's words, the rest)."""
+    for n in (2, 1):
+        if args[:n] in COMPOSED or args[:n] in SKIPPED:
+            return args[:n], args[n:]
+    return args[:1], args[1:]
+
+
+@pytest.mark.parametrize("cmd", COMMANDS, ids=str)
+def test_docs_command(cmd: Command, places: dict[str, str], monkeypatch: pytest.MonkeyPatch):
+    from slimecli.config.compose import AGENT_ENV, load
+    from slimecli.config.errors import ConfigErrors
+
+    words, rest = _split(cmd.args)
+    if words in SKIPPED:
+        pytest.skip(SKIPPED[words])
+    monkeypatch.delenv(AGENT_ENV, raising=False)
+    for key, value in cmd.env:
+        monkeypatch.setenv(key, value)
+    if "--help" in rest or "-h" in rest or words not in COMPOSED:
+        args = [{"NAME": "quickstart", "DST": places["dst"]}.get(a, a) for a in cmd.args]
+        if words == ("agent",) and rest[:1] == ("install",):
+            args.append("--print")
+        result = invoke_cli(*args, cwd=places["cwd"])
+        assert result.returncode == cmd.expect_exit, f"{cmd}: {cmd.text}\n{result.stdout}\n{result.stderr}"
+        return
+    overrides = _overrides(rest, places)
+    if words[0] == "tasks" and not any(o.split("=", 1)[0] == "task" for o in overrides):
+        overrides.insert(0, "task=swe")  # as slimecli/cli/tasks.py does
+    recipe_dirs = tuple(_value(v, places) for k, v in zip(rest, rest[1:]) if k in ("--recipe-dir", "-r"))
+    if words == ("eval",) and any(o.startswith("run.dir=") for o in overrides):
+        from slimecli.eval.standalone import resolve
+
+        def check() -> object:
+            return resolve(overrides, recipe_dirs)
+    else:
+        def check() -> object:
+            return load(overrides, recipe_dirs, COMPOSED[words])
+    monkeypatch.chdir(places["cwd"])
+    if cmd.expect_exit == 2:
+        with pytest.raises(ConfigErrors):
+            check()
+        return
+    assert cmd.expect_exit == 0, f"{cmd}: only exit 0 or 2 can be checked by composing"
+    try:
+        check()
+    except ConfigErrors as exc:
+        pytest.fail(f"{cmd}: {cmd.text}\n{exc.render()}")
