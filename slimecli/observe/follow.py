@@ -1,5 +1,5 @@
 """The controller's progress bar: `slimecli train` on a terminal follows RUN/metrics.jsonl as the trainer writes
-it and draws one rich bar (step, ETA, step reward, running mean, last eval) under the children's log lines.
+it and draws one rich bar (step, ETA, step reward, mean of the last steps' rewards, last eval) under the children's log lines.
 
 The trainer's own output reaches the controller through a pipe, so only the controller can draw on the
 terminal; it sets SLIMECLI_PROGRESS=controller for its children (observe/progress.py), so the trainer does
@@ -9,7 +9,6 @@ not print the same steps as lines too.
 from __future__ import annotations
 
 import json
-import math
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -20,13 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from slimecli.observe.metrics import METRICS_FILE
-from slimecli.observe.progress import eval_text
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
+from slimecli.observe.progress import RecentRewards, eval_text, reward_text
 
 
 class _BarAndInfo(Progress):
@@ -52,7 +45,7 @@ class MetricsFollower:
         self.poll_s = poll_s
         self.rows = 0
         self.last_eval = ""
-        self._rewards: list[float] = []
+        self._rewards = RecentRewards()
         self._offset = 0
         self._path: Path | None = None
         self._stop = threading.Event()
@@ -115,15 +108,10 @@ class MetricsFollower:
             self.progress.reset(self._task, completed=step, total=self.total)  # a resumed run starts further on
             self.progress.start_task(self._task)
         self.rows += 1
-        reward = _number(row.get("reward/mean"))
-        if reward is not None:
-            self._rewards.append(reward)
+        reward = row.get("reward/mean")
+        self._rewards.add(reward)
         self.last_eval = eval_text(row) or self.last_eval
-        parts = []
-        if reward is not None:
-            parts.append(f"step reward {reward:.3f}")
-        if self._rewards:
-            parts.append(f"running mean {sum(self._rewards) / len(self._rewards):.3f}")
+        parts = [text] if (text := reward_text(reward, self._rewards)) else []
         if self.last_eval:
             parts.append(self.last_eval)
         self.progress.update(self._task, completed=step, info=" | ".join(parts))

@@ -1,5 +1,5 @@
-"""The training progress bar: step, ETA, and a caller-provided text such as the step's and the running mean
-reward, plus the last evaluation when the step's metrics are given.
+"""The training progress bar: step, ETA, and a caller-provided text such as the step's reward and the mean of
+the last few steps' (reward_text), plus the last evaluation when the step's metrics are given.
 
 On a terminal it is a rich progress bar; otherwise (logs, pipes, CI) each update is one plain line. Under
 `slimecli train` the trainer's output is a pipe: the controller draws the bar on its own terminal from
@@ -14,6 +14,7 @@ import math
 import os
 import sys
 import time
+from collections import deque
 from collections.abc import Mapping
 from typing import IO, Any
 
@@ -21,6 +22,37 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 PROGRESS_ENV = "SLIMECLI_PROGRESS"  # "controller": the controller shows the progress; step lines are left out
+REWARD_WINDOW = 10  # steps in the progress line's mean reward
+
+
+class RecentRewards:
+    """The mean of the last ``window`` steps' rewards: unlike a mean over the whole run, it moves when the
+    policy does, so the progress line shows where training is now."""
+
+    def __init__(self, window: int = REWARD_WINDOW) -> None:
+        self.window = window
+        self._values: deque[float] = deque(maxlen=window)
+
+    def add(self, step_reward: object) -> None:
+        """A step's mean reward; a step without one (all rewards invalid, no samples) is not counted."""
+        if isinstance(step_reward, int | float) and not isinstance(step_reward, bool) and math.isfinite(step_reward):
+            self._values.append(float(step_reward))
+
+    def text(self) -> str:
+        """'reward (last 10) 0.950' ('' before the first reward)."""
+        if not self._values:
+            return ""
+        return f"reward (last {self.window}) {sum(self._values) / len(self._values):.3f}"
+
+
+def reward_text(step_reward: object, recent: RecentRewards) -> str:
+    """'step reward 1.000 | reward (last 10) 0.950': the same words on a terminal's bar and in plain lines."""
+    parts = []
+    if isinstance(step_reward, int | float) and not isinstance(step_reward, bool) and math.isfinite(step_reward):
+        parts.append(f"step reward {step_reward:.3f}")
+    if recent.text():
+        parts.append(recent.text())
+    return " | ".join(parts)
 
 
 def eval_text(metrics: Mapping[str, Any]) -> str:

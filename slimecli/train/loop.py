@@ -63,13 +63,14 @@ class Trainer:
     # ---- the run ----------------------------------------------------------------------------------
     def run(self) -> None:
         from slimecli.observe.metrics import MetricsLogger
-        from slimecli.observe.progress import StepProgress
+        from slimecli.observe.progress import RecentRewards, StepProgress, reward_text
         from slimecli.reward.stats import RewardMeter
 
         cfg = self.cfg
         resumed = self._resume()
         metrics_log = progress = None
-        meter = RewardMeter(cfg.reward.key)
+        meter = RewardMeter(cfg.reward.key)  # counts the invalid rewards
+        recent = RecentRewards()
         if self.info.is_main:
             assert self.rollout is not None
             self.rollout.wait_ready()
@@ -119,7 +120,10 @@ class Trainer:
                 if self.info.is_main:
                     assert metrics_log is not None and progress is not None and row is not None
                     metrics_log.log(self.step, {**row, **timer.metrics()})
-                    text = _progress_text(batch.metrics.get("reward/mean"), meter.postfix())
+                    recent.add(batch.metrics.get("reward/mean"))
+                    text = reward_text(batch.metrics.get("reward/mean"), recent)
+                    if meter.invalid:
+                        text = f"{text} ({meter.invalid} invalid rewards so far)"
                     if evaluated and self.rollout is not None and self.rollout.last_eval:
                         text = f"{text} | {self.rollout.last_eval}"
                     progress.update(self.step, text)
@@ -224,14 +228,6 @@ def make_policy(cfg: SlimeConfig, info: dist.DistInfo, trainable: bool = True) -
     model = load_policy(cfg, info, trainable=trainable)
     optimizer = build_optimizer(unwrap(model).named_parameters(), cfg.optimizer) if trainable else None
     return TorchPolicy(model, optimizer, data_rank=info.rank, data_size=info.world_size)
-
-
-def _progress_text(step_mean: float | None, running: str) -> str:
-    """'step reward 0.984 | running reward 0.451' (the running mean covers every step so far)."""
-    running = f"running {running}" if running else ""
-    if step_mean is None:
-        return running
-    return f"step reward {step_mean:.3f} | {running}" if running else f"step reward {step_mean:.3f}"
 
 
 def _logged_steps(path: Path) -> set[int]:
