@@ -37,6 +37,8 @@ class JobAborted(Exception):
 class AgentJob:
     """Base: an empty workspace (or the caller's directory), a fixed prompt, a fixed reward."""
 
+    graded = False  # score() runs something (tests) worth telling a user about, not a fixed reward
+
     def __init__(self, prompt: str, workdir: str | None = None, reward: Any = 0.0) -> None:
         self.text = prompt  # what the sample records as its prompt
         self.workdir = workdir
@@ -68,6 +70,8 @@ class AgentJob:
 
 class SweJob(AgentJob):
     """One SWE task: repository at base_commit, problem statement file, diff graded by the hidden tests."""
+
+    graded = True
 
     def __init__(self, task: SweTask, *, grade_sandbox: Callable[[Path], Sandbox], eval_budget_s: float,
                  partial: bool = False, limiter: asyncio.Semaphore | None = None) -> None:

@@ -34,8 +34,11 @@ def default_factory(service: AgentService) -> SandboxFactory:
 
 
 async def run_task(service: AgentService, job: AgentJob, *, budget_s: float | None = None,
-                   base_sample: Sample | None = None, sandbox_factory: SandboxFactory | None = None) -> list[Sample]:
-    """`job`: what to work on and how the result is scored (slimecli.agent.jobs)."""
+                   base_sample: Sample | None = None, sandbox_factory: SandboxFactory | None = None,
+                   on_event: Callable[[str], None] | None = None) -> list[Sample]:
+    """`job`: what to work on and how the result is scored (slimecli.agent.jobs). ``on_event``: told each
+    phase as it starts (sandbox ready, agent started, grading), for a user watching one run."""
+    say = on_event or (lambda _text: None)
     agent = service.cfg.agent
     budget = agent.time_budget_s if budget_s is None else budget_s
     sid = f"slimecli-{uuid.uuid4().hex}"
@@ -62,9 +65,13 @@ async def run_task(service: AgentService, job: AgentJob, *, budget_s: float | No
             info.update(sandbox=sandbox.kind, workdir=str(sandbox.workdir))
             await job.setup(sandbox)
         info["sandbox_s"] = round(time.perf_counter() - started, 4)  # boot wait included
+        say(f"sandbox {sandbox.kind} ready in {info['sandbox_s']:.1f}s ({sandbox.workdir})")
         if job.choices is not None:  # agent.constrain=choices: the task's listed alternatives
             service.adapter.set_choices(sid, [_as_call(c, harness) for c in job.choices])
+        say(f"{service.name} started (budget {budget:.0f}s)")
         result = await harness.run(sandbox, job.prompt(sandbox), service.base_url, sid, budget)
+        say(f"{service.name} exited ({'timed out' if result.timed_out else f'exit {result.exit_code}'}, "
+            f"{result.elapsed_s:.1f}s)")
         info.update(_describe(result), engine=service.engine.assigned(sid))
         if result.timed_out:
             if agent.on_timeout == "zero":  # the model ran out of time: its turns train with reward 0
@@ -75,6 +82,8 @@ async def run_task(service: AgentService, job: AgentJob, *, budget_s: float | No
                     return samples
             return aborted("wall_clock_timeout")
         started = time.perf_counter()
+        if job.graded:
+            say("grading")
         try:
             score = await job.score(sandbox)
         finally:

@@ -105,6 +105,8 @@ class TrajectoryManager:
         self.realign_min_ratio = realign_min_ratio
         self._sessions: dict[str, _Session] = {}
         self._closed: set[str] = set()
+        # Called with (session id, turn) for every recorded turn: `slimecli agent run` shows each as it ends.
+        self.on_turn: Callable[[str, Turn], None] | None = None
 
     # --- adapter side -------------------------------------------------------------------------------
     def begin_turn(self, sid: str) -> None:
@@ -125,6 +127,8 @@ class TrajectoryManager:
         session.in_flight = max(0, session.in_flight - 1)
         if turn is not None and sid not in self._closed:
             self._record(session, turn)
+            if self.on_turn is not None:
+                self.on_turn(sid, turn)
 
     def is_closed(self, sid: str) -> bool:
         return sid in self._closed

@@ -7,7 +7,7 @@ import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -102,6 +102,18 @@ def _run_until_signal(coro):
     return asyncio.run(main())
 
 
+def _show_turn() -> Callable[[str, Any], None]:
+    """Each model turn as it ends: its number, its tokens, the tools it called (the text goes to the transcript)."""
+    count = [0]
+
+    def show(_sid: str, turn: Any) -> None:
+        count[0] += 1
+        tools = f", called {', '.join(turn.tool_calls)}" if turn.tool_calls else ""
+        echo_err(f"  turn {count[0]}: {len(turn.output_ids)} tokens in {turn.engine_s:.1f}s{tools}")
+
+    return show
+
+
 def register(app: typer.Typer) -> None:
     agent_app = typer.Typer(help="Coding-agent back-ends: LLM API adapters over the rollout engine, CLI harnesses.",
                             no_args_is_help=True)
@@ -148,9 +160,12 @@ def register(app: typer.Typer) -> None:
         async def main():
             from slimecli.agent.runner import run_task
 
+            echo_err(f"agent {service.name}: starting the engine and the adapter")
             await service.start()
+            service.manager.on_turn = _show_turn()
             try:
-                return await run_task(service, _job(cfg))
+                return await run_task(service, _job(cfg), on_event=lambda text: echo_err(f"agent {service.name}: "
+                                                                                          f"{text}"))
             finally:
                 await service.stop()
 
@@ -164,14 +179,15 @@ def register(app: typer.Typer) -> None:
         with out.open("w") as f:
             for sample in samples:
                 f.write(json.dumps(sample.to_dict(), default=str) + "\n")
+        from slimecli.agent import transcript
+
         meta = samples[0].metadata
-        if meta.get("cli_stdout"):
-            typer.echo(meta["cli_stdout"].rstrip("\n"))
         statuses = ", ".join(s.status.value for s in samples)
         graded = f"; reward {json.dumps(samples[0].reward)}" if cfg.task.name == "swe" and not samples[0].remove_sample \
             else ""
         echo_err(f"agent {service.name}: CLI exit {meta.get('exit_code')}; {len(samples)} sample(s) [{statuses}]"
                  f"{graded} -> {out}")
+        typer.echo(f"transcript: {transcript.write(out.parent, samples)}")
         if samples[0].remove_sample:
             fail(f"agent run aborted: {meta.get('abort_reason')} {meta.get('error', '')}".rstrip(), code=1)
 
