@@ -3,7 +3,7 @@ checkpoints), shared by every command that starts something, so that what one re
 the same message. The checks that need only the config are the rules in slimecli.config.rules; every command
 runs those first (while composing), then its pre-flight here:
 
-  train, plan, config validate   train_errors (check raises them)
+  train, plan, config validate   train_errors (check raises them): the run directory, then the rest
   teacher serve                  teacher_serve_errors
   rollout serve                  rollout_serve_errors
   agent serve / agent run        agent_serve_errors / agent_run_errors
@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import importlib.util
 import json
+import os
 import socket
 from collections.abc import Iterable
 from dataclasses import replace
@@ -50,7 +51,7 @@ def check(cfg: SlimeConfig) -> None:
 
 def train_errors(cfg: SlimeConfig) -> list[ConfigError]:
     """Back-ends, agent, and the servers this node starts; then (only if those pass) the model files."""
-    errors = machine_errors(cfg) + server_errors(cfg)
+    errors = run_dir_errors(cfg) + machine_errors(cfg) + server_errors(cfg)
     if not errors:
         errors = model_errors(cfg)
     return errors
@@ -215,6 +216,56 @@ def megatron_split_errors(model_dir: Path, path_key: str, user: str, tp: tuple[s
     return [ConfigError(key, size, f"the model's {field}={count} does not split into {size} equal parts",
                         f"use a divisor of {count}")
             for key, size, field, count in splits if size > 1 and count % size]
+
+
+# ---- the run directory ---------------------------------------------------------------------------------------
+KERNEL_FILE_SYSTEMS = (Path("/proc"), Path("/sys"), Path("/dev"))
+AUTO_NAME_SUFFIX = len("-20260101-120000-9999")  # what rundir.create appends to run.name
+
+
+def run_dir_errors(cfg: SlimeConfig) -> list[ConfigError]:
+    """The run directory can be made and written here: run.dir, or under run.root an auto-named one from run.name
+    (found before launch, not as a traceback from the first mkdir or write)."""
+    hint = "pick a directory this user can write, e.g. run.dir=runs/mine"
+    if cfg.run.dir:
+        problem = directory_problem(cfg.run.dir)
+        return [ConfigError("run.dir", cfg.run.dir, problem, hint)] if problem else []
+    problem = directory_problem(cfg.run.root)
+    if problem:
+        return [ConfigError("run.root", cfg.run.root, problem, hint.replace("run.dir=", "run.root="))]
+    name = cfg.run.name
+    leaf = name.rsplit("/", 1)[-1]
+    if "\0" in name or not leaf or leaf in (".", "..") or len(leaf.encode()) + AUTO_NAME_SUFFIX > NAME_MAX:
+        return [ConfigError("run.name", name, f"cannot name a directory (at most {NAME_MAX - AUTO_NAME_SUFFIX} "
+                            "bytes after the last '/', no NUL, not empty, not . or ..)")]
+    parent = Path(cfg.run.root).expanduser() / name  # a name with '/' (or an absolute one) picks another parent
+    problem = directory_problem(str(parent.parent)) if "/" in name else None
+    return [ConfigError("run.name", name, f"the run directory's parent {parent.parent}: {problem}")] if problem else []
+
+
+NAME_MAX = 255  # bytes in one path component, on every file system slimecli runs on
+
+
+def directory_problem(value: str) -> str | None:
+    """None when ``value`` is a directory this process can write, or one it can create; else why not."""
+    try:
+        path = Path(value).expanduser().resolve()
+    except (OSError, RuntimeError, ValueError) as exc:  # ~nosuchuser, a symlink loop, a NUL byte
+        return f"not a usable path ({exc})"
+    for kernel in KERNEL_FILE_SYSTEMS:
+        if path == kernel or kernel in path.parents:
+            return f"is under {kernel}, a kernel file system, not a place for run files"
+    if any(len(part.encode()) > NAME_MAX for part in path.parts):
+        return f"a path component is longer than {NAME_MAX} bytes"
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return ("exists and is a file, not a directory" if existing == path else
+                f"{existing} is a file, so no directory can be made under it")
+    if not os.access(existing, os.W_OK | os.X_OK) or os.statvfs(existing).f_flag & os.ST_RDONLY:
+        return "the directory is not writable here" if existing == path else f"cannot create it: {existing} is not writable"
+    return None
 
 
 # ---- the machine: ports, GPUs, model files -------------------------------------------------------------------

@@ -33,8 +33,6 @@ def parser(cfg: SlimeConfig) -> list[ConfigError]:
 def limits(cfg: SlimeConfig) -> list[ConfigError]:
     a = cfg.agent
     errors = []
-    if not 0 <= a.port < 65536:
-        errors.append(ConfigError("agent.port", a.port, "must be a TCP port in 0..65535 (0 = any free port)"))
     for key in ("max_turns", "time_budget_s", "eval_budget_s", "concurrency", "max_new_tokens"):
         if getattr(a, key) <= 0:
             errors.append(ConfigError(f"agent.{key}", getattr(a, key), "must be > 0"))

@@ -26,7 +26,7 @@ def sampling(cfg: SlimeConfig) -> list[ConfigError]:
         errors.append(ConfigError("rollout.top_k", r.top_k, "must be -1 (all) or >= 1"))
     for path, value in [("rollout.batch_size", r.batch_size), ("rollout.n_samples_per_prompt", r.n_samples_per_prompt),
                         ("rollout.max_new_tokens", r.max_new_tokens), ("rollout.num_engines", r.num_engines),
-                        ("rollout.port", r.port), ("rollout.start_timeout_s", r.start_timeout_s),
+                        ("rollout.start_timeout_s", r.start_timeout_s),
                         ("rollout.max_running_requests", r.max_running_requests)]:
         errors += positive(path, value)
     if r.over_sampling_batch_size is not None and r.over_sampling_batch_size < r.batch_size:
@@ -92,7 +92,7 @@ def batches(cfg: SlimeConfig) -> list[ConfigError]:
     t, r = cfg.trainer, cfg.rollout
     errors = positive("trainer.global_batch_size", t.global_batch_size) + positive("trainer.micro_batch_size", t.micro_batch_size)
     errors += positive("trainer.max_steps", t.max_steps) + positive("trainer.nproc", t.nproc)
-    if errors:
+    if errors or cfg.cluster.nnodes <= 0:  # a bad cluster.nnodes is reported by `parallel`
         return errors
     samples = r.batch_size * r.n_samples_per_prompt
     if samples % t.global_batch_size:
@@ -191,8 +191,6 @@ def parallel(cfg: SlimeConfig) -> list[ConfigError]:
     if cfg.rollout.engines_per_node < 0:
         errors.append(ConfigError("rollout.engines_per_node", cfg.rollout.engines_per_node,
                                   "must be >= 0 (0: rollout.num_engines engines on node 0)"))
-    if not 0 < c.master_port < 65536:
-        errors.append(ConfigError("cluster.master_port", c.master_port, "must be a TCP port in 1..65535"))
     return errors
 
 

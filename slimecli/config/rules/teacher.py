@@ -35,8 +35,6 @@ def model_dir(cfg: SlimeConfig) -> list[ConfigError]:
 def limits(cfg: SlimeConfig) -> list[ConfigError]:
     t = cfg.teacher
     errors = []
-    if not 0 < t.port < 65536:
-        errors.append(ConfigError("teacher.port", t.port, "must be a TCP port in 1..65535"))
     for key in ("tp", "dp", "warmup_timeout_s", "update_timeout_s", "start_timeout_s", "sample_chunk_size",
                 "label_chunk_size", "concurrency", "request_timeout_s", "temperature", "log_interval_s",
                 "keepalive_s"):
