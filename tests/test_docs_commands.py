@@ -57,7 +57,7 @@ class Command:
 def _commands() -> list[Command]:
     found = []
     for path in DOCS:
-        in_block = False
+        in_block, shell = False, False
         lines = path.read_text(encoding="utf-8").splitlines()
         i = 0
         while i < len(lines):
@@ -65,10 +65,11 @@ def _commands() -> list[Command]:
             i += 1
             if raw.lstrip().startswith("```"):
                 in_block = not in_block
-                continue
-            if not in_block:
+                shell = raw.strip().removeprefix("```") in ("bash", "sh", "shell")
                 continue
             text = raw.strip()
+            if not in_block or not (shell or text.startswith("$ ")):
+                continue  # outside a shell block, only `$ slimecli ...` lines are commands
             while text.endswith("\\") and i < len(lines):
                 text = text[:-1] + " " + lines[i].strip()
                 i += 1
@@ -108,6 +109,7 @@ def places(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, st
         (cwd / name).write_text('{"prompt": "1 + 1 =", "label": "2"}\n')
     shutil.copyfile(Path(slimecli.__file__).parent / "swe/data/swe_tiny/tasks.jsonl", cwd / "swe.jsonl")
     (cwd / "fix.diff").write_text("")
+    shutil.copyfile(ROOT / "recipes" / "quickstart.yaml", cwd / "my.yaml")  # `+recipe=./my.yaml`
     run = cwd / "run"
     save_frozen(load([]), run / "config.yaml")
     (run / "final").symlink_to(tiny, target_is_directory=True)
@@ -161,14 +163,16 @@ def test_docs_command(cmd: Command, places: dict[str, str], monkeypatch: pytest.
     if "--help" in rest or "-h" in rest or words not in COMPOSED:
         args = [{"NAME": "quickstart", "DST": places["dst"]}.get(a, a) for a in cmd.args]
         if words == ("agent",) and rest[:1] == ("install",):
-            args.append("--print")
+            args.append("--print")  # the npm command, not the download (`make agent-clis` runs that)
+        if words == ("recipes",) and rest[:1] == ("copy",):
+            args.append("--force")  # over the fixture's my.yaml
         result = invoke_cli(*args, cwd=places["cwd"])
         assert result.returncode == cmd.expect_exit, f"{cmd}: {cmd.text}\n{result.stdout}\n{result.stderr}"
         return
     overrides = _overrides(rest, places)
     if words[0] == "tasks" and not any(o.split("=", 1)[0] == "task" for o in overrides):
         overrides.insert(0, "task=swe")  # as slimecli/cli/tasks.py does
-    recipe_dirs = tuple(_value(v, places) for k, v in zip(rest, rest[1:]) if k in ("--recipe-dir", "-r"))
+    recipe_dirs = tuple(_value(v, places) for k, v in zip(rest, rest[1:], strict=False) if k in ("--recipe-dir", "-r"))
     if words == ("eval",) and any(o.startswith("run.dir=") for o in overrides):
         from slimecli.eval.standalone import resolve
 
