@@ -114,7 +114,7 @@ def test_claude_plain_text_turn_real_engine(tmp_path, tiny):
     assert s["metadata"]["exit_code"] == 0 and s["metadata"]["turns"] == 1
     check_sample(s)
     text = s["response"].removesuffix("<|im_end|>").strip()
-    assert text and text in s["metadata"]["cli_stdout"] and text in proc.stdout
+    assert text and text in s["metadata"]["cli_stdout"] and text in (tmp_path / "transcript.md").read_text()
 
 
 @needs_cli("codex")
@@ -135,7 +135,8 @@ def test_claude_tool_turn_writes_a_file(tmp_path, tiny, scripted):
     proc, [s], _ = agent_run("claude_code", tmp_path, tiny, "Write hello.txt", f"agent.engine_url={url}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert target.read_text() == "hi from the tool\n"
-    assert "Wrote hello.txt." in proc.stdout and s["metadata"]["turns"] == 2 and s["status"] == "completed"
+    assert "Wrote hello.txt." in (tmp_path / "transcript.md").read_text()
+    assert s["metadata"]["turns"] == 2 and s["status"] == "completed"
     check_sample(s, scripted_ids(tiny, texts))
     assert "<tool_response>\nFile created successfully" in s["response"]  # the tool result went back as context
     assert len(engine_log(url)["requests"]) == 2
@@ -148,7 +149,8 @@ def test_codex_tool_turn_runs_a_command(tmp_path, tiny, scripted):
     proc, [s], ws = agent_run("codex", tmp_path, tiny, "Write hello.txt", f"agent.engine_url={url}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (ws / "hello.txt").read_text() == "hi from the tool"
-    assert "Wrote hello.txt." in proc.stdout and s["metadata"]["turns"] == 2 and s["status"] == "completed"
+    assert "Wrote hello.txt." in (tmp_path / "transcript.md").read_text()
+    assert s["metadata"]["turns"] == 2 and s["status"] == "completed"
     check_sample(s, scripted_ids(tiny, texts))
     assert "Process exited with code 0" in s["response"]
 

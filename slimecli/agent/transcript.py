@@ -16,7 +16,8 @@ def render(samples: Sequence[Sample]) -> str:
     if not samples:
         return "(no samples)\n"
     meta = samples[0].metadata
-    parts = [f"# Prompt\n\n{samples[0].prompt if isinstance(samples[0].prompt, str) else samples[0].prompt!r}\n"]
+    prompt = samples[0].prompt
+    parts = [f"# Prompt\n\n{prompt if isinstance(prompt, str) else repr(prompt)}\n"]
     for i, sample in enumerate(samples, start=1):
         title = "Model and tool turns" if len(samples) == 1 else f"Branch {i} of {len(samples)}: model and tool turns"
         parts.append(f"# {title} ({sample.metadata.get('turns', '?')} turns, {sample.response_length} tokens, "
