@@ -74,3 +74,19 @@ def test_a_run_without_metrics_still_says_how_to_resume(tmp_path):
     (run / "config.yaml").write_text("trainer:\n  max_steps: 3\n")
     lines = render(summarize(run))
     assert "  reward       none logged" in lines and lines[-1].startswith("  resume       slimecli train run.dir=")
+
+
+def test_train_prints_the_summary_with_the_run_s_own_resume_command(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from slimecli.cli.train import _summary
+    from slimecli.config.compose import load
+
+    run = fabricate(tmp_path / "run", [0.5, 1.0], max_steps=4, final=False)
+    out = io.StringIO()
+    _summary(load([f"run.dir={run}"]), Console(file=out, width=300), 12.0, ["optimizer.lr=1e-6"])
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "run summary (2 steps of 4)" and "  wall time    12s (rollout 75%, update 20%, save 5%)" in lines
+    assert lines[-1] == f"  resume       slimecli train optimizer.lr=1e-6 run.dir={run.resolve()}"
