@@ -191,3 +191,21 @@ def test_docs_command(cmd: Command, places: dict[str, str], monkeypatch: pytest.
         check()
     except ConfigErrors as exc:
         pytest.fail(f"{cmd}: {cmd.text}\n{exc.render()}")
+
+
+def test_readme_says_what_make_test_does():
+    """The README's account of `make test` (what CI runs): set-up with megatron-core, wandb, the agent CLIs and
+    bubblewrap, then ruff, mypy and pytest over the whole suite, nothing deselected."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    m = re.search(r"^test:(.*)\n((?:\t.*\n?)+)", makefile, re.MULTILINE)
+    assert m, "no test target in the Makefile"
+    prerequisites, recipe = m.group(1).split(), m.group(2)
+    for name in ("setup", "$(BIN)/.installed-megatron", "agent-clis", "sandbox-deps"):
+        assert name in prerequisites, name
+    assert ".[dev,megatron,wandb]" in makefile
+    assert "ruff check ." in recipe and "mypy" in recipe
+    pytest_args = next(line for line in recipe.splitlines() if " pytest" in line).partition(" pytest")[2]
+    assert not re.search(r"(^|\s)(-m|-k|--deselect|--ignore)\b|\stests/\S", pytest_args), pytest_args
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "make test     # set up (plus test tools, megatron-core and the agent CLIs) and run the whole test suite" in readme
+    assert "`make test` is what CI runs" in readme
