@@ -85,7 +85,7 @@ def test_unknown_key_names_full_path_with_did_you_mean():
 def test_unknown_top_level_and_nested_paths():
     msgs = errors_of(["trainer.max_stpes=3", "rollot.temperature=1.0"])
     assert "trainer.max_stpes: unknown key (got 3)\n    hint: did you mean 'trainer.max_steps'?" in msgs
-    assert any(m.startswith("rollot.temperature: unknown key") and "did you mean 'rollout'?" in m for m in msgs)
+    assert any(m.startswith("rollot.temperature: unknown key") and "did you mean 'rollout.temperature'?" in m for m in msgs)
 
 
 def test_slurm_nodes_is_another_name_for_nnodes(tmp_path):

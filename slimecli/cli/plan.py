@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import typer
 
-from slimecli.cli.common import OVERRIDES, RecipeDirOption, load_config_or_exit, preflight_or_exit, split_overrides
+from slimecli.cli.common import OVERRIDES, RecipeDirOption, fail, load_config_or_exit, split_overrides
+
+if TYPE_CHECKING:
+    from slimecli.config.schema import SlimeConfig
+    from slimecli.launch.spec import ProcessSpec
 
 
 def register(app: typer.Typer) -> None:
@@ -17,8 +22,13 @@ def register(app: typer.Typer) -> None:
   slimecli plan +recipe=opd teacher.model_path=runs/q/final --json""")
     def plan(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
              recipe_dir: list[str] = RecipeDirOption) -> None:
-        """Show each process: name, full command, ports, environment, readiness probe."""
+        """Show each process: name, full command, ports, environment, readiness probe.
+
+        A pre-flight check that fails does not hide the plan: it is shown, then the errors, and the exit
+        code is 2 (with --json, the plan on stdout and the errors on stderr)."""
+        from slimecli.config.errors import ConfigErrors
         from slimecli.launch.plan import build_plan
+        from slimecli.launch.preflight import train_errors
         from slimecli.launch.rundir import default_path
 
         overrides = split_overrides(ctx.args)
@@ -34,19 +44,27 @@ def register(app: typer.Typer) -> None:
             typer.echo("# RUN/slurm/node.sh, run once on every node:")
             typer.echo(node_script(cfg, run_dir, overrides, recipe_dir, Path.cwd()))
             return
-        preflight_or_exit(cfg)
+        errors = train_errors(cfg)
         specs = build_plan(cfg, default_path(cfg))
         if as_json:
             typer.echo(json.dumps([s.to_json() for s in specs], indent=2))
-            return
-        import shlex
+        else:
+            _print_plan(cfg, specs)
+        if errors:
+            fail(ConfigErrors(errors).render())
 
-        typer.echo(f"launch plan for recipe={cfg.recipe} (run dir {default_path(cfg).resolve()}), in start order:")
-        for i, s in enumerate(specs, 1):
-            typer.echo(f"\n{i}. {s.name} ({s.kind})")
-            typer.echo(f"   command: {shlex.join(s.shown_argv())}")
-            typer.echo(f"   ports:   {', '.join(map(str, s.ports)) or '-'}")
-            typer.echo(f"   env:     {' '.join(f'{k}={v}' for k, v in s.env.items())}")
-            ready = f"GET {s.probe.url} answers {s.probe.status} within {s.start_timeout_s:.0f}s" if s.probe else \
-                "- (the run ends when it exits 0)"
-            typer.echo(f"   ready:   {ready}")
+
+def _print_plan(cfg: SlimeConfig, specs: list[ProcessSpec]) -> None:
+    import shlex
+
+    from slimecli.launch.rundir import default_path
+
+    typer.echo(f"launch plan for recipe={cfg.recipe} (run dir {default_path(cfg).resolve()}), in start order:")
+    for i, s in enumerate(specs, 1):
+        typer.echo(f"\n{i}. {s.name} ({s.kind})")
+        typer.echo(f"   command: {shlex.join(s.shown_argv())}")
+        typer.echo(f"   ports:   {', '.join(map(str, s.ports)) or '-'}")
+        typer.echo(f"   env:     {' '.join(f'{k}={v}' for k, v in s.env.items())}")
+        ready = f"GET {s.probe.url} answers {s.probe.status} within {s.start_timeout_s:.0f}s" if s.probe else \
+            "- (the run ends when it exits 0)"
+        typer.echo(f"   ready:   {ready}")

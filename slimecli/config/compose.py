@@ -12,13 +12,13 @@ import os
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
 from slimecli.config import recipes as recipe_lib
-from slimecli.config.convert import MAX_DEPTH, nesting_depth
-from slimecli.config.errors import ConfigError, ConfigErrors, allowed_hint, did_you_mean
+from slimecli.config.convert import MAX_DEPTH, nesting_depth, schema_paths
+from slimecli.config.errors import NO_VALUE, ConfigError, ConfigErrors, allowed_hint, did_you_mean
 from slimecli.config.paths import conf_dir, group_members
 from slimecli.config.schema import GROUPS, SlimeConfig
 
@@ -41,6 +41,10 @@ def _parse_one(parser: Any, text: str, errors: list[ConfigError]) -> Any:
     if len(text) > MAX_OVERRIDE_CHARS:
         errors.append(ConfigError(text.partition("=")[0], f"{len(text)} characters",
                                   f"override too long (at most {MAX_OVERRIDE_CHARS} characters)"))
+        return None
+    if "=" not in text and not text.startswith("~"):  # `slimecli config show trainer`
+        errors.append(ConfigError(text, NO_VALUE, "is not an override: use key=value or group=member",
+                                  _bare_word_example(text)))
         return None
     try:
         (ov,) = parser.parse_overrides([text])
@@ -70,6 +74,18 @@ def _parse_one(parser: Any, text: str, errors: list[ConfigError]) -> Any:
     return ov
 
 
+def _bare_word_example(word: str) -> str:
+    """How the word would be written as an override, when it names a group or a key."""
+    if word in GROUPS:
+        members = group_members(word)
+        default = getattr(getattr(SlimeConfig(), word), "name", None)
+        example = default if default in members else members[0] if members else "NAME"
+        return f"e.g. {word}={example} (members: {', '.join(members)})"
+    if word in schema_paths(SlimeConfig):
+        return f"e.g. {word}=VALUE"
+    return "e.g. trainer=torch, trainer.max_steps=20 or +recipe=opd"
+
+
 def _parse(overrides: list[str], recipe_dirs: tuple[str, ...], errors: list[ConfigError]) -> _Parsed:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -85,7 +101,11 @@ def _parse(overrides: list[str], recipe_dirs: tuple[str, ...], errors: list[Conf
         elif key == "recipe":
             spec = str(ov.value())
             recipe = recipe_lib.resolve(spec, recipe_dirs)
-            if recipe is None:
+            if recipe is None and recipe_lib.looks_like_path(spec):
+                errors.append(ConfigError("recipe", spec, f"recipe file {spec} does not exist",
+                                          "give the path of a recipe YAML file, or a recipe name "
+                                          "(slimecli recipes list)"))
+            elif recipe is None:
                 errors.append(ConfigError("recipe", spec, "unknown recipe",
                                           allowed_hint(spec, recipe_lib.available(recipe_dirs))))
             parsed.recipe = recipe
@@ -318,6 +338,31 @@ def _apply_aliases(data: dict[str, Any], parsed: _Parsed, errors: list[ConfigErr
             _put(data, target, value)
 
 
+def _with_leaf_hint(error: ConfigError) -> ConfigError:
+    """An unknown key whose last part is a key elsewhere (`max_steps` for trainer.max_steps, `trainer.lr` for
+    optimizer.lr) points there; otherwise it keeps its hint, or gets the closest key by last part."""
+    if error.reason != "unknown key":
+        return error
+    import difflib
+
+    where, _, leaf = error.path.rpartition(".")
+    paths = [p for p in schema_paths(SlimeConfig) if p != error.path]
+    exact = [p for p in paths if p.rsplit(".", 1)[-1] == leaf]
+    if len(exact) > 1 and where:  # `rollot.temperature`: the one under the group closest to what was typed
+        near = difflib.get_close_matches(where, [p.rpartition(".")[0] for p in exact], n=1, cutoff=0.6)
+        exact = [p for p in exact if near and p.rpartition(".")[0] == near[0]] or exact
+    if exact:
+        hint = f"did you mean '{exact[0]}'?" if len(exact) == 1 else \
+            f"did you mean one of {', '.join(repr(p) for p in exact[:6])}?"
+    elif error.hint:
+        return error
+    else:
+        by_leaf = {p.rsplit(".", 1)[-1]: p for p in reversed(paths)}  # the first path of each last part
+        close = difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.75) if len(leaf) < 200 else []
+        hint = f"did you mean '{by_leaf[close[0]]}'?" if close else ""
+    return replace(error, hint=hint)
+
+
 def load(overrides: Sequence[str] = (), recipe_dirs: tuple[str, ...] = (), uses_agent: bool = False) -> SlimeConfig:
     """Compose, check the schema and every rule; raise ConfigErrors with all of them at once."""
     from slimecli.config.convert import build
@@ -325,6 +370,7 @@ def load(overrides: Sequence[str] = (), recipe_dirs: tuple[str, ...] = (), uses_
 
     data, errors = compose_dict(list(overrides), tuple(recipe_dirs), uses_agent)
     cfg = build(SlimeConfig, data, "", errors)
+    errors = [_with_leaf_hint(e) for e in errors]
     if cfg is not None:
         errors.extend(check_all(cfg))
     if errors or cfg is None:

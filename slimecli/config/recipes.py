@@ -55,9 +55,14 @@ def available(extra: list[str] | tuple[str, ...] = ()) -> dict[str, Recipe]:
     return found
 
 
+def looks_like_path(spec: str) -> bool:
+    """`+recipe=./mine.yaml` names a file; `+recipe=opd` a recipe found by name."""
+    return spec.endswith((".yaml", ".yml")) or os.sep in spec or "/" in spec
+
+
 def resolve(spec: str, extra: list[str] | tuple[str, ...] = ()) -> Recipe | None:
     """A recipe by name, or by a path to a YAML file."""
-    if spec.endswith((".yaml", ".yml")) or os.sep in spec:
+    if looks_like_path(spec):
         try:
             p = Path(spec).expanduser()
             return Recipe(p.stem, p.resolve()) if p.is_file() else None
