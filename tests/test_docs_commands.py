@@ -209,3 +209,19 @@ def test_readme_says_what_make_test_does():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "make test     # set up (plus test tools, megatron-core and the agent CLIs) and run the whole test suite" in readme
     assert "`make test` is what CI runs" in readme
+
+
+def test_readme_lists_every_group_member_and_recipe():
+    """The README's tables name every member of every group in conf/ and every recipe in recipes/."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = {}
+    for line in readme.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) >= 2:
+            rows.setdefault(cells[0], cells[1])
+    for group in sorted(p for p in (ROOT / "conf").iterdir() if p.is_dir()):
+        assert group.name in rows, f"group {group.name} missing from the README's table"
+        listed = {m.strip(" *") for m in rows[group.name].split(",")}
+        assert listed == {m.stem for m in group.glob("*.yaml")}, group.name
+    for recipe in (ROOT / "recipes").glob("*.yaml"):
+        assert recipe.stem in rows, f"recipe {recipe.stem} missing from the README's table"
