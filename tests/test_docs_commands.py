@@ -1,5 +1,6 @@
 """Every `slimecli ...` line in a fenced code block of README.md and docs/*.md is checked, so the docs cannot
-drift from the CLI.
+drift from the CLI: every line of a ```bash block (after `VAR=value` prefixes), and `$ slimecli ...` lines of
+other blocks (transcripts). A test id names the doc and the line.
 
 Checked cheaply, in this interpreter, nothing launched: a command that takes overrides (`train`, `plan`,
 `config show|validate`, `eval`, `teacher serve`, `rollout serve`, `agent run|serve`, `tasks ...`) must compose
