@@ -116,7 +116,8 @@ class AgentService:
                                             settings)
         self.host = agent.host
         self.boots = asyncio.Semaphore(max(1, cfg.sandbox.max_concurrent_boots))  # sandboxes created at once
-        self.port = agent.port if port is None else port
+        # 0 (agent.port=auto): any free port, known once it listens (start)
+        self.port: int = (agent.port if isinstance(agent.port, int) else 0) if port is None else port
         self._runner: web.AppRunner | None = None
 
     @property

@@ -21,7 +21,7 @@ EPILOG = """[bold]Examples[/]
 
   slimecli agent install claude_code                       # npm package into ~/.cache/slimecli/tools
 
-  slimecli agent serve agent=claude_code model.path=DIR    # engine + Anthropic adapter on 127.0.0.1:18001
+  slimecli agent serve agent=claude_code model.path=DIR    # engine + Anthropic adapter on a free port (printed)
 
   slimecli agent serve agent=codex agent.engine_url=http://127.0.0.1:30000   # adapter over a running engine
 

@@ -27,6 +27,7 @@ def register(app: typer.Typer) -> None:
         A pre-flight check that fails does not hide the plan: it is shown, then the errors, and the exit
         code is 2 (with --json, the plan on stdout and the errors on stderr)."""
         from slimecli.config.errors import ConfigErrors
+        from slimecli.launch.free_ports import with_free_ports
         from slimecli.launch.plan import build_plan
         from slimecli.launch.preflight import train_errors
         from slimecli.launch.rundir import default_path
@@ -44,8 +45,12 @@ def register(app: typer.Typer) -> None:
             typer.echo("# RUN/slurm/node.sh, run once on every node:")
             typer.echo(node_script(cfg, run_dir, overrides, recipe_dir, Path.cwd()))
             return
-        errors = train_errors(cfg)
-        specs = build_plan(cfg, default_path(cfg))
+        try:
+            launched = with_free_ports(cfg)
+        except ConfigErrors as exc:
+            fail(exc.render())
+        errors = train_errors(launched)
+        specs = build_plan(launched, default_path(cfg))
         if as_json:
             typer.echo(json.dumps([s.to_json() for s in specs], indent=2))
         else:
@@ -68,3 +73,16 @@ def _print_plan(cfg: SlimeConfig, specs: list[ProcessSpec]) -> None:
         ready = f"GET {s.probe.url} answers {s.probe.status} within {s.start_timeout_s:.0f}s" if s.probe else \
             "- (the run ends when it exits 0)"
         typer.echo(f"   ready:   {ready}")
+    auto = auto_port_keys(cfg)
+    if auto:
+        typer.echo(f"\n{' and '.join(auto)} = auto: the ports above are free now, picked for this plan; "
+                   "`slimecli train` picks its own when it starts and records them in RUN/plan.json")
+
+
+def auto_port_keys(cfg: SlimeConfig) -> list[str]:
+    """The port keys left "auto" whose ports this plan shows (the servers it starts)."""
+    from slimecli.config.layout import teacher_nodes
+    from slimecli.config.port import is_auto
+
+    keys = ["rollout.port"] if is_auto(cfg.rollout.port) else []
+    return keys + (["teacher.port"] if is_auto(cfg.teacher.port) and teacher_nodes(cfg) else [])

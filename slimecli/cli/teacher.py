@@ -17,9 +17,11 @@ if TYPE_CHECKING:
 
 EPILOG = """[bold]Examples[/]
 
-  slimecli teacher serve model.path=RUN/final teacher.tp=2 teacher.port=7999     # CPU: 2 ranks over gloo
+  slimecli teacher serve model.path=RUN/final teacher.tp=2   # CPU: 2 ranks over gloo; prints its URL (a free port)
 
   slimecli teacher serve teacher.model_path=/ckpt/teacher teacher.dp=2 teacher.max_length=32768
+
+  slimecli teacher serve model.path=RUN/final teacher.port=7999   # on a port of your choosing
 
   curl -s 127.0.0.1:7999/generate -d '{"input_ids":[1,5,7,9],"sample_n":4,"label_token_ids":[[5,6],[7,8],[9,1]]}'
 """
@@ -29,10 +31,15 @@ def _with_teacher_model(cfg: SlimeConfig, overrides: list[str]) -> SlimeConfig:
     """teacher=server serving teacher.model_path, else model.path, else the tiny model (made on first use);
     refused with the pre-flight's messages (those `config validate` prints) when it cannot be served here."""
     from slimecli.config.errors import ConfigErrors
+    from slimecli.launch.free_ports import with_free_teacher_port
     from slimecli.launch.preflight import teacher_serve_errors, teacher_source
 
     key, path = teacher_source(cfg)
     served = replace(cfg, teacher=replace(cfg.teacher, name="server", url=None, model_path=path))
+    try:
+        served = with_free_teacher_port(served)  # teacher.port=auto: a free one, printed with the URL below
+    except ConfigErrors as exc:
+        fail(exc.render())
     errors = teacher_serve_errors(served, key)
     if errors:
         fail(ConfigErrors(errors).render())

@@ -23,6 +23,9 @@ T = TypeVar("T", bound="DataclassInstance")
 # A float field accepts inf/-inf only when its dataclass field says so: field(metadata={NON_FINITE: True}).
 # NaN is refused everywhere. Ints must fit in 64 bits (they end in C code: torch, ports, sizes).
 NON_FINITE = "non_finite"
+# A field whose type error should say what it accepts in words (a union reads badly: "int | 'auto'") sets
+# field(metadata={ALLOWED: "auto or a TCP port 1..65535"}).
+ALLOWED = "allowed"
 INT_BOUND = 2**63
 MAX_DEPTH = 32  # how deep a config value may nest (lists and mappings inside each other)
 
@@ -184,13 +187,28 @@ def build(cls: type[T], data: dict[str, Any], prefix: str, errors: list[ConfigEr
             errors.append(ConfigError(path, value, "unknown key",
                                       did_you_mean(str(key), names, f"{prefix}." if prefix else "")))
             continue
+        found = len(errors)
         out = _convert(value, hints[key], path, errors, bool(fields[key].metadata.get(NON_FINITE)))
+        allowed = fields[key].metadata.get(ALLOWED)
+        if out is _MISSING and allowed:
+            del errors[found:]
+            close = did_you_mean(value, _literal_words(hints[key])) if isinstance(value, str) else ""
+            errors.append(ConfigError(path, value, f"expected {allowed}", close))
         if out is not _MISSING:
             kwargs[key] = out
     try:
         return cls(**kwargs)
     except TypeError:  # a required field is missing; already reported through errors
         return None
+
+
+def _literal_words(tp: Any) -> list[str]:
+    """The words a type accepts literally (its Literal members, also inside a union): for did-you-mean."""
+    if typing.get_origin(tp) is Literal:
+        return [str(a) for a in typing.get_args(tp)]
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        return [word for arg in typing.get_args(tp) for word in _literal_words(arg)]
+    return []
 
 
 def to_plain(obj: Any) -> Any:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from slimecli.config.port import Port
 from slimecli.config.schema import SlimeConfig
 
 NODES_DIR = "nodes"  # RUN/nodes/<rank>/: the config, logs, plan and lock of node <rank> > 0
@@ -25,10 +26,23 @@ class EngineSlot:
         return f"http://{self.host}:{self.port}"
 
 
+def picked(port: Port, key: str) -> int:
+    """A port of the layout as a number: an "auto" one must have been picked first (launch/free_ports.py)."""
+    if isinstance(port, int):
+        return port
+    raise ValueError(f"{key}={port}: no port picked yet (slimecli.launch.free_ports.with_free_ports picks them)")
+
+
 def node_host(cfg: SlimeConfig, node: int) -> str:
     """The address of node ``node``: cluster.node_hosts when given, else rollout.host (every node on one host)."""
     hosts = cfg.cluster.node_hosts
     return hosts[node] if node < len(hosts) else cfg.rollout.host
+
+
+def engine_count(cfg: SlimeConfig) -> int:
+    """How many engines the run has over all its nodes (engine_slots without their addresses)."""
+    r = cfg.rollout
+    return r.num_engines if r.engines_per_node == 0 else cfg.cluster.nnodes * r.engines_per_node
 
 
 def engine_slots(cfg: SlimeConfig) -> list[EngineSlot]:
@@ -36,9 +50,9 @@ def engine_slots(cfg: SlimeConfig) -> list[EngineSlot]:
     engines on every node. Engine k listens on rollout.port + k, so nodes sharing a host never collide."""
     r = cfg.rollout
     if r.engines_per_node == 0:
-        return [EngineSlot(i, 0, node_host(cfg, 0), r.port + i) for i in range(r.num_engines)]
-    return [EngineSlot(k, k // r.engines_per_node, node_host(cfg, k // r.engines_per_node), r.port + k)
-            for k in range(cfg.cluster.nnodes * r.engines_per_node)]
+        return [EngineSlot(i, 0, node_host(cfg, 0), picked(r.port, "rollout.port") + i) for i in range(r.num_engines)]
+    return [EngineSlot(k, k // r.engines_per_node, node_host(cfg, k // r.engines_per_node),
+                       picked(r.port, "rollout.port") + k) for k in range(cfg.cluster.nnodes * r.engines_per_node)]
 
 
 def node_engines(cfg: SlimeConfig) -> list[EngineSlot]:
@@ -50,17 +64,20 @@ def engine_slot(cfg: SlimeConfig, index: int) -> EngineSlot:
     """Engine ``index`` of the layout; an index past it (an engine started by hand, `--index i`) listens on
     rollout.port + index at rollout.host."""
     slots = engine_slots(cfg)
-    return slots[index] if 0 <= index < len(slots) else EngineSlot(index, 0, cfg.rollout.host, cfg.rollout.port + index)
+    if 0 <= index < len(slots):
+        return slots[index]
+    return EngineSlot(index, 0, cfg.rollout.host, picked(cfg.rollout.port, "rollout.port") + index)
 
 
 def teacher_address(cfg: SlimeConfig, node: int) -> tuple[str, int]:
     """Where node ``node``'s teacher server listens: teacher.host:teacher.port, or with teacher.every_node the
     node's address (cluster.node_hosts, else teacher.host) on teacher.port + node."""
     t = cfg.teacher
+    port = picked(t.port, "teacher.port")
     if not t.every_node:
-        return t.host, t.port
+        return t.host, port
     hosts = cfg.cluster.node_hosts
-    return (hosts[node] if node < len(hosts) else t.host), t.port + node
+    return (hosts[node] if node < len(hosts) else t.host), port + node
 
 
 def teacher_nodes(cfg: SlimeConfig) -> list[int]:

@@ -4,7 +4,7 @@ Two ways to name what is evaluated:
 - `model.path=DIR` (any composed config, `+recipe=NAME` included): DIR on the config's eval.datasets, as
   step 0, in a new run directory `<run.root>/<run.name>-<time>` (run.name defaults to `eval`);
 - `run.dir=RUN`: that run's final policy (RUN/final) with the run's own frozen config and eval settings (a
-  later key=value changes them, e.g. a free rollout.port), as its last step, in `RUN/evals/final-<time>`.
+  later key=value changes them; its ports are picked free again unless given), as its last step, in `RUN/evals/final-<time>`.
 Either directory holds what a training run's evaluation writes: eval/step_<N>/<name>.jsonl, the summary,
 metrics.jsonl, plus the config, plan and logs.
 """
@@ -51,6 +51,7 @@ def from_run(run_dir: Path, overrides: list[str]) -> tuple[SlimeConfig, int]:
 
     from slimecli.config.convert import build, to_plain
     from slimecli.config.io import load_frozen
+    from slimecli.config.port import AUTO
     from slimecli.config.rules import check_all
     from slimecli.launch.plan import CONFIG_FILE
 
@@ -78,6 +79,9 @@ def from_run(run_dir: Path, overrides: list[str]) -> tuple[SlimeConfig, int]:
             errors.append(ConfigError("run.dir", str(run_dir), f"the run has no final model ({final})",
                                       "let the run finish, or evaluate a checkpoint with model.path=DIR"))
         data["model"]["path"] = str(final.resolve())
+    for group in ("rollout", "teacher", "agent"):  # the run's servers are gone: free ports, unless given
+        if f"{group}.port" not in given:
+            data[group]["port"] = AUTO
     data["run"].update(dir=None, root=str((run_dir / EVALS_DIR).resolve()), name=FINAL_DIR)
     cfg = build(SlimeConfig, data, "", errors)
     if cfg is not None:
@@ -107,6 +111,7 @@ def evaluate(cfg: SlimeConfig, step: int, argv: list[str], overrides: list[str],
     """Launch the engines and the evaluator, supervise them, print the table. 0 only when every dataset
     was evaluated."""
     from slimecli.eval.runner import read_summary
+    from slimecli.launch.free_ports import with_free_rollout_port
     from slimecli.launch.plan import engine_specs, in_run
     from slimecli.launch.preflight import agent_cli_errors, engine_errors, materialize, sandbox_errors
     from slimecli.launch.rundir import prepare, write_plan
@@ -117,7 +122,7 @@ def evaluate(cfg: SlimeConfig, step: int, argv: list[str], overrides: list[str],
     if not cfg.eval.datasets:
         raise ConfigErrors([ConfigError("eval.datasets", [], "nothing to evaluate",
                                         "eval.datasets=[{name: NAME, task: jsonl, path: FILE}] or +recipe=NAME")])
-    cfg = materialize(cfg)
+    cfg = with_free_rollout_port(materialize(cfg))  # rollout.port=auto: free ports, recorded in the plan
     errors = engine_errors(cfg, [slot.port for slot in engine_slots(cfg)])
     if any(ds.task == "swe" for ds in cfg.eval.datasets):  # SWE tasks are worked by the agent CLI in sandboxes
         errors += agent_cli_errors(cfg) + sandbox_errors(cfg)

@@ -10,6 +10,7 @@ from rich.markup import escape
 from slimecli.config.errors import NO_VALUE, ConfigError, ConfigErrors
 from slimecli.config.layout import run_dir_of
 from slimecli.config.schema import SlimeConfig
+from slimecli.launch.free_ports import with_free_ports
 from slimecli.launch.plan import build_plan
 from slimecli.launch.preflight import check, materialize
 from slimecli.launch.rundir import prepare, resume_command, write_plan
@@ -18,7 +19,7 @@ from slimecli.launch.supervisor import Supervisor
 
 def run(cfg: SlimeConfig, argv: list[str], overrides: list[str], console: Console | None = None) -> int:
     console = console or Console(highlight=False, soft_wrap=True)
-    cfg = materialize(cfg)
+    cfg = with_free_ports(materialize(cfg))  # "auto" ports: free ones now, written to config.yaml and plan.json
     check(cfg)
     run_dir = prepare(cfg, argv, overrides)
     if run_dir.resumed:

@@ -26,6 +26,7 @@ from slimecli.config.errors import ConfigError, ConfigErrors
 from slimecli.config.groups.teacher import TeacherConfig
 from slimecli.config.groups.trainer import MEGATRON_ARCHITECTURES
 from slimecli.config.layout import node_engines, teacher_address, teacher_nodes
+from slimecli.config.port import AUTO, Port
 from slimecli.config.schema import SlimeConfig
 
 # No tokenizer packs more than this many characters into one token on average (English prose and code run
@@ -291,11 +292,12 @@ def port_problem(host: str, port: int) -> str | None:
     return None
 
 
-def port_errors(key: str, host: str, ports: Iterable[int]) -> list[ConfigError]:
-    """Each port a server started here will listen on must be free (0 = any free port)."""
+def port_errors(key: str, host: str, ports: Iterable[Port]) -> list[ConfigError]:
+    """Each port a server started here will listen on must be free (auto or 0: a free one is picked, nothing to
+    check)."""
     errors = []
     for port in ports:
-        problem = port_problem(host, port) if port else None
+        problem = port_problem(host, port) if isinstance(port, int) and port else None
         if problem:
             errors.append(ConfigError(key, port, problem, f"stop what listens there, or choose another {key}"))
     return errors
@@ -345,7 +347,7 @@ def tokenizer_errors(cfg: SlimeConfig) -> list[ConfigError]:
 
 
 # ---- components: what each kind of process needs here ------------------------------------------------------
-def engine_errors(cfg: SlimeConfig, ports: Iterable[int]) -> list[ConfigError]:
+def engine_errors(cfg: SlimeConfig, ports: Iterable[Port]) -> list[ConfigError]:
     """Rollout engines started here: their model files and ports, and for the embedded one its device."""
     errors = device_errors(cfg) if cfg.rollout.name == "local" else []
     errors += weights_errors("model.path", cfg.model.path) + tokenizer_errors(cfg)
@@ -353,7 +355,7 @@ def engine_errors(cfg: SlimeConfig, ports: Iterable[int]) -> list[ConfigError]:
 
 
 def teacher_errors(t: TeacherConfig, path_key: str = "teacher.model_path",
-                   address: tuple[str, int] | None = None) -> list[ConfigError]:
+                   address: tuple[str, Port] | None = None) -> list[ConfigError]:
     """A teacher server started here: its weights, its port (``address``: where it listens, when not
     teacher.host:teacher.port), one GPU per rank where ranks run on GPUs."""
     host, port = address or (t.host, t.port)
@@ -377,12 +379,19 @@ def teacher_errors(t: TeacherConfig, path_key: str = "teacher.model_path",
 def server_errors(cfg: SlimeConfig) -> list[ConfigError]:
     """The servers `train` starts on this node (config/layout.py): its engines, and its teacher server (node 0's,
     or every node's with teacher.every_node; none with teacher.url)."""
-    on_node = [slot.port for slot in node_engines(cfg)]
+    r, t, node = cfg.rollout, cfg.teacher, cfg.cluster.node_rank
+    engines_here = len(node_engines(with_port(cfg, 0)))  # how many, whatever their ports
+    on_node: list[Port] = [slot.port for slot in node_engines(cfg)] if isinstance(r.port, int) else [AUTO] * engines_here
     errors = engine_errors(cfg, on_node) if on_node else []
-    node = cfg.cluster.node_rank
     if node in teacher_nodes(cfg):
-        errors += teacher_errors(cfg.teacher, address=teacher_address(cfg, node))
+        address = teacher_address(cfg, node) if isinstance(t.port, int) else (t.host, AUTO)
+        errors += teacher_errors(t, address=address)
     return errors
+
+
+def with_port(cfg: SlimeConfig, port: int) -> SlimeConfig:
+    """``cfg`` with rollout.port set: for counting its engines before "auto" is picked."""
+    return replace(cfg, rollout=replace(cfg.rollout, port=port))
 
 
 def agent_chosen_errors(cfg: SlimeConfig) -> list[ConfigError]:
@@ -433,7 +442,8 @@ def teacher_serve_errors(cfg: SlimeConfig, path_key: str = "teacher.model_path")
     errors = [e for rule in teacher_rules.RULES for e in rule(cfg)]
     if errors:
         return errors
-    errors = teacher_errors(cfg.teacher, path_key, address=teacher_address(cfg, cfg.cluster.node_rank))
+    address = teacher_address(cfg, cfg.cluster.node_rank) if isinstance(cfg.teacher.port, int) else None
+    errors = teacher_errors(cfg.teacher, path_key, address=address)
     student = cfg.model.path
     if not errors and student and Path(student).resolve() != Path(cfg.teacher.model_path or "").resolve():
         errors = model_errors(cfg)
@@ -442,7 +452,9 @@ def teacher_serve_errors(cfg: SlimeConfig, path_key: str = "teacher.model_path")
 
 def rollout_serve_errors(cfg: SlimeConfig, index: int = 0) -> list[ConfigError]:
     """`rollout serve --index i`: the embedded engine on rollout.port + i."""
-    return engine_errors(replace(cfg, rollout=replace(cfg.rollout, name="local")), [cfg.rollout.port + index])
+    port = cfg.rollout.port
+    return engine_errors(replace(cfg, rollout=replace(cfg.rollout, name="local")),
+                         [port + index] if isinstance(port, int) else [])
 
 
 def agent_serve_errors(cfg: SlimeConfig) -> list[ConfigError]:

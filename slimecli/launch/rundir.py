@@ -18,6 +18,7 @@ from slimecli.config.convert import to_plain
 from slimecli.config.errors import ConfigError, ConfigErrors
 from slimecli.config.io import dump_yaml, load_frozen, save_frozen
 from slimecli.config.layout import node_dir
+from slimecli.config.rules.ports import is_port_key
 from slimecli.config.schema import SlimeConfig
 from slimecli.launch.lock import RunInUse, RunLock, acquire
 from slimecli.launch.plan import CONFIG_FILE
@@ -125,7 +126,8 @@ def prepare(cfg: SlimeConfig, argv: list[str], overrides: list[str]) -> RunDir:
         # run.dir never differs between a run and its resume: the stored config was found in the directory being
         # resumed, whatever it says (null for an auto-named run, a path relative to another working directory,
         # the absolute path, or where the directory was before it was moved)
-        diff = [d for d in _diff(to_plain(old), to_plain(cfg)) if d[0] != "run.dir"]
+        # nor its ports: where the servers listen is picked afresh by each start ("auto") and is no part of the run
+        diff = [d for d in _diff(to_plain(old), to_plain(cfg)) if d[0] != "run.dir" and not is_port_key(d[0])]
         refused = [key for key, _, _ in diff if not resumable(key)]
         if refused and cfg.run.resume != "force":
             lock.release()

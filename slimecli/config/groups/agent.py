@@ -3,6 +3,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from slimecli.config.port import Port, port_field
+
 
 @dataclass(frozen=True)
 class AgentConfig:
@@ -10,7 +12,7 @@ class AgentConfig:
 
     name: str = "none"  # none | claude_code | codex | an entry of `registry`
     host: str = "127.0.0.1"
-    port: int = 18001
+    port: Port = port_field()  # the adapter's; auto (or 0): a free port, printed when it listens
     max_turns: int = 64
     tool_parser: str = "qwen"
     binary: str | None = None  # a CLI binary to use instead of the installed one

@@ -13,6 +13,7 @@ class ClusterConfig:
     nnodes: int = 1  # `cluster.nodes`, SLURM's word for it, is accepted as this key (config/compose.py)
     node_rank: int = 0
     master_addr: str = "127.0.0.1"
+    # stays a number: every node must know it before any starts (one node uses torchrun --standalone instead)
     master_port: int = 29500
     # torchrun's rendezvous: static (node ranks as given, the store at master_addr:master_port) or c10d (ranks
     # by arrival, the same endpoint; what elastic launchers use)

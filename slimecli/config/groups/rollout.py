@@ -3,6 +3,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from slimecli.config.port import Port, port_field
+
 
 @dataclass(frozen=True)
 class RolloutConfig:
@@ -19,7 +21,8 @@ class RolloutConfig:
     num_engines: int = 1  # all on node 0 (with rollout.engines_per_node = 0)
     engines_per_node: int = 0  # N > 0: N engines on every node of a multi-node run (cluster.node_hosts)
     host: str = "127.0.0.1"
-    port: int = 30000  # engine i listens on port + i
+    # auto: a free port for every engine when the run starts (recorded in RUN/plan.json); N: engine i on N + i
+    port: Port = port_field()
     start_timeout_s: float = 300.0
     request_timeout_s: float = 600.0
     max_running_requests: int = 64  # embedded engine batch limit

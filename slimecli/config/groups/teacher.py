@@ -3,6 +3,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from slimecli.config.port import Port, port_field
+
 
 @dataclass(frozen=True)
 class TeacherConfig:
@@ -12,7 +14,7 @@ class TeacherConfig:
     url: str | None = None  # an existing server; otherwise launched from model_path
     model_path: str | None = None
     host: str = "127.0.0.1"
-    port: int = 7999
+    port: Port = port_field()  # auto: a free port when the server starts (recorded in RUN/plan.json)
     # a launched teacher server (tp x dp ranks) on every node of the run, node k's on teacher.port + k at its
     # address (cluster.node_hosts); trainer rank 0 spreads its samples over all of them
     every_node: bool = False

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from slimecli.config.errors import ConfigError
-from slimecli.config.layout import engine_slots
+from slimecli.config.layout import engine_count
 from slimecli.config.schema import SlimeConfig
 
 
@@ -78,7 +78,7 @@ def generate(cfg: SlimeConfig) -> list[ConfigError]:
         errors.append(ConfigError("trainer.loss_reduction", cfg.trainer.loss_reduction,
                                   "agent runs fork into several samples; each run must weigh the same",
                                   "use trainer.loss_reduction=per_rollout"))
-    engines = len(engine_slots(cfg))
+    engines = engine_count(cfg)
     slots = cfg.rollout.max_running_requests * engines
     if cfg.agent.concurrency > slots:
         errors.append(ConfigError("agent.concurrency", cfg.agent.concurrency,

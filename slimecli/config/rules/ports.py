@@ -1,16 +1,17 @@
-"""Every TCP port of the schema is in range, with the ports counted up from it (engine k listens on
+"""Every TCP port of the schema is "auto" or in range, with the ports counted up from it (engine k listens on
 rollout.port + k, node k's teacher on teacher.port + k): a port past 65535 passes the type check and then
-crashes the server that binds it."""
+crashes the server that binds it. A multi-node run names its ports: the nodes start apart, and each must
+know where the others' servers listen before any of them picks a port."""
 
 from __future__ import annotations
 
 from slimecli.config.errors import ConfigError
+from slimecli.config.layout import engine_count, teacher_nodes
+from slimecli.config.port import MAX_PORT, PORT_ALLOWED, is_auto
 from slimecli.config.schema import SlimeConfig
 
-MAX_PORT = 65535
-
-# Each port field of the schema (a leaf named `port` or `*_port`) and whether 0 is allowed: 0 means "any free
-# port" only where the server reports the port it got (agent.port); the others are told to peers beforehand.
+# Each port field of the schema (a leaf named `port` or `*_port`) and whether 0 is allowed: agent.port=0 is the
+# older spelling of auto (the adapter reports the port it got). cluster.master_port is never auto (its comment).
 PORT_FIELDS = {"rollout.port": False, "teacher.port": False, "agent.port": True, "cluster.master_port": False}
 
 
@@ -30,27 +31,48 @@ def in_range(cfg: SlimeConfig) -> list[ConfigError]:
     errors = []
     for path, zero_allowed in PORT_FIELDS.items():
         port = _value(cfg, path)
+        if is_auto(port) and path != "cluster.master_port":
+            continue
         low = 0 if zero_allowed else 1
-        if not isinstance(port, int) or not low <= port <= MAX_PORT:
-            what = f"0..{MAX_PORT} (0 = any free port)" if zero_allowed else f"1..{MAX_PORT}"
-            errors.append(ConfigError(path, port, f"must be a TCP port in {what}"))
+        if isinstance(port, bool) or not isinstance(port, int) or not low <= port <= MAX_PORT:
+            errors.append(ConfigError(path, port, f"must be {_allowed(path, zero_allowed)}"))
     return errors
+
+
+def _allowed(path: str, zero_allowed: bool) -> str:
+    if path == "cluster.master_port":
+        return f"a TCP port in 1..{MAX_PORT}"
+    return f"{PORT_ALLOWED} (0 = auto)" if zero_allowed else PORT_ALLOWED
 
 
 def counted_up(cfg: SlimeConfig) -> list[ConfigError]:
     """The last engine's and the last node's teacher port must still be a port."""
     errors = []
     r, t, nnodes = cfg.rollout, cfg.teacher, cfg.cluster.nnodes
-    engines = r.num_engines if r.engines_per_node == 0 else nnodes * r.engines_per_node
-    if 0 < r.port <= MAX_PORT and engines > 0 and r.port + engines - 1 > MAX_PORT:
+    engines = engine_count(cfg)
+    if isinstance(r.port, int) and 0 < r.port <= MAX_PORT and engines > 0 and r.port + engines - 1 > MAX_PORT:
         errors.append(ConfigError("rollout.port", r.port, f"engine k listens on rollout.port + k: the last of "
                                   f"{engines} engines would listen on {r.port + engines - 1}, past {MAX_PORT}",
                                   f"use rollout.port <= {MAX_PORT - engines + 1}"))
-    if t.every_node and 0 < t.port <= MAX_PORT and nnodes > 1 and t.port + nnodes - 1 > MAX_PORT:
+    if (t.every_node and isinstance(t.port, int) and 0 < t.port <= MAX_PORT and nnodes > 1
+            and t.port + nnodes - 1 > MAX_PORT):
         errors.append(ConfigError("teacher.port", t.port, f"node k's teacher listens on teacher.port + k: node "
                                   f"{nnodes - 1}'s would listen on {t.port + nnodes - 1}, past {MAX_PORT}",
                                   f"use teacher.port <= {MAX_PORT - nnodes + 1}"))
     return errors
 
 
-RULES = [in_range, counted_up]
+def named_across_nodes(cfg: SlimeConfig) -> list[ConfigError]:
+    """nnodes > 1: the engines' and a launched teacher's ports are numbers every node agrees on beforehand."""
+    if cfg.cluster.nnodes <= 1:
+        return []
+    needed = [("rollout.port", cfg.rollout.port)]
+    if teacher_nodes(cfg):
+        needed.append(("teacher.port", cfg.teacher.port))
+    return [ConfigError(key, port, "auto picks a port on one node; the other nodes cannot learn it",
+                        f"a multi-node run (cluster.nnodes > 1) names its ports: set {key} to a free port, "
+                        f"e.g. {key}={default}")
+            for (key, port), default in zip(needed, (30000, 7999), strict=False) if is_auto(port)]
+
+
+RULES = [in_range, counted_up, named_across_nodes]

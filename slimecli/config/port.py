@@ -1,0 +1,26 @@
+"""The type of a server's port in the schema: a TCP port, or "auto" for a free one picked when it starts.
+
+A fixed default port fails a second run on a shared machine ("in use"); with "auto" each run takes ports
+nothing else holds (slimecli/launch/free_ports.py) and records them in its plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import field
+from typing import Any, Literal, Union
+
+from slimecli.config.convert import ALLOWED
+
+AUTO: Literal["auto"] = "auto"
+MAX_PORT = 65535
+Port = Union[int, Literal["auto"]]  # noqa: UP007 - a runtime value the schema converter reads
+PORT_ALLOWED = f"auto or a TCP port 1..{MAX_PORT}"
+
+
+def port_field(default: Port = AUTO) -> Any:
+    """A port field of the schema; a value of the wrong type is reported as "expected auto or 1..65535"."""
+    return field(default=default, metadata={ALLOWED: PORT_ALLOWED})
+
+
+def is_auto(port: object) -> bool:
+    return port == AUTO

@@ -1,0 +1,51 @@
+"""Ports picked at launch: each server port left "auto" becomes a free port of this machine.
+
+Every process of a run reads its ports from RUN/config.yaml (engine k on rollout.port + k, the teacher on
+teacher.port), so the picked ports are written there and into RUN/plan.json before anything starts. The
+engines get one block of consecutive ports: the layout numbers them from one base port, and the trainer finds
+them the same way. agent.port stays "auto": the adapter binds any free port itself and reports it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from slimecli.config.errors import ConfigError, ConfigErrors
+from slimecli.config.layout import engine_count, teacher_nodes
+from slimecli.config.port import is_auto
+from slimecli.config.schema import SlimeConfig
+from slimecli.net.ports import free_port, free_ports
+
+
+def with_free_ports(cfg: SlimeConfig) -> SlimeConfig:
+    """The run's engines' and launched teacher's "auto" ports picked (`slimecli train`, `slimecli plan`)."""
+    return with_free_teacher_port(with_free_rollout_port(cfg))
+
+
+def with_free_rollout_port(cfg: SlimeConfig, engines: int | None = None) -> SlimeConfig:
+    """rollout.port "auto" -> the first of ``engines`` (default: the run's engines) consecutive free ports."""
+    r = cfg.rollout
+    if not is_auto(r.port):
+        return cfg
+    try:
+        port = free_ports(r.host, max(engine_count(cfg) if engines is None else engines, 1))
+    except OSError as exc:  # a host this machine cannot listen on, or no free block left
+        raise _cannot_pick("rollout.port", "rollout.host", exc) from None
+    return replace(cfg, rollout=replace(r, port=port))
+
+
+def with_free_teacher_port(cfg: SlimeConfig) -> SlimeConfig:
+    """teacher.port "auto" -> a free port, when the config launches a teacher server (else nothing listens)."""
+    t = cfg.teacher
+    if not (is_auto(t.port) and teacher_nodes(cfg)):
+        return cfg
+    try:
+        port = free_port(t.host)
+    except OSError as exc:
+        raise _cannot_pick("teacher.port", "teacher.host", exc) from None
+    return replace(cfg, teacher=replace(t, port=port))
+
+
+def _cannot_pick(key: str, host_key: str, exc: OSError) -> ConfigErrors:
+    return ConfigErrors([ConfigError(key, "auto", f"cannot pick a free port: {exc}",
+                                     f"check {host_key}, or set {key} to a free port")])
