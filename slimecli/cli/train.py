@@ -55,8 +55,9 @@ def register(app: typer.Typer) -> None:
         if dry_run:
             fail("--dry-run writes a cluster=slurm job script; `slimecli plan` shows what a local run starts")
         follower = _start_progress(cfg, console)
+        complete_already: list[bool] = []  # nothing trained: the summary's wall time is the run's own
         try:
-            code = run(cfg, sys.argv, overrides, console=console)
+            code = run(cfg, sys.argv, overrides, console=console, on_complete=lambda: complete_already.append(True))
         except ConfigErrors as exc:  # checks that need the model files
             fail(exc.render())
         finally:
@@ -65,7 +66,8 @@ def register(app: typer.Typer) -> None:
         if cfg.observe.report and cfg.cluster.node_rank == 0:  # the first node reports for every node
             _report(cfg, console)
         if cfg.cluster.node_rank == 0:
-            _summary(cfg, console, time.monotonic() - started, split_overrides(ctx.args))
+            wall_s = None if complete_already else time.monotonic() - started
+            _summary(cfg, console, wall_s, split_overrides(ctx.args))
         raise typer.Exit(code)
 
 
@@ -122,9 +124,9 @@ def _start_progress(cfg: SlimeConfig, console: Console) -> MetricsFollower | Non
     return MetricsFollower(console, cfg.trainer.max_steps, lambda: own_run_dir(cfg)).start()
 
 
-def _summary(cfg: SlimeConfig, console: Console, wall_s: float, overrides: list[str]) -> None:
+def _summary(cfg: SlimeConfig, console: Console, wall_s: float | None, overrides: list[str]) -> None:
     """What the run achieved, where its results are and how to resume or continue it (observe.summary); never
-    fails the run."""
+    fails the run. ``wall_s`` None: the wall time its metrics recorded."""
     run_dir = own_run_dir(cfg)
     if run_dir is None:
         return

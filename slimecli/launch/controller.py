@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -17,7 +18,10 @@ from slimecli.launch.rundir import prepare, resume_command, write_plan
 from slimecli.launch.supervisor import Supervisor
 
 
-def run(cfg: SlimeConfig, argv: list[str], overrides: list[str], console: Console | None = None) -> int:
+def run(cfg: SlimeConfig, argv: list[str], overrides: list[str], console: Console | None = None,
+        on_complete: Callable[[], None] | None = None) -> int:
+    """Exit code of the run; ``on_complete`` is called when the run was complete already and nothing started
+    (its summary then reports the run's recorded wall time, not this command's few seconds)."""
     console = console or Console(highlight=False, soft_wrap=True)
     cfg = with_free_ports(materialize(cfg))  # "auto" ports: free ones now, written to config.yaml and plan.json
     check(cfg)
@@ -37,6 +41,8 @@ def run(cfg: SlimeConfig, argv: list[str], overrides: list[str], console: Consol
                       f"trainer.max_steps to continue it, e.g. {escape(more)}")
         if run_dir.lock is not None:
             run_dir.lock.release()
+        if on_complete is not None:
+            on_complete()
         return 0
     specs = build_plan(cfg, run_dir.path)
     write_plan(run_dir, specs)
