@@ -84,13 +84,14 @@ def test_plan_json_lists_processes_in_start_order(tmp_path, tiny):
     trainer = plan[-1]
     assert trainer["argv"][1:4] == ["-m", "torch.distributed.run", "--nproc-per-node"]
     assert trainer["argv"][-2] == "--config" and trainer["argv"][-1].endswith("config.yaml")
-    assert plan[0]["probe"]["url"].endswith("/health_generate") and plan[0]["ports"] == [30000]
+    (engine_port,) = plan[0]["ports"]  # rollout.port=auto: a free port, picked for the plan
+    assert plan[0]["probe"]["url"].endswith(f":{engine_port}/health_generate")
     # a teacher whose tokenizer is not the student's: refused by plan as by train
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / "model.safetensors").write_bytes(b"")
     bad = invoke_cli("plan", "+recipe=opd", f"model.path={tiny}", f"teacher.model_path={tmp_path}", "--json")
     assert bad.returncode == 2 and "teacher.model_path: cannot compare the tokenizers" in bad.stderr, bad.stderr
-    assert plan[1]["probe"]["url"] == "http://127.0.0.1:7999/healthz"
+    assert plan[1]["probe"]["url"] == f"http://127.0.0.1:{plan[1]['ports'][0]}/healthz"
     human = invoke_cli("plan", "+recipe=swe_agent")  # pre-flight passes: the CLI is installed, the sandbox starts
     assert human.returncode == 0 and "command:" in human.stdout and "ready:" in human.stdout
 

@@ -51,7 +51,7 @@ def test_layout_puts_engines_on_every_node_and_node_files_in_their_own_directory
     assert all(s.env["SLIMECLI_RUN_DIR"] == str(tmp_path.resolve()) for s in plan)  # engines load RUN/weights
     c10d = build_plan(load(["cluster.nnodes=2", "cluster.rdzv_backend=c10d", f"run.dir={tmp_path}"]), tmp_path)
     assert "--rdzv-endpoint" in c10d[-1].argv and "--node-rank" not in c10d[-1].argv
-    single = load([])
+    single = load(["rollout.port=30000"])
     assert [s.url for s in engine_slots(single)] == ["http://127.0.0.1:30000"]
     assert engine_slot(single, 3).url == "http://127.0.0.1:30003"  # an engine started by hand with --index 3
 

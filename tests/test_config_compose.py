@@ -137,7 +137,7 @@ def test_stateless_adam_rules():
 
 
 @pytest.mark.parametrize("override,expected", [
-    ("teacher.port=0", "teacher.port: must be a TCP port in 1..65535 (got 0)"),
+    ("teacher.port=0", "teacher.port: must be a TCP port in 1..65535, or auto (got 0)"),
     ("teacher.warmup_timeout_s=0", "teacher.warmup_timeout_s: must be > 0 (got 0.0)"),
     ("teacher.update_timeout_s=-1", "teacher.update_timeout_s: must be > 0 (got -1.0)"),
     ("teacher.sample_chunk_size=0", "teacher.sample_chunk_size: must be > 0 (got 0)"),

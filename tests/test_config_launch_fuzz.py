@@ -17,10 +17,11 @@ import pytest
 
 from slimecli.config.compose import compose_dict
 from slimecli.config.convert import build, schema_paths
-from slimecli.config.errors import ConfigError
+from slimecli.config.errors import ConfigError, ConfigErrors
 from slimecli.config.rules import check_all
 from slimecli.config.rules.ports import MAX_PORT, PORT_FIELDS, is_port_key
 from slimecli.config.schema import SlimeConfig
+from slimecli.launch.free_ports import with_free_ports
 from slimecli.launch.plan import build_plan
 from slimecli.launch.preflight import run_dir_errors
 from slimecli.launch.rundir import create
@@ -64,7 +65,7 @@ def validated(data: dict[str, Any]) -> tuple[SlimeConfig | None, list[ConfigErro
 def numeric_paths() -> list[str]:
     defaults = dataclasses.asdict(SlimeConfig())
     return [p for p in schema_paths(SlimeConfig)
-            if isinstance(get(defaults, p), (int, float)) and not isinstance(get(defaults, p), bool)]
+            if is_port_key(p) or isinstance(get(defaults, p), (int, float)) and not isinstance(get(defaults, p), bool)]
 
 
 def bindable(port: int) -> None:
@@ -96,8 +97,13 @@ def test_numeric_fields_at_edge_values_either_fail_validation_or_launch(composed
             if cfg is None:
                 refused += 1
                 continue
+            try:
+                launched = with_free_ports(cfg)  # "auto" ports picked, as launch does first
+            except ConfigErrors:  # no block of that many free ports: refused with a message, not a crash
+                refused += 1
+                continue
             accepted += 1
-            specs = build_plan(cfg, tmp_path / "run")  # what launch builds first; raises nothing
+            specs = build_plan(launched, tmp_path / "run")  # what launch builds next; raises nothing
             for spec in specs:
                 for port in spec.ports:
                     assert 0 <= port <= MAX_PORT, (path, value, spec.name, port)

@@ -60,7 +60,7 @@ def test_a_bare_word_is_not_an_override(word: str, example: str) -> None:
 
 def test_port_and_run_dir_errors_name_the_field_before_launch(tmp_path: Path) -> None:
     lines = error_lines(invoke_cli("config", "validate", "rollout.port=99999"))
-    assert lines == ["- rollout.port: must be a TCP port in 1..65535 (got 99999)"]
+    assert lines == ["- rollout.port: must be a TCP port in 1..65535, or auto (got 99999)"]
     (tmp_path / "taken").write_text("a file")
     for value, why in [("/proc/foo", "is under /proc, a kernel file system"),
                        (str(tmp_path / "taken"), "exists and is a file, not a directory")]:

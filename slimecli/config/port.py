@@ -14,11 +14,11 @@ from slimecli.config.convert import ALLOWED
 AUTO: Literal["auto"] = "auto"
 MAX_PORT = 65535
 Port = Union[int, Literal["auto"]]  # noqa: UP007 - a runtime value the schema converter reads
-PORT_ALLOWED = f"auto or a TCP port 1..{MAX_PORT}"
+PORT_ALLOWED = f"a TCP port in 1..{MAX_PORT}, or auto"
 
 
 def port_field(default: Port = AUTO) -> Any:
-    """A port field of the schema; a value of the wrong type is reported as "expected auto or 1..65535"."""
+    """A port field of the schema; a value of the wrong type is reported as "expected a TCP port in 1..65535, or auto"."""
     return field(default=default, metadata={ALLOWED: PORT_ALLOWED})
 
 

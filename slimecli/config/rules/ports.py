@@ -42,7 +42,7 @@ def in_range(cfg: SlimeConfig) -> list[ConfigError]:
 def _allowed(path: str, zero_allowed: bool) -> str:
     if path == "cluster.master_port":
         return f"a TCP port in 1..{MAX_PORT}"
-    return f"{PORT_ALLOWED} (0 = auto)" if zero_allowed else PORT_ALLOWED
+    return f"{PORT_ALLOWED} (or 0, the same as auto)" if zero_allowed else PORT_ALLOWED
 
 
 def counted_up(cfg: SlimeConfig) -> list[ConfigError]:
