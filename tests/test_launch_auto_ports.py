@@ -81,12 +81,14 @@ def test_a_bad_port_exits_2_from_the_command_line() -> None:
     assert "did you mean 'auto'?" in out.stderr
 
 
-def test_a_multi_node_run_names_its_ports(teacher_dir: Path) -> None:
-    with pytest.raises(ConfigErrors) as caught:
-        load(["cluster.nnodes=2", f"run.dir={teacher_dir.parent}", "teacher=server", f"teacher.model_path={teacher_dir}"])
-    assert [e.path for e in caught.value.errors] == ["rollout.port", "teacher.port"]
-    assert "set rollout.port to a free port" in caught.value.errors[0].hint
-    load(["cluster.nnodes=2", f"run.dir={teacher_dir.parent}", "rollout.port=30000"])  # no teacher: no port needed
+def test_auto_on_a_multi_node_run_is_the_agreed_port_every_node_computes(teacher_dir: Path) -> None:
+    from slimecli.config.layout import engine_slots, teacher_urls
+
+    cfg = load(["cluster.nnodes=2", f"run.dir={teacher_dir.parent}", "rollout.engines_per_node=1",
+                "teacher=server", f"teacher.model_path={teacher_dir}", "teacher.every_node=true"])
+    assert with_free_ports(cfg) == cfg  # nothing picked: the nodes could not learn it
+    assert [s.port for s in engine_slots(cfg)] == [30000, 30001]
+    assert teacher_urls(cfg) == ["http://127.0.0.1:7999", "http://127.0.0.1:8000"]
 
 
 def launch(monkeypatch: pytest.MonkeyPatch, overrides: list[str], on_complete=None) -> str:

@@ -26,6 +26,18 @@ class EngineSlot:
         return f"http://{self.host}:{self.port}"
 
 
+# "auto" on a multi-node run: the nodes start apart and must agree on their servers' ports without talking, so
+# auto there is this agreed base port (engine k on 30000 + k, node k's teacher on 7999 + k), checked for "in use"
+# before launch like a port given by hand.
+MULTI_NODE_PORTS = {"rollout.port": 30000, "teacher.port": 7999}
+
+
+def layout_port(cfg: SlimeConfig, key: str) -> Port:
+    """rollout.port or teacher.port as the layout reads it: "auto" of a multi-node run is its agreed port."""
+    value = cfg.rollout.port if key == "rollout.port" else cfg.teacher.port
+    return MULTI_NODE_PORTS[key] if value == "auto" and cfg.cluster.nnodes > 1 else value
+
+
 def picked(port: Port, key: str) -> int:
     """A port of the layout as a number: an "auto" one must have been picked first (launch/free_ports.py)."""
     if isinstance(port, int):
@@ -50,9 +62,9 @@ def engine_slots(cfg: SlimeConfig) -> list[EngineSlot]:
     engines on every node. Engine k listens on rollout.port + k, so nodes sharing a host never collide."""
     r = cfg.rollout
     if r.engines_per_node == 0:
-        return [EngineSlot(i, 0, node_host(cfg, 0), picked(r.port, "rollout.port") + i) for i in range(r.num_engines)]
+        return [EngineSlot(i, 0, node_host(cfg, 0), picked(layout_port(cfg, "rollout.port"), "rollout.port") + i) for i in range(r.num_engines)]
     return [EngineSlot(k, k // r.engines_per_node, node_host(cfg, k // r.engines_per_node),
-                       picked(r.port, "rollout.port") + k) for k in range(cfg.cluster.nnodes * r.engines_per_node)]
+                       picked(layout_port(cfg, "rollout.port"), "rollout.port") + k) for k in range(cfg.cluster.nnodes * r.engines_per_node)]
 
 
 def node_engines(cfg: SlimeConfig) -> list[EngineSlot]:
@@ -66,14 +78,14 @@ def engine_slot(cfg: SlimeConfig, index: int) -> EngineSlot:
     slots = engine_slots(cfg)
     if 0 <= index < len(slots):
         return slots[index]
-    return EngineSlot(index, 0, cfg.rollout.host, picked(cfg.rollout.port, "rollout.port") + index)
+    return EngineSlot(index, 0, cfg.rollout.host, picked(layout_port(cfg, "rollout.port"), "rollout.port") + index)
 
 
 def teacher_address(cfg: SlimeConfig, node: int) -> tuple[str, int]:
     """Where node ``node``'s teacher server listens: teacher.host:teacher.port, or with teacher.every_node the
     node's address (cluster.node_hosts, else teacher.host) on teacher.port + node."""
     t = cfg.teacher
-    port = picked(t.port, "teacher.port")
+    port = picked(layout_port(cfg, "teacher.port"), "teacher.port")
     if not t.every_node:
         return t.host, port
     hosts = cfg.cluster.node_hosts

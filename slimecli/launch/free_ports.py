@@ -3,7 +3,8 @@
 Every process of a run reads its ports from RUN/config.yaml (engine k on rollout.port + k, the teacher on
 teacher.port), so the picked ports are written there and into RUN/plan.json before anything starts. The
 engines get one block of consecutive ports: the layout numbers them from one base port, and the trainer finds
-them the same way. agent.port stays "auto": the adapter binds any free port itself and reports it.
+them the same way. A multi-node run keeps "auto": it means the agreed port there (config/layout.py),
+which every node computes alike. agent.port stays "auto": the adapter binds any free port itself and reports it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def with_free_ports(cfg: SlimeConfig) -> SlimeConfig:
 def with_free_rollout_port(cfg: SlimeConfig, engines: int | None = None) -> SlimeConfig:
     """rollout.port "auto" -> the first of ``engines`` (default: the run's engines) consecutive free ports."""
     r = cfg.rollout
-    if not is_auto(r.port):
+    if not is_auto(r.port) or cfg.cluster.nnodes > 1:  # multi-node: the agreed port (config/layout.py)
         return cfg
     try:
         port = free_ports(r.host, max(engine_count(cfg) if engines is None else engines, 1))
@@ -37,7 +38,7 @@ def with_free_rollout_port(cfg: SlimeConfig, engines: int | None = None) -> Slim
 def with_free_teacher_port(cfg: SlimeConfig) -> SlimeConfig:
     """teacher.port "auto" -> a free port, when the config launches a teacher server (else nothing listens)."""
     t = cfg.teacher
-    if not (is_auto(t.port) and teacher_nodes(cfg)):
+    if not (is_auto(t.port) and teacher_nodes(cfg)) or cfg.cluster.nnodes > 1:
         return cfg
     try:
         port = free_port(t.host)

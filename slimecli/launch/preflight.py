@@ -25,7 +25,7 @@ from pathlib import Path
 from slimecli.config.errors import ConfigError, ConfigErrors
 from slimecli.config.groups.teacher import TeacherConfig
 from slimecli.config.groups.trainer import MEGATRON_ARCHITECTURES
-from slimecli.config.layout import node_engines, teacher_address, teacher_nodes
+from slimecli.config.layout import layout_port, node_engines, teacher_address, teacher_nodes
 from slimecli.config.port import AUTO, Port
 from slimecli.config.schema import SlimeConfig
 
@@ -379,12 +379,13 @@ def teacher_errors(t: TeacherConfig, path_key: str = "teacher.model_path",
 def server_errors(cfg: SlimeConfig) -> list[ConfigError]:
     """The servers `train` starts on this node (config/layout.py): its engines, and its teacher server (node 0's,
     or every node's with teacher.every_node; none with teacher.url)."""
-    r, t, node = cfg.rollout, cfg.teacher, cfg.cluster.node_rank
+    t, node = cfg.teacher, cfg.cluster.node_rank
     engines_here = len(node_engines(with_port(cfg, 0)))  # how many, whatever their ports
-    on_node: list[Port] = [slot.port for slot in node_engines(cfg)] if isinstance(r.port, int) else [AUTO] * engines_here
+    known = isinstance(layout_port(cfg, "rollout.port"), int)  # given, or agreed (multi-node)
+    on_node: list[Port] = [slot.port for slot in node_engines(cfg)] if known else [AUTO] * engines_here
     errors = engine_errors(cfg, on_node) if on_node else []
     if node in teacher_nodes(cfg):
-        address = teacher_address(cfg, node) if isinstance(t.port, int) else (t.host, AUTO)
+        address = teacher_address(cfg, node) if isinstance(layout_port(cfg, "teacher.port"), int) else (t.host, AUTO)
         errors += teacher_errors(t, address=address)
     return errors
 
@@ -442,7 +443,7 @@ def teacher_serve_errors(cfg: SlimeConfig, path_key: str = "teacher.model_path")
     errors = [e for rule in teacher_rules.RULES for e in rule(cfg)]
     if errors:
         return errors
-    address = teacher_address(cfg, cfg.cluster.node_rank) if isinstance(cfg.teacher.port, int) else None
+    address = teacher_address(cfg, cfg.cluster.node_rank) if isinstance(layout_port(cfg, "teacher.port"), int) else None
     errors = teacher_errors(cfg.teacher, path_key, address=address)
     student = cfg.model.path
     if not errors and student and Path(student).resolve() != Path(cfg.teacher.model_path or "").resolve():

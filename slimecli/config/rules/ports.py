@@ -1,12 +1,11 @@
 """Every TCP port of the schema is "auto" or in range, with the ports counted up from it (engine k listens on
 rollout.port + k, node k's teacher on teacher.port + k): a port past 65535 passes the type check and then
-crashes the server that binds it. A multi-node run names its ports: the nodes start apart, and each must
-know where the others' servers listen before any of them picks a port."""
+crashes the server that binds it. "auto" of a multi-node run is an agreed port (config/layout.py)."""
 
 from __future__ import annotations
 
 from slimecli.config.errors import ConfigError
-from slimecli.config.layout import engine_count, teacher_nodes
+from slimecli.config.layout import engine_count
 from slimecli.config.port import MAX_PORT, PORT_ALLOWED, is_auto
 from slimecli.config.schema import SlimeConfig
 
@@ -62,17 +61,4 @@ def counted_up(cfg: SlimeConfig) -> list[ConfigError]:
     return errors
 
 
-def named_across_nodes(cfg: SlimeConfig) -> list[ConfigError]:
-    """nnodes > 1: the engines' and a launched teacher's ports are numbers every node agrees on beforehand."""
-    if cfg.cluster.nnodes <= 1:
-        return []
-    needed = [("rollout.port", cfg.rollout.port)]
-    if teacher_nodes(cfg):
-        needed.append(("teacher.port", cfg.teacher.port))
-    return [ConfigError(key, port, "auto picks a port on one node; the other nodes cannot learn it",
-                        f"a multi-node run (cluster.nnodes > 1) names its ports: set {key} to a free port, "
-                        f"e.g. {key}={default}")
-            for (key, port), default in zip(needed, (30000, 7999), strict=False) if is_auto(port)]
-
-
-RULES = [in_range, counted_up, named_across_nodes]
+RULES = [in_range, counted_up]
