@@ -161,6 +161,7 @@ def test_a_complete_run_summary_shows_no_wall_time_of_the_command(tmp_path: Path
     assert "wall time" not in out.getvalue() and out.getvalue().startswith("run summary")
 
 
+@pytest.mark.slow
 def test_two_quickstarts_started_together_on_default_ports_both_finish(tmp_path: Path) -> None:
     runs = [tmp_path / "a", tmp_path / "b"]
     argv = [sys.executable, "-m", "slimecli", "train", "trainer.max_steps=2", "trainer.nproc=1",
