@@ -237,7 +237,7 @@ def test_trust_remote_code_reaches_sglang_engines(tmp_path: Path) -> None:
     from slimecli.config.compose import load
     from slimecli.launch.plan import engine_specs
 
-    cfg = load(["rollout=sglang"])
+    cfg = load(["rollout=sglang", "rollout.port=30000"])  # a picked port, as launch writes it
     assert "--trust-remote-code" not in engine_specs(cfg, "c.yaml")[0].argv
     trusting = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, trust_remote_code=True))
     assert "--trust-remote-code" in engine_specs(trusting, "c.yaml")[0].argv

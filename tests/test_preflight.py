@@ -127,7 +127,7 @@ def test_engine_process_gets_its_settings_from_the_run_config(monkeypatch: pytes
     monkeypatch.setattr(app, "serve", fake_serve)
     monkeypatch.setattr(server, "PREFIX_CACHE_MB", None)
     monkeypatch.setattr(loading, "_trust_remote_code", False)
-    cfg = load([f"model.path={tiny}", "rollout.device=cpu", "rollout.prefix_cache_mb=3",
+    cfg = load([f"model.path={tiny}", "rollout.port=30000", "rollout.device=cpu", "rollout.prefix_cache_mb=3",
                 "model.trust_remote_code=true", "run.log_level=warning"])
     engine_main.start(cfg)
     assert seen == {"device": "cpu", "cache": 3 << 20, "trust": True}
