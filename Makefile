@@ -10,7 +10,7 @@ TORCH ?= torch==2.13.0
 CONSTRAINTS ?= constraints.txt
 PIP_C := $(BIN)/pip install -q $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
-.PHONY: setup agent-clis sandbox-deps train test lint bench constraints
+.PHONY: setup agent-clis sandbox-deps train test test-quick test-durations lint bench constraints
 
 $(BIN)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -48,10 +48,21 @@ sandbox-deps:
 	  { $$SUDO apt-get update -qq >/dev/null 2>&1 && $$SUDO apt-get install -y -qq bubblewrap >/dev/null 2>&1; } || \
 	  { echo "could not install bubblewrap with apt-get"; exit 1; }
 
+# The suite runs on TEST_WORKERS pytest-xdist workers, a test file per worker at a time (a file's module-scoped
+# engines and servers are started once); each test's duration goes to .test-durations.json and the 15 slowest
+# are printed at the end (docs/testing.md: how the time is spent; make test-durations prints its table).
+TEST_WORKERS ?= 2
 test: setup $(BIN)/.installed-megatron agent-clis sandbox-deps
 	$(BIN)/ruff check .
 	$(BIN)/python -m mypy
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
+
+# The inner loop: everything but the tests marked slow (real training runs, servers, the agent CLIs).
+test-quick: setup
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)
+
+test-durations:
+	@$(BIN)/python -m tests.helpers.durations_table 30
 
 lint: setup
 	$(BIN)/ruff check .

@@ -1,12 +1,55 @@
-"""Fixtures shared by the tests. Helpers (run the CLI, free ports, waiting) live in tests/helpers."""
+"""Fixtures shared by the tests, and the suite's own bookkeeping: each test's duration is recorded in
+`.test-durations.json` (docs/testing.md's table is made from it), and the end of the run names tests that
+took long without the `slow` marker. Helpers (run the CLI, free ports, waiting) live in tests/helpers."""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import free_port
+from tests.helpers import ROOT, free_port
+
+DURATIONS_FILE = ROOT / ".test-durations.json"
+SLOW_S = 10.0  # a test past this (set-up, call and tear-down together) should carry the `slow` marker
+_durations: dict[str, float] = {}
+_slow_marked: set[str] = set()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # two workers on two cores: one intra-op thread each, so in-process torch work does not oversubscribe
+        import torch
+
+        torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    _slow_marked.update(item.nodeid for item in items if item.get_closest_marker("slow"))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Runs in the controller for every worker's reports too (pytest-xdist relays them)."""
+    _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
+    if report.when == "call" and "slow" in report.keywords:
+        _slow_marked.add(report.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER") or not _durations:
+        return
+    if config.getoption("collectonly", False):
+        return
+    previous = json.loads(DURATIONS_FILE.read_text()) if DURATIONS_FILE.is_file() else {}
+    DURATIONS_FILE.write_text(json.dumps({**previous, **{k: round(v, 2) for k, v in _durations.items()}},
+                                         indent=0, sort_keys=True))
+    unmarked = sorted((v, k) for k, v in _durations.items() if v > SLOW_S and k not in _slow_marked)
+    if unmarked:
+        terminalreporter.write_sep("-", f"over {SLOW_S:g} s without the slow marker")
+        for seconds, nodeid in reversed(unmarked):
+            terminalreporter.write_line(f"{seconds:8.1f}s {nodeid}")
 
 
 @pytest.fixture

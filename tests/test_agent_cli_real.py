@@ -50,24 +50,44 @@ def wait_http(url: str, timeout: float = 60.0) -> None:
     raise AssertionError(f"{url} not ready")
 
 
-@pytest.fixture
-def scripted(tmp_path, tiny):
-    """Start the scripted test engine with a given script; yields (url, read the engine's request log)."""
-    procs = []
+@pytest.fixture(scope="module")
+def scripted_pool(tmp_path_factory, tiny):
+    """Scripted test engines started once for the module (a test may hold two at once); each test resets them."""
+    procs, urls = [], []
 
-    def start(script: list) -> str:
+    def start() -> str:
         port = free_port()
-        path = tmp_path / f"script{len(procs)}.json"
-        path.write_text(json.dumps(script))
+        path = tmp_path_factory.mktemp("scripted") / "script.json"
+        path.write_text("[]")
         procs.append(subprocess.Popen([sys.executable, str(ROOT / "tests" / "helpers" / "scripted_engine.py"), "--model",
                                        tiny, "--port", str(port), "--script", str(path)], cwd=ROOT))
         wait_http(f"http://127.0.0.1:{port}/health")
-        return f"http://127.0.0.1:{port}"
+        urls.append(f"http://127.0.0.1:{port}")
+        return urls[-1]
 
-    yield start
+    yield urls, start
     for p in procs:
         p.terminate()
         p.wait(timeout=10)
+
+
+@pytest.fixture
+def scripted(scripted_pool):
+    """Give the test a scripted engine with the given script (a fresh log); yields its URL."""
+    urls, start = scripted_pool
+    taken = 0
+
+    def use(script: list) -> str:
+        nonlocal taken
+        url = urls[taken] if taken < len(urls) else start()
+        taken += 1
+        request = urllib.request.Request(f"{url}/script/reset", data=json.dumps({"script": script}).encode(),
+                                         headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(request, timeout=10) as r:
+            assert r.status == 200
+        return url
+
+    return use
 
 
 def engine_log(url: str) -> dict:

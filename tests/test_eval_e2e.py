@@ -11,9 +11,9 @@ import pytest
 
 from slimecli.observe.metrics import read_metrics
 from tests.helpers import ROOT, free_port
-from tests.helpers.train_e2e import metrics, run_train
+from tests.helpers.train_e2e import QUICKSTART_STEPS, metrics, quickstart_run
 
-STEPS = 2
+STEPS = QUICKSTART_STEPS
 HELDOUT = 16 * 4  # the quickstart's held-out prompts x n_samples_per_prompt
 
 
@@ -30,18 +30,17 @@ def run_eval(*overrides: str):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
-    run = tmp_path_factory.mktemp("eval") / "run"
-    out = run_train(run, f"trainer.max_steps={STEPS}")
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    run, _ = quickstart_run(tmp_path_factory)
     return run
 
 
 def test_training_evaluates_at_start_and_end(trained):
     rows = metrics(trained)
-    assert [r["step"] for r in rows] == [1, 2]  # the start's evaluation rides on the first step's row
-    first, last = rows
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))  # the start's evaluation rides on step 1's row
+    first, last = rows[0], rows[-1]
     assert first["eval/weight_version"] == 0 and last["eval/weight_version"] == STEPS
-    for row in rows:
+    assert not any(k.startswith("eval/") for r in rows[1:-1] for k in r)  # eval.interval=0: nothing in between
+    for row in (first, last):
         for key in ("reward_mean", "pass@1", "pass@2", "pass@4", "response_len_mean", "invalid", "failed"):
             assert isinstance(row[f"eval/heldout/{key}"], float), key
         assert row["eval/heldout/samples"] == HELDOUT and row["eval/heldout/failed"] == 0.0

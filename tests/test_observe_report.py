@@ -15,10 +15,10 @@ import yaml
 from slimecli.observe.report import write_report
 from slimecli.observe.runs import differing_keys, group_runs, label_runs, load_run
 from tests.helpers import ROOT, invoke_cli
-from tests.helpers.train_e2e import metrics, run_train
+from tests.helpers.train_e2e import QUICKSTART_STEPS, metrics, quickstart_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-STEPS = 3
+STEPS = QUICKSTART_STEPS
 
 
 def assert_valid_pngs(out: Path) -> list[str]:
@@ -45,12 +45,10 @@ def series_of(out: Path) -> dict[str, dict[str, list[str]]]:
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real quickstart run of a few steps; `train` writes its report at the end."""
-    path = tmp_path_factory.mktemp("report") / "run"
-    out = run_train(path, f"trainer.max_steps={STEPS}")
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert f"report {path / 'report' / 'report.html'}" in out.stdout.replace("\n", " ") or \
-        str(path / "report" / "report.html") in out.stdout, out.stdout[-2000:]
+    """A real quickstart run; `train` writes its report at the end."""
+    path, stdout = quickstart_run(tmp_path_factory)
+    assert f"report {path / 'report' / 'report.html'}" in stdout.replace("\n", " ") or \
+        str(path / "report" / "report.html") in stdout, stdout[-2000:]
     assert len(metrics(path)) == STEPS
     return path
 
@@ -78,7 +76,7 @@ def test_train_writes_a_report_whose_plots_are_valid_pngs_with_the_expected_seri
     for name in names:
         assert f'src="{name}"' in page
     command = (run_dir / "command.txt").read_text().strip()
-    assert "trainer.max_steps=3" in command and "trainer.max_steps=3" in page
+    assert f"trainer.max_steps={STEPS}" in command and f"trainer.max_steps={STEPS}" in page
     assert "optimizer:" in page and "reward/mean" in page  # the resolved config and the final metrics
 
 

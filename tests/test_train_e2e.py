@@ -10,18 +10,25 @@ import pytest
 
 from slimecli.train import checkpoint
 from tests.helpers import wait_dead, wait_until
-from tests.helpers.train_e2e import cmdline, descendants, kill_tree, metrics, run_train, start_train
+from tests.helpers.train_e2e import (
+    QUICKSTART_STEPS,
+    cmdline,
+    descendants,
+    kill_tree,
+    metrics,
+    quickstart_run,
+    run_train,
+    start_train,
+)
 
 pytestmark = pytest.mark.slow
 
 
-def test_quickstart_reward_rises(tmp_path):
+def test_quickstart_reward_rises(tmp_path_factory):
     """A shortened quickstart (2 trainer ranks, 1 engine): the reward must clearly go up."""
-    run = tmp_path / "qs"
-    out = run_train(run, "trainer.max_steps=48", "trainer.save_interval=0")
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    run, stdout = quickstart_run(tmp_path_factory)
     rows = metrics(run)
-    assert [r["step"] for r in rows] == list(range(1, 49))
+    assert [r["step"] for r in rows] == list(range(1, QUICKSTART_STEPS + 1))
     rewards = [r["reward/mean"] for r in rows]
     first, last = sum(rewards[:4]) / 4, sum(rewards[-4:]) / 4
     assert last > 3 * first and last > 0.5, rewards
@@ -29,9 +36,9 @@ def test_quickstart_reward_rises(tmp_path):
     for key in ("train/entropy", "train/grad_norm", "train/lr", "train/pg_clipfrac", "train/ppo_kl",
                 "rollout/response_len_mean", "time/step_s", "perf/tokens_per_s", "reward/std"):
         assert key in rows[-1], key
-    assert checkpoint.latest_complete(run).name == "step_48"
+    assert checkpoint.latest_complete(run).name == f"step_{QUICKSTART_STEPS}"
     assert (run / "tensorboard").is_dir() and (run / "logs" / "engine-0.log").is_file()
-    assert "train step 48/48" in out.stdout
+    assert f"train step {QUICKSTART_STEPS}/{QUICKSTART_STEPS}" in stdout
 
 
 def test_resume_after_controller_kill(tmp_path):
@@ -118,13 +125,11 @@ def test_python_reward_with_bad_values_keeps_running(tmp_path):
     assert "reward/key/acc/mean" in last  # per-key means of dict rewards
 
 
-def test_opd_student_learns_from_teacher_with_zero_task_reward(tmp_path):
+def test_opd_student_learns_from_teacher_with_zero_task_reward(tmp_path, tmp_path_factory):
     """A quickstart-trained teacher serves a fresh student; pure distillation closes the gap."""
     from tests.helpers import free_port
 
-    teacher_run = tmp_path / "teacher"
-    out = run_train(teacher_run, "trainer.max_steps=50", "trainer.save_interval=0")
-    assert out.returncode == 0, out.stdout[-3000:]
+    teacher_run, _ = quickstart_run(tmp_path_factory)
     teacher_reward = sum(r["reward/mean"] for r in metrics(teacher_run)[-5:]) / 5
     student_run = tmp_path / "student"
     out = run_train(student_run, "+recipe=opd", f"teacher.model_path={teacher_run / 'final'}",

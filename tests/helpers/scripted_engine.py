@@ -4,7 +4,8 @@ It does not run a model. Each /generate call answers the next scripted output (t
 tokenizer of the model directory, ending with <|im_end|>, with made-up log-probs), so the protocol tests can
 make the CLIs see a well-formed tool call. Only the protocol tests use it; the plain-text tests use the real
 embedded engine. Script items: "text", {"text": ..., "finish": "stop"|"length"}, or {"hang": true} (answers
-only when aborted). Requests and aborts are listed at GET /script/log.
+only when aborted). Requests and aborts are listed at GET /script/log; POST /script/reset {"script": [...]}
+starts over with a new script.
 
     python tests/helpers/scripted_engine.py --model DIR --port P --script script.json
 """
@@ -33,7 +34,8 @@ class ScriptedEngine:
         app = web.Application(client_max_size=256 << 20)
         app.add_routes([web.post("/generate", self.generate), web.post("/abort_request", self.abort),
                         web.get("/health", self.ok), web.get("/health_generate", self.ok),
-                        web.get("/get_model_info", self.info), web.get("/script/log", self.log)])
+                        web.get("/get_model_info", self.info), web.get("/script/log", self.log),
+                        web.post("/script/reset", self.reset)])
         return app
 
     async def ok(self, request: web.Request) -> web.Response:
@@ -44,6 +46,16 @@ class ScriptedEngine:
 
     async def log(self, request: web.Request) -> web.Response:
         return web.json_response({"requests": self.requests, "aborted": self.aborted})
+
+    async def reset(self, request: web.Request) -> web.Response:
+        """A new script and an empty log, so one engine process serves test after test; a request still
+        hanging from the last script is answered as aborted."""
+        body = await request.json()
+        for event in self._hanging.values():
+            event.set()
+        self._hanging.clear()
+        self.script, self.requests, self.aborted = list(body["script"]), [], []
+        return web.json_response({})
 
     async def abort(self, request: web.Request) -> web.Response:
         await self.abort_rid((await request.json()).get("rid"))

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from filelock import FileLock
+
 from slimecli.observe.metrics import read_metrics
-from tests.helpers import ROOT, free_port, wait_dead
+from tests.helpers import ROOT, wait_dead
 
 
 def train_argv(run_dir: Path, *overrides: str) -> list[str]:
-    """`slimecli train` on the quickstart with free ports, so tests can run side by side."""
-    return [sys.executable, "-m", "slimecli", "train", f"run.dir={run_dir}", f"rollout.port={free_port()}", *overrides]
+    """`slimecli train` on the quickstart as a user runs it: its servers on free ports (port=auto, the default),
+    so tests can run side by side."""
+    return [sys.executable, "-m", "slimecli", "train", f"run.dir={run_dir}", *overrides]
 
 
 def start_train(run_dir: Path, *overrides: str) -> subprocess.Popen:
@@ -25,6 +30,36 @@ def start_train(run_dir: Path, *overrides: str) -> subprocess.Popen:
 def run_train(run_dir: Path, *overrides: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(train_argv(run_dir, *overrides), cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout)
+
+
+QUICKSTART_STEPS = 48  # the shared quickstart run: long enough that the reward clearly rises
+
+
+def shared_run(factory: pytest.TempPathFactory, name: str, *overrides: str) -> tuple[Path, str]:
+    """A `slimecli train` run made once per test session, for the tests that only read it, and its stdout.
+
+    Under pytest-xdist every worker asks for it; a lock in the directory the workers share makes the first one
+    train and the others wait, so the run is made once whichever worker comes first. A run that failed fails
+    every test that asked for it, each with the run's output."""
+    root = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's directory, above each worker's own
+    run = root / "shared-runs" / name
+    record = run.parent / f"{name}.json"
+    run.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(run.parent / f"{name}.lock")):
+        if not record.is_file():
+            out = run_train(run, *overrides)
+            record.write_text(json.dumps({"returncode": out.returncode, "stdout": out.stdout, "stderr": out.stderr}))
+    result = json.loads(record.read_text())
+    assert result["returncode"] == 0, result["stdout"][-3000:] + result["stderr"][-3000:]
+    return run, result["stdout"]
+
+
+def quickstart_run(factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The quickstart trained for QUICKSTART_STEPS steps (evaluated at start and end, its report written, its
+    final policy in final/): the learning test, the OPD teacher, evaluation and report tests read it."""
+    return shared_run(factory, "quickstart", f"trainer.max_steps={QUICKSTART_STEPS}", "trainer.save_interval=0")
 
 
 def metrics(run_dir: Path) -> list[dict]:
