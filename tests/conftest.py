@@ -13,8 +13,9 @@ import pytest
 from tests.helpers import ROOT, free_port
 
 DURATIONS_FILE = ROOT / ".test-durations.json"
-SLOW_S = 10.0  # a test past this (set-up, call and tear-down together) should carry the `slow` marker
+SLOW_S = 10.0  # a test whose call takes longer (its shared fixtures' set-up aside) should be marked slow
 _durations: dict[str, float] = {}
+_call_durations: dict[str, float] = {}
 _slow_marked: set[str] = set()
 
 
@@ -33,8 +34,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Runs in the controller for every worker's reports too (pytest-xdist relays them)."""
     _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
-    if report.when == "call" and "slow" in report.keywords:
-        _slow_marked.add(report.nodeid)
+    if report.when == "call":
+        _call_durations[report.nodeid] = report.duration
+        if "slow" in report.keywords:
+            _slow_marked.add(report.nodeid)
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
@@ -45,7 +48,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     previous = json.loads(DURATIONS_FILE.read_text()) if DURATIONS_FILE.is_file() else {}
     DURATIONS_FILE.write_text(json.dumps({**previous, **{k: round(v, 2) for k, v in _durations.items()}},
                                          indent=0, sort_keys=True))
-    unmarked = sorted((v, k) for k, v in _durations.items() if v > SLOW_S and k not in _slow_marked)
+    unmarked = sorted((v, k) for k, v in _call_durations.items() if v > SLOW_S and k not in _slow_marked)
     if unmarked:
         terminalreporter.write_sep("-", f"over {SLOW_S:g} s without the slow marker")
         for seconds, nodeid in reversed(unmarked):
@@ -63,6 +66,16 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from slimecli.model.tiny import create_tiny_model
 
     return create_tiny_model(tmp_path_factory.mktemp("tiny") / "m", seed=0)
+
+
+@pytest.fixture(scope="session")
+def engine(tmp_path_factory: pytest.TempPathFactory):
+    """A real engine process (`slimecli rollout serve`, tiny model, default settings) shared by the modules that
+    only read from it; one that changes its state puts it back. Modules that need other settings, or break
+    it on purpose, start their own."""
+    from tests.helpers.engine import engine_fixture
+
+    yield from engine_fixture(tmp_path_factory.mktemp("engine"))
 
 
 @pytest.fixture(scope="session")

@@ -33,7 +33,7 @@ from slimecli.config.errors import ConfigErrors
 from slimecli.config.rules import agent as agent_rules
 from slimecli.rollout.sample import Sample
 from tests.helpers import run_cli
-from tests.helpers.engine import Engine, engine  # noqa: F401 - fixture
+from tests.helpers.engine import Engine
 
 N = 12  # turns per case: the random model leaks out of a broken grammar within a few
 BASH = {"name": "Bash", "description": "Run a shell command.", "input_schema": {
@@ -159,7 +159,7 @@ def run(coro: Any) -> Any:
 
 # --- tool_calls against the real engine --------------------------------------------------------------------
 
-def test_anthropic_tool_calls_every_turn_parses_and_honours_tool_choice(engine: Engine) -> None:  # noqa: F811
+def test_anthropic_tool_calls_every_turn_parses_and_honours_tool_choice(engine: Engine) -> None:
     async def main() -> None:
         async with Stack(engine, AnthropicAdapter, constrain="tool_calls", max_string_len=12) as st:
             cases = [("any", {"type": "any"}), ("named", {"type": "tool", "name": "Edit"}),
@@ -189,7 +189,7 @@ def test_anthropic_tool_calls_every_turn_parses_and_honours_tool_choice(engine: 
     run(main())
 
 
-def test_responses_tool_calls_every_turn_parses_and_honours_tool_choice(engine: Engine) -> None:  # noqa: F811
+def test_responses_tool_calls_every_turn_parses_and_honours_tool_choice(engine: Engine) -> None:
     async def main() -> None:
         async with Stack(engine, ResponsesAdapter, constrain="tool_calls", max_string_len=12) as st:
             cases = [("required", "required", {}), ("named", {"type": "function", "name": "Bash"}, {}),
@@ -217,7 +217,7 @@ def test_responses_tool_calls_every_turn_parses_and_honours_tool_choice(engine: 
     run(main())
 
 
-def test_tool_call_turn_round_trips_into_the_next_prompt(engine: Engine) -> None:  # noqa: F811
+def test_tool_call_turn_round_trips_into_the_next_prompt(engine: Engine) -> None:
     """The sampled call (markers as their added tokens, compact JSON) is what the template renders back, up to
     the BPE split of the JSON: the next turn extends the same branch (realigned at most), it does not fork."""
     async def main() -> None:
@@ -245,7 +245,7 @@ def test_tool_call_turn_round_trips_into_the_next_prompt(engine: Engine) -> None
     run(main())
 
 
-def test_uncompilable_tool_schemas_are_400_in_the_clients_format(engine: Engine) -> None:  # noqa: F811
+def test_uncompilable_tool_schemas_are_400_in_the_clients_format(engine: Engine) -> None:
     bad = {"name": "Bad", "input_schema": {"type": "object", "properties": {"x": {"$ref": "#/$defs/missing"}}}}
 
     async def main() -> None:
@@ -272,7 +272,7 @@ def test_uncompilable_tool_schemas_are_400_in_the_clients_format(engine: Engine)
 
 # --- choices ---------------------------------------------------------------------------------------------
 
-def test_choices_always_yield_exactly_one_then_the_final_text(engine: Engine) -> None:  # noqa: F811
+def test_choices_always_yield_exactly_one_then_the_final_text(engine: Engine) -> None:
     async def main() -> None:
         async with Stack(engine, AnthropicAdapter, constrain="choices") as st:
             fmt = HermesToolParser.call_format
@@ -315,7 +315,7 @@ def test_choices_always_yield_exactly_one_then_the_final_text(engine: Engine) ->
     run(main())
 
 
-def test_choices_file_and_choices_then_for_responses(engine: Engine, tmp_path) -> None:  # noqa: F811
+def test_choices_file_and_choices_then_for_responses(engine: Engine, tmp_path) -> None:
     path = tmp_path / "choices.json"
     path.write_text(json.dumps(CHOICES))
 

@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers.engine import Engine, engine_fixture
-
-
-@pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    yield from engine_fixture(tmp_path_factory.mktemp("engine"))
-
+from tests.helpers.engine import Engine
 
 BAD_GENERATE = [
     ({}, "input_ids"),

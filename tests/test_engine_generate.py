@@ -8,18 +8,18 @@ import httpx
 import pytest
 from transformers import AutoModelForCausalLM
 
-from tests.helpers.engine import Engine, engine, hf_logprobs  # noqa: F401 - fixture
+from tests.helpers.engine import Engine, hf_logprobs
 
 PROMPTS = [[11, 22, 33, 44, 55], [7], [100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1100], [42, 43]]
 GREEDY = {"temperature": 0, "max_new_tokens": 12, "ignore_eos": True}
 
 
 @pytest.fixture(scope="module")
-def hf(engine: Engine):  # noqa: F811
+def hf(engine: Engine):
     return AutoModelForCausalLM.from_pretrained(str(engine.model_path), attn_implementation="sdpa").eval()
 
 
-def test_info_endpoints(engine: Engine) -> None:  # noqa: F811
+def test_info_endpoints(engine: Engine) -> None:
     assert engine.get("/health").status_code == 200
     assert engine.get("/health_generate").status_code == 200
     for path in ("/get_model_info", "/model_info"):
@@ -33,7 +33,7 @@ def test_info_endpoints(engine: Engine) -> None:  # noqa: F811
     assert engine.get("/no_such_route").json()["error"]["message"]
 
 
-def test_single_text_reply_shape(engine: Engine) -> None:  # noqa: F811
+def test_single_text_reply_shape(engine: Engine) -> None:
     out = engine.generate(text="Hello, world", sampling_params={"max_new_tokens": 5, "ignore_eos": True})
     assert isinstance(out, dict)
     meta = out["meta_info"]
@@ -44,7 +44,7 @@ def test_single_text_reply_shape(engine: Engine) -> None:  # noqa: F811
     assert isinstance(out["text"], str)
 
 
-def test_batch_keeps_order_and_matches_singles(engine: Engine) -> None:  # noqa: F811
+def test_batch_keeps_order_and_matches_singles(engine: Engine) -> None:
     batch = engine.generate(input_ids=PROMPTS, sampling_params=GREEDY)
     assert isinstance(batch, list) and len(batch) == len(PROMPTS)
     for prompt, out in zip(PROMPTS, batch, strict=True):
@@ -55,14 +55,14 @@ def test_batch_keeps_order_and_matches_singles(engine: Engine) -> None:  # noqa:
     assert [len(t["output_ids"]) for t in texts] == [12, 3]
 
 
-def test_greedy_is_deterministic_and_top_k_1_is_greedy(engine: Engine) -> None:  # noqa: F811
+def test_greedy_is_deterministic_and_top_k_1_is_greedy(engine: Engine) -> None:
     a = engine.generate(input_ids=PROMPTS[0], sampling_params=GREEDY)
     b = engine.generate(input_ids=PROMPTS[0], sampling_params=GREEDY)
     c = engine.generate(input_ids=PROMPTS[0], sampling_params={**GREEDY, "temperature": 1.3, "top_k": 1})
     assert a["output_ids"] == b["output_ids"] == c["output_ids"]
 
 
-def test_n_and_sampling_seed(engine: Engine) -> None:  # noqa: F811
+def test_n_and_sampling_seed(engine: Engine) -> None:
     sp = {"temperature": 1.0, "max_new_tokens": 16, "ignore_eos": True, "n": 3, "sampling_seed": 1234}
     a = engine.generate(input_ids=PROMPTS[0], sampling_params=sp)
     b = engine.generate(input_ids=PROMPTS[0], sampling_params=sp)
@@ -73,7 +73,7 @@ def test_n_and_sampling_seed(engine: Engine) -> None:  # noqa: F811
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
-def test_logprobs_match_hf_forward_at_temperature(engine: Engine, hf, temperature: float) -> None:  # noqa: F811
+def test_logprobs_match_hf_forward_at_temperature(engine: Engine, hf, temperature: float) -> None:
     sp = {"temperature": temperature, "max_new_tokens": 10, "ignore_eos": True, "top_p": 0.9, "sampling_seed": 5}
     outs = engine.generate(input_ids=PROMPTS, sampling_params=sp, return_logprob=True)
     for prompt, out in zip(PROMPTS, outs, strict=True):
@@ -83,7 +83,7 @@ def test_logprobs_match_hf_forward_at_temperature(engine: Engine, hf, temperatur
         assert [e[0] for e in entries] == pytest.approx(expected, abs=2e-4)
 
 
-def test_input_and_top_logprobs(engine: Engine, hf) -> None:  # noqa: F811
+def test_input_and_top_logprobs(engine: Engine, hf) -> None:
     prompt = PROMPTS[2]
     out = engine.generate(input_ids=prompt, sampling_params=GREEDY, return_logprob=True, logprob_start_len=0,
                           top_logprobs_num=3, return_text_in_logprobs=True)
@@ -97,7 +97,7 @@ def test_input_and_top_logprobs(engine: Engine, hf) -> None:  # noqa: F811
         assert top[0][1] == tok and isinstance(top[0][2], str)
 
 
-def test_stop_token_ids_and_trim(engine: Engine) -> None:  # noqa: F811
+def test_stop_token_ids_and_trim(engine: Engine) -> None:
     base = engine.generate(input_ids=PROMPTS[0], sampling_params=GREEDY)["output_ids"]
     stop_id = base[3]
     cut = base.index(stop_id) + 1
@@ -113,7 +113,7 @@ def test_stop_token_ids_and_trim(engine: Engine) -> None:  # noqa: F811
     assert late["output_ids"][0] != base[0] or len(late["output_ids"]) > 1
 
 
-def test_stop_strings(engine: Engine) -> None:  # noqa: F811
+def test_stop_strings(engine: Engine) -> None:
     full = engine.generate(input_ids=PROMPTS[1], sampling_params=GREEDY)
     text = full["text"]
     stop = text[len(text) // 2:len(text) // 2 + 3]
@@ -126,7 +126,7 @@ def test_stop_strings(engine: Engine) -> None:  # noqa: F811
     assert stop in kept["text"]
 
 
-def test_zero_new_tokens_and_long_input(engine: Engine) -> None:  # noqa: F811
+def test_zero_new_tokens_and_long_input(engine: Engine) -> None:
     out = engine.generate(input_ids=PROMPTS[0], sampling_params={"max_new_tokens": 0})
     assert out["output_ids"] == [] and out["meta_info"]["finish_reason"] == {"type": "length", "length": 0}
     ctx = engine.get("/get_server_info").json()["context_length"]
@@ -134,7 +134,7 @@ def test_zero_new_tokens_and_long_input(engine: Engine) -> None:  # noqa: F811
     assert resp.status_code == 400 and "context length" in resp.json()["error"]["message"]
 
 
-def test_stream(engine: Engine) -> None:  # noqa: F811
+def test_stream(engine: Engine) -> None:
     plain = engine.generate(input_ids=PROMPTS[0], sampling_params=GREEDY, return_logprob=True)
     chunks, done = [], False
     with httpx.stream("POST", engine.url + "/generate", json={"input_ids": PROMPTS[0], "sampling_params": GREEDY,
@@ -158,14 +158,14 @@ def test_stream(engine: Engine) -> None:  # noqa: F811
     assert len(last["meta_info"]["output_token_logprobs"]) == 12
 
 
-def test_duplicate_rid_in_one_request(engine: Engine) -> None:  # noqa: F811
+def test_duplicate_rid_in_one_request(engine: Engine) -> None:
     resp = engine.post("/generate", {"input_ids": [[1], [2]], "rid": ["a", "a"]})
     assert resp.status_code == 400 and "rid" in resp.json()["error"]["message"]
     out = engine.generate(input_ids=[1, 2], rid="my-id", sampling_params={"max_new_tokens": 1})
     assert out["meta_info"]["id"] == "my-id"
 
 
-def test_prefix_cache_serves_the_next_turn(engine: Engine, hf) -> None:  # noqa: F811
+def test_prefix_cache_serves_the_next_turn(engine: Engine, hf) -> None:
     turn1 = [(i * 37) % 3000 + 5 for i in range(300)]
     sp = {"temperature": 1.0, "max_new_tokens": 6, "ignore_eos": True}
     first = engine.generate(input_ids=turn1, sampling_params=sp)

@@ -47,7 +47,7 @@ from tests.helpers.hostile import (
 READ_TIMEOUT_S = 2  # rollout.read_timeout_s of this engine: stalled heads and bodies are dropped after it
 MAX_CONNECTIONS = 12
 MAX_RUNNING = 2  # small, so that the body limit (context length x running requests) is a few MB
-STATUS: Counter[int] = Counter()  # every status this module saw, for the summary test
+STATUS: Counter[int] = Counter()  # every status the running test saw through post_raw
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 VALID = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 2, "ignore_eos": True, "temperature": 0}}
@@ -58,6 +58,16 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     yield from engine_fixture(tmp_path_factory.mktemp("engine"), f"rollout.read_timeout_s={READ_TIMEOUT_S}",
                               f"rollout.max_connections={MAX_CONNECTIONS}",
                               f"rollout.max_running_requests={MAX_RUNNING}")
+
+
+@pytest.fixture(autouse=True)
+def no_5xx_and_still_serving(engine: Engine) -> Iterator[None]:
+    """After every test, on its own: no reply it got was a 5xx, and the engine still answers a valid request
+    (any order of tests, any subset of them, checks the same)."""
+    STATUS.clear()
+    yield
+    assert not [s for s in STATUS if s >= 500], STATUS
+    valid_request_works(engine)
 
 
 def post_raw(engine: Engine, body: bytes, path: str = "/generate", **headers: str) -> Reply:
@@ -355,9 +365,3 @@ def test_replies_never_carry_nan(engine: Engine) -> None:
             for line in text.split("\n"):
                 if line.startswith("data: {"):
                     strict_json(line[6:].encode())
-
-
-def test_zz_summary_and_still_serving(engine: Engine) -> None:
-    valid_request_works(engine)
-    assert not [s for s in STATUS if s >= 500], STATUS
-    print(f"\nhostile engine requests: {sum(STATUS.values())}, statuses: {dict(sorted(STATUS.items()))}")

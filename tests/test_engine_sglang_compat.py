@@ -22,7 +22,7 @@ from slimecli.rollout.client import EngineClient
 from slimecli.rollout.engine import compat
 from slimecli.rollout.engine.protocol import CONSTRAINT_KEYS, SAMPLING_KEYS
 from tests.helpers import wait_until_async
-from tests.helpers.engine import Engine, engine  # noqa: F401 - fixture
+from tests.helpers.engine import Engine
 
 SHAPES = Path(__file__).parent / "data" / "sglang_shapes.jsonl"
 HEADER, *CASES = [json.loads(line) for line in SHAPES.read_text().splitlines() if line.strip()]
@@ -46,7 +46,7 @@ def test_every_sglang_sampling_field_is_known() -> None:
     assert set(SGLANG_SAMPLING_FIELDS) == SAMPLING_KEYS | set(CONSTRAINT_KEYS) | compat.COMPAT_SAMPLING_KEYS
 
 
-def test_every_sglang_sampling_field_is_accepted(engine: Engine) -> None:  # noqa: F811
+def test_every_sglang_sampling_field_is_accepted(engine: Engine) -> None:
     out = engine.generate(input_ids=PROMPT, sampling_params=SGLANG_SAMPLING_FIELDS)
     assert len(out["output_ids"]) == 4
     for key, value in SGLANG_SAMPLING_FIELDS.items():  # each alone too, and null (= SGLang's default)
@@ -55,7 +55,7 @@ def test_every_sglang_sampling_field_is_accepted(engine: Engine) -> None:  # noq
             assert resp.status_code == 200, (key, v, resp.text)
 
 
-def test_reference_clients_custom_params(engine: Engine) -> None:  # noqa: F811
+def test_reference_clients_custom_params(engine: Engine) -> None:
     """slime sends custom_params {"return_top_p_token_ids": true} whenever top_p < 1: accepted and ignored."""
     sp = {"temperature": 1.0, "max_new_tokens": 12, "ignore_eos": True, "top_p": 0.9, "sampling_seed": 1}
     plain = engine.generate(input_ids=PROMPT, sampling_params=sp, return_logprob=True)
@@ -91,14 +91,14 @@ def test_reference_clients_custom_params(engine: Engine) -> None:  # noqa: F811
     ({}, {"custom_logit_processor": "x"}, "custom_logit_processor"),
     ({}, {"return_logprob": True, "logprob_start_len": 6}, "logprob_start_len"),
 ])
-def test_what_sglang_refuses_is_a_400_naming_the_field(engine: Engine, sp: dict, body: dict,  # noqa: F811
+def test_what_sglang_refuses_is_a_400_naming_the_field(engine: Engine, sp: dict, body: dict,
                                                       field: str) -> None:
     resp = engine.post("/generate", {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 1, **sp}, **body})
     assert resp.status_code == 400, resp.text
     assert field in resp.json()["error"]["message"]
 
 
-def test_top_level_fields_sglang_ignores(engine: Engine) -> None:  # noqa: F811
+def test_top_level_fields_sglang_ignores(engine: Engine) -> None:
     body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 2}, "log_metrics": True, "priority": 3,
             "extra_key": "k", "cache_salt": "s", "routing_key": "r", "custom_labels": {"a": "b"},
             "return_hidden_states": False, "lora_path": None, "routed_experts_start_len": 0,
@@ -107,7 +107,7 @@ def test_top_level_fields_sglang_ignores(engine: Engine) -> None:  # noqa: F811
     assert out["prompt_token_ids"] == PROMPT and len(out["output_ids"]) == 2
 
 
-def test_logit_bias_steers_the_draw(engine: Engine) -> None:  # noqa: F811
+def test_logit_bias_steers_the_draw(engine: Engine) -> None:
     out = engine.generate(input_ids=PROMPT, sampling_params={"max_new_tokens": 6, "ignore_eos": True,
                                                              "logit_bias": {"1234": 100.0}})
     assert out["output_ids"] == [1234] * 6
@@ -117,7 +117,7 @@ def test_logit_bias_steers_the_draw(engine: Engine) -> None:  # noqa: F811
     assert banned["output_ids"][0] != greedy[0]
 
 
-def test_stop_regex(engine: Engine) -> None:  # noqa: F811
+def test_stop_regex(engine: Engine) -> None:
     full = engine.generate(input_ids=PROMPT, sampling_params=GREEDY)
     text = full["text"]
     piece = text[len(text) // 2:len(text) // 2 + 2]
@@ -145,7 +145,7 @@ def _sse(url: str, body: dict) -> tuple[list[dict], bool]:
 
 
 @pytest.fixture(scope="module")
-def url(engine: Engine) -> Iterator[str]:  # noqa: F811
+def url(engine: Engine) -> Iterator[str]:
     yield engine.url
 
 
@@ -247,7 +247,7 @@ def test_reply_matches_recorded_sglang_shape(url: str, case: dict) -> None:
             check_item(case, c, finished=i == len(seq) - 1)
 
 
-def test_weight_versions_and_retractions(engine: Engine) -> None:  # noqa: F811 - last: it changes the version
+def test_weight_versions_and_retractions(engine: Engine) -> None:
     """meta_info.weight_versions spans a weight update the request lived through; num_retractions counts."""
     sp = {"temperature": 1.0, "max_new_tokens": 300, "ignore_eos": True}
 
@@ -276,4 +276,11 @@ def test_weight_versions_and_retractions(engine: Engine) -> None:  # noqa: F811 
             meta = (await task)["meta_info"]
             assert meta["num_retractions"] == 1 and meta["weight_versions"] == [
                 {"version": "v2", "start": 0, "end": 300}]
-    asyncio.run(main())
+
+    async def restore() -> None:  # the engine is shared: the same weights under their first version again
+        async with EngineClient(engine.url) as c:
+            assert (await c.update_weights_from_disk(str(engine.model_path), weight_version="default"))["success"]
+    try:
+        asyncio.run(main())
+    finally:
+        asyncio.run(restore())

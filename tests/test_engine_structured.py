@@ -22,7 +22,7 @@ from slimecli.rollout.client import EngineClient
 from slimecli.rollout.engine.grammar import GrammarCache, allowed_tokens
 from slimecli.rollout.engine.protocol import BadRequest, Constraint
 from tests.helpers import ROOT
-from tests.helpers.engine import Engine, engine  # noqa: F401 - fixture
+from tests.helpers.engine import Engine
 
 PROMPT = [11, 22, 33, 44, 55]
 REGEX = r"[0-9]{3}-[a-z]{2}"
@@ -47,7 +47,7 @@ def _check_stop(out: dict, eos: set[int]) -> None:
     assert out["output_ids"][-1] in eos
 
 
-def test_regex_holds_over_many_seeds(engine: Engine) -> None:  # noqa: F811
+def test_regex_holds_over_many_seeds(engine: Engine) -> None:
     eos = _eos_ids(engine.model_path)
     sp = {"regex": REGEX, "temperature": 1.0, "max_new_tokens": 32}
     outs = engine.generate(input_ids=PROMPT, sampling_params={**sp, "n": 48, "sampling_seed": 7})
@@ -58,7 +58,7 @@ def test_regex_holds_over_many_seeds(engine: Engine) -> None:  # noqa: F811
     assert len({o["text"] for o in outs}) > 20  # sampled, not forced into one string
 
 
-def test_json_schema_output_parses_and_validates(engine: Engine) -> None:  # noqa: F811
+def test_json_schema_output_parses_and_validates(engine: Engine) -> None:
     eos = _eos_ids(engine.model_path)
     outs = engine.generate(input_ids=PROMPT, sampling_params={
         "json_schema": json.dumps(SCHEMA), "max_new_tokens": 64, "n": 24, "sampling_seed": 3})
@@ -71,7 +71,7 @@ def test_json_schema_output_parses_and_validates(engine: Engine) -> None:  # noq
     assert len({json.loads(o["text"])["color"] for o in outs}) > 1
 
 
-def test_ebnf_output_is_in_the_language(engine: Engine) -> None:  # noqa: F811
+def test_ebnf_output_is_in_the_language(engine: Engine) -> None:
     eos = _eos_ids(engine.model_path)
     outs = engine.generate(text="Say hi:", sampling_params={"ebnf": EBNF, "max_new_tokens": 48, "n": 24,
                                                             "sampling_seed": 11})
@@ -80,7 +80,7 @@ def test_ebnf_output_is_in_the_language(engine: Engine) -> None:  # noqa: F811
         _check_stop(out, eos)
 
 
-def test_logprobs_are_the_masked_renormalised_distribution(engine: Engine) -> None:  # noqa: F811
+def test_logprobs_are_the_masked_renormalised_distribution(engine: Engine) -> None:
     hf = AutoModelForCausalLM.from_pretrained(str(engine.model_path), attn_implementation="sdpa").eval()
     vocab = hf.config.vocab_size
     cache = GrammarCache(lambda: load_tokenizer(engine.model_path), vocab, _eos_ids(engine.model_path))
@@ -122,7 +122,7 @@ def test_logprobs_are_the_masked_renormalised_distribution(engine: Engine) -> No
     ({"ebnf": 'root ::= "a" undefined'}, "sampling_params.ebnf", "invalid EBNF"),
     ({"ebnf": 'start ::= "a"'}, "sampling_params.ebnf", "invalid EBNF"),
 ])
-def test_bad_grammars_are_400_naming_the_field(engine: Engine, sp: dict, field: str, words: str) -> None:  # noqa: F811
+def test_bad_grammars_are_400_naming_the_field(engine: Engine, sp: dict, field: str, words: str) -> None:
     for _ in range(2):  # the second time the failure comes from the cache
         resp = engine.post("/generate", {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 4, **sp}})
         assert resp.status_code == 400, resp.text
@@ -134,7 +134,7 @@ def test_bad_grammars_are_400_naming_the_field(engine: Engine, sp: dict, field: 
     assert engine.get("/health_generate").status_code == 200
 
 
-def test_mixed_batch_runs_concurrently_and_leaves_free_rows_alone(engine: Engine) -> None:  # noqa: F811
+def test_mixed_batch_runs_concurrently_and_leaves_free_rows_alone(engine: Engine) -> None:
     free = {"temperature": 1.0, "max_new_tokens": 24, "ignore_eos": True}
     alone = [engine.generate(input_ids=PROMPT, sampling_params={**free, "sampling_seed": s}) for s in (1, 2)]
 
@@ -161,7 +161,7 @@ def test_mixed_batch_runs_concurrently_and_leaves_free_rows_alone(engine: Engine
     assert engine.get("/get_server_info").json()["internal_states"][0]["grammar_s"] > 0
 
 
-def test_constrained_request_aborted_midway(engine: Engine) -> None:  # noqa: F811
+def test_constrained_request_aborted_midway(engine: Engine) -> None:
     async def main() -> tuple[int, dict]:
         async with EngineClient(engine.url) as c:
             last, first_len = None, 0
@@ -182,7 +182,7 @@ def test_constrained_request_aborted_midway(engine: Engine) -> None:  # noqa: F8
     assert len(last["meta_info"]["output_token_logprobs"]) == len(last["output_ids"])
 
 
-def test_retracted_constrained_request_resumes_in_its_grammar(engine: Engine) -> None:  # noqa: F811
+def test_retracted_constrained_request_resumes_in_its_grammar(engine: Engine) -> None:
     async def main() -> dict:
         async with EngineClient(engine.url) as c:
             last, paused = None, False
@@ -200,7 +200,7 @@ def test_retracted_constrained_request_resumes_in_its_grammar(engine: Engine) ->
     _check_stop(out, _eos_ids(engine.model_path))
 
 
-def test_prefix_cache_stops_lengths_and_eos_rules(engine: Engine) -> None:  # noqa: F811
+def test_prefix_cache_stops_lengths_and_eos_rules(engine: Engine) -> None:
     eos = _eos_ids(engine.model_path)
     long_prompt = [(i * 37) % 3000 + 10 for i in range(300)]  # past the prefix cache's minimum length
     sp = {"regex": REGEX, "sampling_seed": 21}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 from pathlib import Path
@@ -110,8 +111,19 @@ def test_agent_prompt_fits_the_context(tiny: Path, tok) -> None:
 
 @pytest.mark.slow
 def test_full_agent_prompt_forward(tiny: Path, tok) -> None:
+    """A whole agent-sized prompt (~15k tokens) in one forward: its last logits depend on its very first token
+    (attention spans the whole window: no sliding window, no truncation) and equal those of a prefill in two
+    chunks through the KV cache (as the engine continues a conversation)."""
     model = AutoModelForCausalLM.from_pretrained(str(tiny), attn_implementation="sdpa").eval()
     ids = agent_sized_prompt(tok, 60_000)
+    half = len(ids) // 2
     with torch.no_grad():
-        out = model(torch.tensor([ids]), logits_to_keep=1)
-    assert torch.isfinite(out.logits).all()
+        full = model(torch.tensor([ids]), logits_to_keep=1).logits[0, -1]
+        first = model(torch.tensor([ids[:half]]), use_cache=True)
+        cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        chunked = model(torch.tensor([ids[half:]]), logits_to_keep=1,
+                        **{cache_kw: first.past_key_values}).logits[0, -1]
+        other_start = model(torch.tensor([[ids[1], *ids[1:]]]), logits_to_keep=1).logits[0, -1]
+    assert len(ids) > 12_000 and torch.isfinite(full).all()
+    torch.testing.assert_close(chunked, full, rtol=1e-4, atol=1e-4)
+    assert not torch.equal(other_start, full)

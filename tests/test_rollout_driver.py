@@ -13,12 +13,12 @@ from slimecli.rollout.client import EngineClient
 from slimecli.rollout.data import PromptSource
 from slimecli.rollout.driver import RolloutDriver
 from slimecli.rollout.sample import Status
-from tests.helpers.engine import Engine, engine_fixture
+from tests.helpers.engine import Engine
 
 
 @pytest.fixture(scope="module")
-def live_engine(tmp_path_factory):
-    yield from engine_fixture(tmp_path_factory.mktemp("engine"))
+def live_engine(engine: Engine) -> Engine:
+    return engine  # the session's shared engine: these tests only generate
 
 
 class Counting(EngineClient):

@@ -35,16 +35,26 @@ VALID = {"input_ids": IDS, "sample_n": 2, "label_token_ids": [[1, 2], [3, VOCAB 
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("teacher_rank_failure")
-    ckpt = make_checkpoint(tmp / "loud", seed=1, loud_token=VOCAB - 1)  # the last token: rank 1's slice
-    srv = Server(tmp, [f"teacher.model_path={ckpt}", "teacher.tp=2", f"teacher.request_timeout_s={BOUND_S}"],
-                 env={"SLIMECLI_TEACHER_TEST_HOOKS": "1"})
-    try:
-        srv.wait_ready()
-        yield srv
-    finally:
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
+    """The module's teacher servers, newest last: one unless a test took it down."""
+    started: list[Server] = []
+    yield started
+    for srv in started:
         srv.stop()
+
+
+@pytest.fixture
+def server(servers: list[Server], tmp_path_factory: pytest.TempPathFactory) -> Server:
+    """A live tp=2 teacher: the module's, or a new one when a test has stopped it (the failure between
+    collectives does, by design), so the tests hold in any order."""
+    if not servers or servers[-1].proc.poll() is not None:
+        tmp = tmp_path_factory.mktemp("teacher_rank_failure")
+        ckpt = make_checkpoint(tmp / "loud", seed=1, loud_token=VOCAB - 1)  # the last token: rank 1's slice
+        srv = Server(tmp, [f"teacher.model_path={ckpt}", "teacher.tp=2", f"teacher.request_timeout_s={BOUND_S}"],
+                     env={"SLIMECLI_TEACHER_TEST_HOOKS": "1"})
+        servers.append(srv)
+        srv.wait_ready()
+    return servers[-1]
 
 
 def generate(srv: Server, body: dict[str, Any]) -> httpx.Response:
@@ -96,8 +106,9 @@ def test_healthz_is_503_while_a_call_runs_past_the_bound(server: Server) -> None
 
 
 @pytest.mark.slow
-def test_zz_failure_between_collectives_stops_the_server(server: Server) -> None:
-    """Last in this module: the server does not survive it (by design: the peers would hang in the collective)."""
+def test_failure_between_collectives_stops_the_server(server: Server) -> None:
+    """The server does not survive it (by design: the peers would hang in the collective); a later test gets a
+    new one."""
     try:
         r = generate(server, {**VALID, "test_fail": {"tp_rank": 1, "at": "collective"}})
         assert r.status_code >= 500, r.text

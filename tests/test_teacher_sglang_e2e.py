@@ -17,14 +17,14 @@ from transformers import AutoModelForCausalLM
 from slimecli.config.groups.teacher import TeacherConfig
 from slimecli.rollout.sample import Sample
 from slimecli.teacher.client import TeacherClient
-from tests.helpers.engine import Engine, engine, hf_logprobs  # noqa: F401 - fixture
+from tests.helpers.engine import Engine, hf_logprobs
 from tests.helpers.train_e2e import metrics, run_train
 
 SAMPLES = [([4, 8, 15, 16, 23, 42], 2), ([42, 7], 1), ([100 + 37 * i for i in range(40)], 17), ([5, 6, 7, 8], 3)]
 
 
 @pytest.fixture(scope="module")
-def hf(engine: Engine) -> torch.nn.Module:  # noqa: F811
+def hf(engine: Engine) -> torch.nn.Module:
     return AutoModelForCausalLM.from_pretrained(str(engine.model_path), attn_implementation="sdpa").eval()
 
 
@@ -39,7 +39,7 @@ def _score(url: str, samples: list[Sample], temperature: float) -> list[list[flo
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_sglang_teacher_scores_match_transformers(engine: Engine, hf: torch.nn.Module,  # noqa: F811
+def test_sglang_teacher_scores_match_transformers(engine: Engine, hf: torch.nn.Module,
                                                   temperature: float) -> None:
     samples = [Sample(tokens=list(t), response_length=r) for t, r in SAMPLES]
     got = _score(engine.url, samples, temperature)
@@ -49,7 +49,7 @@ def test_sglang_teacher_scores_match_transformers(engine: Engine, hf: torch.nn.M
         assert scores == pytest.approx(want, abs=1e-4)
 
 
-def test_many_concurrent_scores(engine: Engine, hf: torch.nn.Module) -> None:  # noqa: F811
+def test_many_concurrent_scores(engine: Engine, hf: torch.nn.Module) -> None:
     """More samples than the client's concurrency, scored while the engine also serves each other."""
     samples = [Sample(tokens=[(7 * i + 3 * j) % 3000 + 1 for j in range(12 + i % 5)], response_length=1 + i % 4)
                for i in range(20)]
@@ -60,7 +60,7 @@ def test_many_concurrent_scores(engine: Engine, hf: torch.nn.Module) -> None:  #
 
 
 @pytest.mark.parametrize("start", [0, 1, 4])
-def test_prefill_only_reply(engine: Engine, hf: torch.nn.Module, start: int) -> None:  # noqa: F811
+def test_prefill_only_reply(engine: Engine, hf: torch.nn.Module, start: int) -> None:
     tokens = [11, 22, 33, 44, 55, 66]
     out = engine.generate(input_ids=tokens, return_logprob=True, logprob_start_len=start,
                           sampling_params={"max_new_tokens": 0})
@@ -78,7 +78,7 @@ def test_prefill_only_reply(engine: Engine, hf: torch.nn.Module, start: int) -> 
 
 
 @pytest.mark.slow
-def test_opd_trains_with_an_sglang_teacher(engine: Engine, tmp_path) -> None:  # noqa: F811
+def test_opd_trains_with_an_sglang_teacher(engine: Engine, tmp_path) -> None:
     """`slimecli train +recipe=opd teacher=sglang` against a real `slimecli rollout serve`, end to end.
 
     The student starts from the very checkpoint the engine serves as teacher, so before the first update its

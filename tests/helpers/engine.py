@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import pytest
 import torch
 
 from slimecli.model.tiny import create_tiny_model
@@ -73,11 +72,6 @@ def engine_fixture(tmp: Path, *extra: str) -> Iterator[Engine]:
     finally:
         stop_engine(eng)
         assert eng.proc.returncode is not None
-
-
-@pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    yield from engine_fixture(tmp_path_factory.mktemp("engine"))
 
 
 def hf_logprobs(model: torch.nn.Module, prompt: list[int], output: list[int], temperature: float) -> list[float]:
