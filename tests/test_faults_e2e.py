@@ -25,12 +25,12 @@ def garble(path):
 
 def test_a_damaged_checkpoint_is_skipped_and_none_left_is_exit_2(tmp_path):
     run = tmp_path / "d"
-    out = run_train(run, "trainer.max_steps=3", "trainer.save_interval=1")
+    out = run_train(run, "trainer.max_steps=3", "trainer.save_interval=1", "trainer.nproc=1")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     step_2, step_3 = run / "checkpoints" / "step_2", run / "checkpoints" / "step_3"
     garble(step_3 / "model.safetensors")  # garbage bytes, same size, marker kept
 
-    out = run_train(run, "trainer.max_steps=4", "trainer.save_interval=1")
+    out = run_train(run, "trainer.max_steps=4", "trainer.save_interval=1", "trainer.nproc=1")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert f"checkpoint {step_3} is damaged (model.safetensors does not match its recorded SHA-256); skipped" in out.stdout
     assert f"resuming from the previous complete checkpoint {step_2}" in out.stdout
@@ -39,7 +39,7 @@ def test_a_damaged_checkpoint_is_skipped_and_none_left_is_exit_2(tmp_path):
 
     for step in checkpoint.step_dirs(run):
         (step[1] / "optimizer.pt").unlink()
-    out = run_train(run, "trainer.max_steps=5", "trainer.save_interval=1")
+    out = run_train(run, "trainer.max_steps=5", "trainer.save_interval=1", "trainer.nproc=1")
     assert out.returncode == 2, out.stdout[-3000:] + out.stderr[-3000:]
     assert "damaged checkpoint: optimizer.pt is missing" in out.stderr and str(run / "checkpoints" / "step_4") in out.stderr
     assert "Traceback" not in out.stdout + out.stderr and "torchrun" not in out.stdout + out.stderr
@@ -52,7 +52,7 @@ def test_teacher_kill_stops_the_run_then_the_same_command_finishes(tmp_path):
     teacher = create_tiny_model(tmp_path / "teacher", seed=1)  # the student's tokenizer, other weights
     run = tmp_path / "opd"
     args = ("+recipe=opd", f"teacher.model_path={teacher}", f"teacher.port={free_port()}", "trainer.max_steps=5",
-            "trainer.save_interval=1")
+            "trainer.save_interval=1", "trainer.nproc=1")
     proc = start_train(run, *args)
     try:
         wait_until(lambda: checkpoint.latest_complete(run) is not None, 600, "a first checkpoint", proc=proc)

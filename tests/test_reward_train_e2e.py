@@ -21,7 +21,7 @@ REWARD = textwrap.dedent('''
             return "not a number"
         if kind == 2:
             raise ValueError("this reward function fails on purpose")
-        return {"score": 0.0, "acc": False}
+        return {"acc": False}  # no reward.key in it
 ''')
 
 
@@ -31,17 +31,19 @@ def test_train_with_a_python_reward_returning_junk(tmp_path):
     reward.write_text(REWARD)
     run_dir = tmp_path / "run"
     out = run_train(run_dir, "reward=python", f"reward.path={reward}:score", "reward.key=score",
-                    "trainer.max_steps=2", "trainer.save_interval=0")
+                    "trainer.max_steps=2", "trainer.save_interval=0", "trainer.nproc=1")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     rows = metrics(run_dir)
     assert [r["step"] for r in rows] == [1, 2]
     for row in rows:
         quarter = row["reward/count"] / 4
+        reasons = {k: v for k, v in row.items() if k.startswith("reward/invalid/")}
         assert row["reward/invalid/string"] == quarter and row["reward/invalid/reward_error"] == quarter
-        assert row["reward/invalid"] == 2 * quarter and row["reward/valid"] == 2 * quarter
-        assert row["reward/mean"] == 0.5 and row["reward/key/score/mean"] == 0.5
-        assert row["reward/key/acc/mean"] == 0.5 and "reward/key/pred/mean" not in row
+        assert len(reasons) == 3 and sum(reasons.values()) == 3 * quarter, reasons  # and the dict without score
+        assert row["reward/invalid"] == 3 * quarter and row["reward/valid"] == quarter
+        assert row["reward/mean"] == 1.0 and row["reward/key/score/mean"] == 1.0  # the valid ones only
+        assert "reward/key/acc/mean" in row and "reward/key/pred/mean" not in row  # per-key means of dict rewards
     log = (run_dir / "logs" / "trainer.log").read_text(errors="replace")
     assert log.count("ValueError: this reward function fails on purpose") == 1  # the traceback, once
     assert log.count("samples have no reward (metadata.reward_error): ValueError") >= 2  # a summary per scoring
-    assert f"({int(rows[-1]['reward/invalid'] * 2)} invalid)" in out.stdout + out.stderr  # the progress bar
+    assert f"({int(rows[-1]['reward/invalid'] * 2)} invalid rewards so far)" in out.stdout  # the progress line
