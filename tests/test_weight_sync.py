@@ -172,6 +172,83 @@ def test_weight_group_requests_that_cannot_apply_are_4xx(engine: Engine) -> None
         assert status == 400 and needle in reply["error"]["message"], (path, body, reply)
 
 
+def test_weight_update_session_opens_once_and_closes_once(engine: Engine) -> None:
+    """SGLang's session (mid-2026 on): begin -> updates -> end, one at a time; both ends refuse out of turn."""
+    status, reply = _post(engine, "/end_weight_update", {})
+    assert status == 409 and reply["success"] is False and "no weight-update session" in reply["message"]
+    assert _post(engine, "/begin_weight_update", {}) == (200, {"success": True, "message": "Success"})
+    try:
+        status, reply = _post(engine, "/begin_weight_update", {"selector": "all"})
+        assert status == 409 and "already open" in reply["message"]
+    finally:
+        assert _post(engine, "/end_weight_update", {})[0] == 200
+    status, reply = _post(engine, "/begin_weight_update", {"selector": "drafts"})
+    assert status == 400 and "selector" in reply["error"]["message"]
+
+
+class SessionlessClient(EngineClient):
+    """A client of the SGLang API before sessions: it never opens one."""
+
+    async def begin_weight_update(self) -> bool:
+        return False
+
+
+def test_update_outside_a_session_is_refused_and_rank_0_stops_waiting(engine: Engine, models, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine refuses before it joins the broadcast; rank 0 says so instead of blocking in its broadcast.
+    (Inside a session the same push succeeds: test_each_kind_makes_the_engine_serve_the_new_weights, nccl.)"""
+    import slimecli.train.weight_sync as weight_sync
+
+    monkeypatch.setattr(weight_sync, "GROUP_NAME", "slimecli_weight_update_sessionless")  # this group is abandoned
+    path, hf = models[1]
+    cfg = load([f"model.path={engine.model_path}", "trainer.weight_sync=nccl", "rollout.request_timeout_s=30"])
+    side = Coordinator(engine.url)
+    side.engines = [SessionlessClient(engine.url)]
+    sync = make_weight_sync(cfg, tmp_path, side.engines, side.run)
+    before = engine.get("/get_model_info").json()["weight_version"]
+    try:
+        with pytest.raises(RuntimeError) as exc:
+            sync.push(dict(hf.state_dict()), 77)
+        message = str(exc.value)
+        assert "requires an open weight-update session" in message and engine.url in message
+        assert "abandoned" in message
+        with pytest.raises(RuntimeError, match="unusable"):
+            sync.push(dict(hf.state_dict()), 78)
+    finally:
+        sync.close()
+        side.close()
+    assert engine.get("/get_server_info").json()["paused"] is False  # continue_generation ran
+    assert engine.get("/get_model_info").json()["weight_version"] == before
+
+
+def test_client_finds_engines_without_sessions_by_their_404() -> None:
+    from aiohttp import web
+
+    calls: list[str] = []
+
+    async def not_found(request: web.Request) -> web.Response:
+        calls.append(request.path)
+        return web.json_response({"detail": "Not Found"}, status=404)
+
+    async def main() -> tuple[bool, bool, bool | None]:
+        app = web.Application()
+        app.router.add_post("/begin_weight_update", not_found)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        try:
+            async with EngineClient(f"http://127.0.0.1:{port}") as client:
+                first, second = await client.begin_weight_update(), await client.begin_weight_update()
+                return first, second, client.has_update_session
+        finally:
+            await runner.cleanup()
+
+    assert asyncio.run(main()) == (False, False, False)
+    assert calls == ["/begin_weight_update"]  # asked once; the answer is remembered
+
+
 def test_segments_of_dead_trainers_are_removed_and_live_ones_kept(tmp_path: Path) -> None:
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True)

@@ -79,6 +79,7 @@ class EngineClient:
         self.api_key = api_key or engine_api_key()
         self._session = session
         self._own_session = session is None
+        self.has_update_session: bool | None = None  # SGLang's /begin_weight_update: None until first asked
 
     async def __aenter__(self) -> EngineClient:
         return self
@@ -203,6 +204,31 @@ class EngineClient:
         """SGLang's: receive these tensors by broadcast from rank 0 of the group (which sends them meanwhile)."""
         body = {"names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name, "flush_cache": True}
         return await self._update("/update_weights_from_distributed", body, weight_version)
+
+    async def begin_weight_update(self) -> bool:
+        """SGLang's weight-update session (mid-2026 on): update_weights_from_distributed is refused outside
+        one. True: a session is open; False: this engine predates sessions (it answered 404), and updates
+        run without one. Any other refusal raises EngineError."""
+        if self.has_update_session is False:
+            return False
+        url = self.base_url + "/begin_weight_update"
+        async with self.session.post(url, json={}, headers=self.headers) as resp:
+            text = await resp.text()
+            if resp.status == 404:
+                self.has_update_session = False
+                return False
+            try:
+                data = json.loads(text)
+            except ValueError:
+                data = None
+            if resp.status != 200 or (isinstance(data, dict) and data.get("success") is False):
+                raise engine_error(resp.status, _message(resp.status, text), url)
+        self.has_update_session = True
+        return True
+
+    async def end_weight_update(self) -> dict[str, Any]:
+        """Close the session begin_weight_update opened (SGLang finalises the new weights here)."""
+        return await self._update("/end_weight_update", {}, None)
 
     async def destroy_weights_update_group(self, group_name: str) -> dict[str, Any]:
         return await self._update("/destroy_weights_update_group", {"group_name": group_name}, None)

@@ -230,6 +230,7 @@ class GroupSync:
         self.backend = "nccl" if torch.cuda.is_available() else "gloo"
         self.device = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else None
         self.group: Any = None
+        self.broken: str | None = None  # why the group can carry no more updates (a broadcast was abandoned)
 
     def _join(self) -> None:
         from slimecli.rollout.weight_transfer import init_weight_group
@@ -277,23 +278,36 @@ class GroupSync:
             for _name, t in bucket:
                 dist.broadcast(t if self.device is None else t.to(self.device), src=0, group=self.group)
 
+        async def one_bucket(bucket: list[tuple[str, torch.Tensor]]) -> None:
+            names = [n for n, _ in bucket]
+            dtypes = [dtype_name(t.dtype) for _, t in bucket]
+            shapes = [list(t.shape) for _, t in bucket]
+            posts = [e.update_weights_from_distributed(names, dtypes, shapes, GROUP_NAME, str(version))
+                     for e in self.engines]
+            await _broadcast_while_engines_receive(_in_daemon_thread(send, bucket), posts, self.engines,
+                                                   f"by broadcast (version {version})")
+
         async def update_all() -> None:
             await asyncio.gather(*(e.pause() for e in self.engines))
             try:
                 await asyncio.gather(*(e.flush_cache() for e in self.engines))
-                for bucket in _buckets(tensors, self.bucket_bytes):
-                    names = [n for n, _ in bucket]
-                    dtypes = [dtype_name(t.dtype) for _, t in bucket]
-                    shapes = [list(t.shape) for _, t in bucket]
-                    posts = [e.update_weights_from_distributed(names, dtypes, shapes, GROUP_NAME, str(version))
-                             for e in self.engines]
-                    _sent, *results = await asyncio.gather(asyncio.to_thread(send, bucket), *posts)
-                    for engine, result in zip(self.engines, results, strict=True):
-                        _check(engine, result, f"by broadcast (version {version})")
+                opened = await asyncio.gather(*(e.begin_weight_update() for e in self.engines))
+                try:
+                    for bucket in _buckets(tensors, self.bucket_bytes):
+                        await one_bucket(bucket)
+                finally:
+                    await asyncio.gather(*(e.end_weight_update() for e, o in zip(self.engines, opened, strict=True)
+                                           if o), return_exceptions=True)
             finally:
                 await asyncio.gather(*(e.resume() for e in self.engines), return_exceptions=True)
 
-        self.run(update_all())
+        if self.broken is not None:
+            raise RuntimeError(f"the weight-update group is unusable after an earlier failure: {self.broken}")
+        try:
+            self.run(update_all())
+        except Exception as exc:
+            self.broken = str(exc)
+            raise
         return f"group {GROUP_NAME}"
 
     def before_update(self) -> None:
@@ -306,8 +320,64 @@ class GroupSync:
 
         self.run(_gather((e.destroy_weights_update_group(GROUP_NAME) for e in self.engines),
                          return_exceptions=True))
-        destroy_weight_group(self.group)
+        if self.broken is None:  # else a broadcast may still block on it: the process's exit takes it down
+            destroy_weight_group(self.group)
         self.group = None
+
+
+def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+    """fn(*args) in a daemon thread: a broadcast that no engine joins blocks it until the group's timeout, and a
+    thread of the default executor would then hold up the interpreter's exit."""
+    import threading
+
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(result: Any, exc: BaseException | None) -> None:
+        if future.done():
+            return
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
+
+    def target() -> None:
+        try:
+            result, exc = fn(*args), None
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting coroutine
+            result, exc = None, e
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(settle, result, exc)
+
+    threading.Thread(target=target, name="weight-broadcast", daemon=True).start()
+    return future
+
+
+async def _broadcast_while_engines_receive(sent: asyncio.Future[Any], posts: list[Awaitable[dict[str, Any]]],
+                                           engines: list[Any], what: str) -> None:
+    """Rank 0's broadcast completes only once every engine receives: an engine that answers success=false (or
+    fails) before it does has left the collective, so stop waiting on it and say which engine and why."""
+    tasks: list[asyncio.Future[Any]] = [asyncio.ensure_future(p) for p in posts]
+    pending: set[asyncio.Future[Any]] = {sent, *tasks}
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is sent:
+                    task.result()  # a failed broadcast raises here
+                    continue
+                engine = engines[tasks.index(task)]
+                try:
+                    _check(engine, task.result(), what)
+                except Exception as exc:
+                    if sent.done():
+                        raise
+                    raise RuntimeError(f"{exc}; rank 0's broadcast cannot complete without this engine, so the "
+                                       "update is abandoned (the weight-update group carries no more updates: "
+                                       "restart the run)") from exc
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 async def _gather(aws: Iterable[Awaitable[Any]], return_exceptions: bool = False) -> list[Any]:

@@ -2,6 +2,10 @@
 weight-update process group (``/init_weights_update_group``, ``/update_weights_from_distributed``,
 ``/destroy_weights_update_group``).
 
+As in SGLang since its weight-update sessions (mid-2026), ``/update_weights_from_distributed`` runs only
+between ``POST /begin_weight_update`` and ``POST /end_weight_update``; outside a session it answers
+success=false before it joins any broadcast, so a client finds its mistake at once.
+
 New tensors are copied into the served model in place on the scheduler thread, between two steps, so a
 request never sees half-updated weights; the prefix cache is cleared with them, as on a disk update.
 """
@@ -75,12 +79,38 @@ class WeightRoutes:
         self.server = server
         self.groups: dict[str, Any] = {}
         self.segment: SharedSegment | None = None  # the one the served tensors are views of, if any
+        self.session_open = False  # between /begin_weight_update and /end_weight_update
 
     def add_to(self, router: web.UrlDispatcher) -> None:
         router.add_post("/update_weights_from_shared_memory", self.from_shared_memory)
         router.add_post("/init_weights_update_group", self.init_group)
         router.add_post("/update_weights_from_distributed", self.from_distributed)
         router.add_post("/destroy_weights_update_group", self.destroy_group)
+        router.add_post("/begin_weight_update", self.begin_session)
+        router.add_post("/end_weight_update", self.end_session)
+
+    # ---- the weight-update session (SGLang's) -------------------------------------------------
+    async def begin_session(self, request: web.Request) -> web.Response:
+        """SGLang's ``{"selector"?: "all" | "target" | "draft"}``: one session at a time."""
+        if (resp := self.server._not_ready()) is not None:
+            return resp
+        body = await read_json(request, required=False)
+        _known(body, {"selector"})
+        if body.get("selector", "all") not in ("all", "target", "draft"):
+            raise BadRequest("selector: must be all, target or draft")
+        if self.session_open:
+            return _refused("a weight-update session is already open (POST /end_weight_update first)", 409)
+        self.session_open = True
+        return web.json_response({"success": True, "message": "Success"})
+
+    async def end_session(self, request: web.Request) -> web.Response:
+        if (resp := self.server._not_ready()) is not None:
+            return resp
+        _known(await read_json(request, required=False), set())
+        if not self.session_open:
+            return _refused("no weight-update session is open (POST /begin_weight_update first)", 409)
+        self.session_open = False
+        return web.json_response({"success": True, "message": "Success"})
 
     # ---- shared memory ----------------------------------------------------------------------
     async def from_shared_memory(self, request: web.Request) -> web.Response:
@@ -181,6 +211,9 @@ class WeightRoutes:
         if len({n for n, _, _ in items}) != len(items) or not all(isinstance(n, str) for n, _, _ in items):
             raise BadRequest("names: must be distinct strings")
         targets = check_targets(self.server._sched.runner.model, items)
+        if not self.session_open:
+            return _refused("update_weights_from_distributed requires an open weight-update session "
+                            "(POST /begin_weight_update first, /end_weight_update after)", 400)
         device = self.server._sched.runner.device
 
         def receive() -> dict[str, torch.Tensor]:
@@ -223,6 +256,12 @@ class WeightRoutes:
             paused = len(sch.running) if sch.paused else 0
             await asyncio.wrap_future(sch.call(lambda: sch.load_weights(install, version)))
         return paused
+
+
+def _refused(message: str, status: int) -> web.Response:
+    """SGLang's failure reply ({"success": false, "message"}), with the error envelope of every other 4xx."""
+    return web.json_response({"success": False, "message": message, "error": {"message": message}},
+                             status=status)
 
 
 def _known(body: dict[str, Any], allowed: set[str]) -> None:
