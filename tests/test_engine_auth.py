@@ -150,9 +150,12 @@ def test_sglang_teacher_client_sends_its_key_to_an_engine(engine: Engine) -> Non
 
 
 def test_update_weights_only_from_under_the_roots(engine: Engine, outside: Path, tmp_path: Path) -> None:
+    assert _post(engine, "/pause_generation", {}, AUTH).status_code == 200  # as an RL client does first
     r = _post(engine, "/update_weights_from_disk", {"model_path": str(outside)}, AUTH)
     assert r.status_code == 403, r.text
-    assert str(outside.resolve()) in r.json()["error"]["message"]
+    message = r.json()["error"]["message"]
+    assert str(outside.resolve()) in message and "rollout.weight_roots=[" in message  # how to allow it
+    assert "generation continues" in message and _get(engine, "/get_server_info", AUTH).json()["paused"] is False
     link = tmp_path / "looks-inside"
     link.symlink_to(outside, target_is_directory=True)
     r = _post(engine, "/update_weights_from_disk", {"model_path": str(link)}, AUTH)

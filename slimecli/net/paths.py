@@ -1,8 +1,9 @@
 """Paths a client names in a request (a checkpoint to load): checked before anything touches the disk.
 
-`request_dir(value, field, roots)` expands `~`, resolves symlinks and `..`, and returns the directory, or
-raises HttpError: 400 for what is not a usable path (not a string, empty, NUL bytes, longer than the OS
-allows, `~nosuchuser`), 403 naming the resolved path when it lies outside every root (roots None: no rule).
+`request_dir(value, field, roots, setting)` expands `~`, resolves symlinks and `..`, and returns the directory,
+or raises HttpError: 400 for what is not a usable path (not a string, empty, NUL bytes, longer than the OS
+allows, `~nosuchuser`), 403 naming the resolved path when it lies outside every root (roots None: no rule),
+and the setting that admits more roots, so that whoever reads the refusal knows how to allow the path.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ MAX_PATH_CHARS = 4096  # PATH_MAX on Linux
 MAX_NAME_BYTES = 255  # NAME_MAX
 
 
-def request_dir(value: Any, field: str, roots: Sequence[str | Path] | None = None) -> Path:
+def request_dir(value: Any, field: str, roots: Sequence[str | Path] | None = None,
+                setting: str | None = None) -> Path:
     if not isinstance(value, str) or not value:
         raise HttpError(400, f"{field}: required (a checkpoint directory)")
     if "\x00" in value:
@@ -45,6 +47,8 @@ def request_dir(value: Any, field: str, roots: Sequence[str | Path] | None = Non
         resolved = [Path(os.path.expanduser(str(r))).resolve() for r in roots]
         if not any(path == r or path.is_relative_to(r) for r in resolved):
             allowed = ", ".join(str(r) for r in resolved) or "(none)"
+            how = (f"; to allow it, start the server with {setting}=[{','.join([*map(str, resolved), str(path)])}]"
+                   if setting else "")
             raise HttpError(403, f"{field}: {path} is outside the directories this server loads weights from "
-                                 f"({allowed})", extra={"model_path": str(path)})
+                                 f"({allowed}){how}", extra={"model_path": str(path)})
     return path

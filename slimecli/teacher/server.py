@@ -215,7 +215,7 @@ class Front:
 
     async def update_weights(self, request: web.Request) -> web.Response:
         path, timeout, delay = parse_update(await _json(request), self.t.update_timeout_s)
-        path = str(request_dir(path, "model_path", self.weight_roots))  # 400 for what is no path, 403 outside
+        path = str(request_dir(path, "model_path", self.weight_roots, "teacher.weight_roots"))  # 400 for what is no path, 403 outside
         if self.update is not None:
             if path != self.update_path:
                 raise RequestError(409, f"an update to {self.update_path} is already running")

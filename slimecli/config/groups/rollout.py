@@ -34,7 +34,8 @@ class RolloutConfig:
     # Engine control and generation endpoints need `Authorization: Bearer <api_key>` (SGLang's --api-key);
     # None: the SLIMECLI_ENGINE_API_KEY environment variable if set, else open. /health* stays open.
     api_key: str | None = None
-    # update_weights_from_disk loads only directories under these (symlinks resolved); () = the run directory
+    # update_weights_from_disk loads only directories under these (symlinks resolved), for every client.
+    # () = clients on this host load any directory (as from SGLang); others the run directory or model.path's
     weight_roots: tuple[str, ...] = ()
     read_timeout_s: float = 60.0  # embedded engine: a request head or body that stalls longer is dropped / 408
     max_connections: int = 1024  # embedded engine: open connections at most; more are answered 503

@@ -27,15 +27,17 @@ def main(argv: list[str] | None = None) -> None:
     start(cfg, args.index, run_dir_of(args.config))
 
 
-def weight_roots(cfg: SlimeConfig, run_dir: str | Path | None) -> list[str | Path]:
-    """rollout.weight_roots, or the run directory ($SLIMECLI_RUN_DIR, run.dir, else the one given)."""
+def weight_roots(cfg: SlimeConfig, run_dir: str | Path | None,
+                 model_path: str | Path | None = None) -> list[str | Path]:
+    """rollout.weight_roots, or the run directory ($SLIMECLI_RUN_DIR, run.dir, else the one given) and the
+    served model's directory (where clients on other hosts may load from; loopback clients load anywhere)."""
     if cfg.rollout.weight_roots:
         return list(cfg.rollout.weight_roots)
     run = os.environ.get("SLIMECLI_RUN_DIR") or cfg.run.dir or run_dir
-    if run is None:  # nowhere to load from: every update_weights_from_disk is a 403 that says so
-        log.warning("no run directory and no rollout.weight_roots: update_weights_from_disk will refuse every path")
-        return []
-    return [run]
+    roots: list[str | Path] = [run] if run is not None else []
+    if model_path is not None and Path(model_path).is_dir():
+        roots.append(model_path)
+    return roots
 
 
 def start(cfg: SlimeConfig, index: int = 0, run_dir: str | Path | None = None) -> None:
@@ -52,8 +54,9 @@ def start(cfg: SlimeConfig, index: int = 0, run_dir: str | Path | None = None) -
     run(model_path, host=slot.host, port=slot.port, tokenizer_path=resolve_tokenizer_path(cfg.model),
         dtype=cfg.model.dtype, max_running=r.max_running_requests, seed=cfg.run.seed + index, device=r.device,
         prefix_cache_mb=r.prefix_cache_mb, trust_remote_code=cfg.model.trust_remote_code,
-        log_level=cfg.run.log_level, api_key=engine_api_key(r), weight_roots=weight_roots(cfg, run_dir),
-        read_timeout_s=r.read_timeout_s, max_connections=r.max_connections)
+        log_level=cfg.run.log_level, api_key=engine_api_key(r), weight_roots=weight_roots(cfg, run_dir, model_path),
+        read_timeout_s=r.read_timeout_s, max_connections=r.max_connections,
+        loopback_loads_anywhere=not r.weight_roots)
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ def run(model_path: str | Path, *, host: str, port: int, tokenizer_path: str | P
         dtype: str = "float32", max_running: int = 64, seed: int | None = None, device: str = "auto",
         prefix_cache_mb: int | None = None, trust_remote_code: bool = False, log_level: str = "info",
         api_key: str | None = None, weight_roots: list[str | Path] | None = None, read_timeout_s: float = 60.0,
-        max_connections: int = MAX_CONNECTIONS) -> None:
+        max_connections: int = MAX_CONNECTIONS, loopback_loads_anywhere: bool = False) -> None:
     """Serve until signalled; the keyword settings are the run config's (rollout.device, rollout.prefix_cache_mb,
     model.trust_remote_code, run.log_level, rollout.api_key, rollout.weight_roots, rollout.read_timeout_s,
     rollout.max_connections) and hold for this whole process, weight updates included."""
@@ -69,7 +69,8 @@ def run(model_path: str | Path, *, host: str, port: int, tokenizer_path: str | P
     set_trust_remote_code(trust_remote_code)
     server = EngineServer(model_path, tokenizer_path=tokenizer_path, dtype=dtype, max_running=max_running,
                           host=host, port=port, seed=seed, device=default_device(device), api_key=api_key,
-                          weight_roots=weight_roots, read_timeout_s=read_timeout_s, max_connections=max_connections)
+                          weight_roots=weight_roots, read_timeout_s=read_timeout_s, max_connections=max_connections,
+                          loopback_loads_anywhere=loopback_loads_anywhere)
     try:
         asyncio.run(serve(server))
     except EngineStartError as exc:

@@ -1,8 +1,15 @@
 """POST /update_weights_from_disk: load a checkpoint directory, only from under the engine's weight roots.
 
 The path is checked first (slimecli.net.paths: ~ expanded, symlinks and .. resolved; 400 for what is not a
-path, 403 outside rollout.weight_roots), then loaded off the event loop and checked against the served model
+path, 403 outside the roots), then loaded off the event loop and checked against the served model
 (vocabulary, architecture); a failed load answers success=false and the old weights keep serving.
+
+The roots: rollout.weight_roots where set, for every client. Unset, a client on this host (loopback) may load
+any directory, as it may from SGLang (slime's and other SGLang clients name whatever their trainer wrote),
+and a client elsewhere only the run directory or the served model's own.
+
+An update that is refused leaves generation running: SGLang clients pause first and raise on a 4xx before they
+send continue_generation (slime does), so a refusal that kept the pause would hang every later request.
 
 A checkpoint of the served architecture whose tensors have the served names and shapes (the trainer's own
 export, every step) is read and copied into the served model in place, between two scheduler steps, as SGLang
@@ -12,6 +19,8 @@ does; building a new model each step cost 35 ms of a 300 ms quickstart step. Any
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -31,9 +40,53 @@ log = logging.getLogger("slimecli.engine")
 
 
 async def update_weights_from_disk(self: EngineServer, request: web.Request) -> web.Response:
-    """SGLang's reply: {"success", "message", "num_paused_requests"}."""
+    """SGLang's reply: {"success", "message", "num_paused_requests"}; refused (4xx), generation continues."""
     if (resp := self._not_ready()) is not None:
         return resp
+    try:
+        resp = await _update(self, request)
+    except net.HttpError as exc:
+        if await _continue_if_paused(self):
+            exc.message += CONTINUED
+        raise
+    except BadRequest as exc:
+        if await _continue_if_paused(self):
+            raise BadRequest(f"{exc}{CONTINUED}") from None
+        raise
+    if resp.status >= 400 and await _continue_if_paused(self):
+        body = json.loads(resp.text or "{}")
+        body["message"] = str(body.get("message", "")) + CONTINUED
+        return web.json_response(body, status=resp.status)
+    return resp
+
+
+CONTINUED = " (generation continues: the pause before this update was lifted)"
+
+
+async def _continue_if_paused(self: EngineServer) -> bool:
+    sch = self._sched
+    if not sch.paused:
+        return False
+    await asyncio.wrap_future(sch.call(sch.resume))
+    log.warning("update_weights_from_disk refused: generation continues with the old weights")
+    return True
+
+
+def _roots(self: EngineServer, request: web.Request) -> list[str | Path] | None:
+    """None (any path) for a client on this host when no roots were configured; else the roots."""
+    if self.loopback_loads_anywhere and _is_loopback(request.remote):
+        return None
+    return self.weight_roots
+
+
+def _is_loopback(remote: str | None) -> bool:
+    try:
+        return remote is not None and ipaddress.ip_address(remote).is_loopback
+    except ValueError:  # a Unix socket, or no peer address
+        return False
+
+
+async def _update(self: EngineServer, request: web.Request) -> web.Response:
     body = await net.read_json(request, strict_text=True)
     version = body.get("weight_version")
     if version is not None and not isinstance(version, str | int) or isinstance(version, bool):
@@ -41,7 +94,7 @@ async def update_weights_from_disk(self: EngineServer, request: web.Request) -> 
     for key in ("abort_all_requests", "flush_cache"):
         if body.get(key) is not None and not isinstance(body.get(key), bool):
             raise BadRequest(f"{key}: must be true or false")
-    path = str(request_dir(body.get("model_path"), "model_path", self.weight_roots))  # 400 / 403
+    path = str(request_dir(body.get("model_path"), "model_path", _roots(self, request), "rollout.weight_roots"))
     sch = self._sched
     async with self._update_lock:
         try:

@@ -78,7 +78,7 @@ class EngineServer:
                  max_running: int = 64, host: str = "127.0.0.1", port: int = 30000, seed: int | None = None,
                  device: str | None = None, api_key: str | None = None,
                  weight_roots: list[str | Path] | None = None, read_timeout_s: float = net.BODY_TIMEOUT_S,
-                 max_connections: int = MAX_CONNECTIONS) -> None:
+                 max_connections: int = MAX_CONNECTIONS, loopback_loads_anywhere: bool = False) -> None:
         self.model_path = str(model_path)
         self.tokenizer_path = str(tokenizer_path or model_path)
         self.dtype = dtype
@@ -98,6 +98,7 @@ class EngineServer:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.api_key = api_key  # rollout.api_key: every endpoint but /health* needs it (SGLang's --api-key)
         self.weight_roots = weight_roots  # update_weights_from_disk loads only under these (None: anywhere)
+        self.loopback_loads_anywhere = loopback_loads_anywhere  # no roots configured: loopback clients, as SGLang
         self.limits = net.BodyLimits(net.MIN_BODY, read_timeout_s)  # raised to the context's size by load()
         self.max_connections = max_connections
         self.max_text_chars = 0  # a longer text cannot fit the context (set by load())
