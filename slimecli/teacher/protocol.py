@@ -17,7 +17,9 @@ MAX_LABEL_WIDTH = 256  # label_token_ids per position
 # Where log-softmax(logits / T) stays finite in every dtype a teacher runs in (fp16 included); the issue
 # that a 1e-40 temperature showed: logits / T overflow to inf, and the log-probs turn to NaN.
 TEMPERATURE_RANGE = (1e-2, 1e2)
-GENERATE_KEYS = frozenset({"input_ids", "sample_n", "label_token_ids", "temperature"})
+# timeout_s: THUDM/slime's teacher warm-up sends it to /generate; its server accepts it there and bounds nothing
+# with it (it is the deadline of an update_weights_from_disk), so it is checked and accepted, as there.
+GENERATE_KEYS = frozenset({"input_ids", "sample_n", "label_token_ids", "temperature", "timeout_s"})
 UPDATE_KEYS = frozenset({"model_path", "path", "load", "timeout_s"})
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
 # Tests set this to make requests and updates take a while ("test_delay_s" in the body) and to make one TP rank
@@ -148,6 +150,10 @@ def parse_generate(body: Any, vocab_size: int, max_length: int, default_temperat
                 raise RequestError(400, f"label_token_ids rows must have equal width: row 0 has {width}, "
                                         f"row {r} has {len(row)}")
             _check_ids(row, vocab_size, f"label_token_ids[{r}]")
+
+    raw_timeout = body.get("timeout_s")
+    if raw_timeout is not None and not 0 < (_finite(raw_timeout) or 0) <= MAX_TIMEOUT_S:
+        raise RequestError(400, f"timeout_s must be a number in (0, {MAX_TIMEOUT_S:g}], got {_show(raw_timeout)}")
 
     raw_t = body.get("temperature", default_temperature)  # an extension: THUDM/slime's teacher API has no field
     temperature = _finite(default_temperature if raw_t is None else raw_t)
