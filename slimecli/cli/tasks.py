@@ -22,6 +22,12 @@ EPILOG = """[bold]Examples[/]
   slimecli tasks check task.path=builtin:swe_tiny                 # every task: F2P fail at base, pass with gold
 
   slimecli tasks grade task.instance=tiny-calc-001 --patch fix.diff      # {resolved, f2p, p2p, applied, ...}
+
+  slimecli tasks env build task.path=swe.jsonl                    # every task's environment, ahead of a run
+
+  slimecli tasks env list                                         # the cached environments and their sizes
+
+  slimecli tasks env prune                                        # remove them all (or: prune KEY ...)
 """
 
 tasks_app = typer.Typer(help="SWE task sets: list them, check every task, grade a patch.", no_args_is_help=True,
@@ -73,14 +79,14 @@ def check(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption,
     and after, an empty diff and a diff that deletes the tests score 0. Exit 1 if any task fails."""
     import asyncio
 
-    from slimecli.sandbox.factory import grader_factory
     from slimecli.swe.check import check_all
+    from slimecli.swe.env.resolve import grading_sandboxes
 
     cfg = _config(ctx.args, recipe_dir)
     tasks = _tasks(cfg)
     chosen = [t for t in tasks.tasks if cfg.task.instance in (None, t.instance_id)]
-    results = asyncio.run(check_all(chosen, concurrency=jobs, sandbox_factory=grader_factory(cfg.sandbox),
-                                    budget_s=cfg.agent.eval_budget_s))
+    results = asyncio.run(check_all(chosen, concurrency=jobs, budget_s=cfg.agent.eval_budget_s,
+                                    sandboxes_for=lambda t: grading_sandboxes(t, cfg.task, cfg.sandbox)))
     bad = 0
     for task, result in zip(chosen, results, strict=True):
         if as_json:
@@ -102,7 +108,7 @@ def grade(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption,
     import asyncio
     import sys
 
-    from slimecli.sandbox.factory import grader_factory
+    from slimecli.swe.env.resolve import grading_sandboxes
     from slimecli.swe.grade import Unevaluatable
     from slimecli.swe.grade import grade as grade_patch
 
@@ -119,12 +125,76 @@ def grade(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption,
     task = _tasks(cfg).get(cfg.task.instance)
     assert task is not None  # the task rules checked it
     try:
-        report = asyncio.run(grade_patch(task, diff, sandbox_factory=grader_factory(cfg.sandbox),
+        sandboxes = grading_sandboxes(task, cfg.task, cfg.sandbox)
+        report = asyncio.run(grade_patch(task, diff, sandbox_factory=sandboxes,
                                          budget_s=cfg.agent.eval_budget_s, partial=cfg.reward.partial))
     except Unevaluatable as exc:
-        fail(f"{task.instance_id}: unevaluatable:{exc.reason}", code=1)
+        fail(f"{task.instance_id}: unevaluatable:{exc}", code=1)
     out: dict[str, Any] = {**report.as_dict(), "reward": report.reward(cfg.reward.partial)}
     typer.echo(json.dumps(out))
+
+
+env_app = typer.Typer(help="Task environments (task.environment): build them ahead of a run, list, remove.",
+                      no_args_is_help=True, rich_markup_mode="rich")
+
+
+@env_app.command("build", context_settings=OVERRIDES, epilog=EPILOG)
+def env_build(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> None:
+    """Build the environment of every task (or task.instance) now, retrying failed builds; exit 1 if any fails."""
+    from slimecli.swe.env.resolve import EnvUnavailable, describe, resolve
+
+    cfg = _config(ctx.args, recipe_dir)
+    chosen = [t for t in _tasks(cfg).tasks if cfg.task.instance in (None, t.instance_id)]
+    bad = 0
+    for task in chosen:
+        try:
+            env = resolve(task, cfg.task, cfg.sandbox, retry=True)
+        except EnvUnavailable as exc:
+            typer.echo(f"FAIL {task.instance_id}: env:{exc.reason}: {describe(exc)}")
+            bad += 1
+            continue
+        where = env.key or env.image or env.bin_dir
+        typer.echo(f"ok   {task.instance_id}: {env.kind} {where} ({env.why})")
+    echo_err(f"{len(chosen) - bad}/{len(chosen)} task environments ready")
+    if bad:
+        raise typer.Exit(1)
+
+
+@env_app.command("list", context_settings=OVERRIDES, epilog=EPILOG)
+def env_list(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption,
+             as_json: bool = typer.Option(False, "--json", help="One JSON object per environment.")) -> None:
+    """The cached environments under task.env_dir: key, size, what built it."""
+    from slimecli.swe.env.resolve import store_for
+
+    cfg = _config(ctx.args, recipe_dir)
+    store = store_for(cfg.task)
+    entries = store.entries()
+    for e in entries:
+        if as_json:
+            typer.echo(json.dumps({"key": e.key, "path": str(e.path), "size_bytes": e.size_bytes,
+                                   "runner": e.manifest.get("runner"), "for": e.manifest.get("for")}))
+        else:
+            typer.echo(f"{e.key}  {e.size_bytes / 2**20:8.1f} MiB  {e.manifest.get('runner', '')}  "
+                       f"first built for {e.manifest.get('for') or '-'}")
+    echo_err(f"{len(entries)} environment(s), {sum(e.size_bytes for e in entries) / 2**20:.1f} MiB under {store.root}")
+
+
+@env_app.command("prune", context_settings=OVERRIDES, epilog=EPILOG)
+def env_prune(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> None:
+    """Remove cached environments: the KEYs given (as `tasks env list` prints them), else all of them."""
+    from slimecli.swe.env.resolve import store_for
+
+    keys = [a for a in ctx.args if "=" not in a]
+    cfg = _config([a for a in ctx.args if "=" in a], recipe_dir)
+    store = store_for(cfg.task)
+    unknown = [k for k in keys if not store.path(k).is_dir()]
+    if unknown:
+        fail(f"no cached environment {', '.join(unknown)} under {store.root} (`slimecli tasks env list` lists them)")
+    removed = store.prune(keys or None)
+    echo_err(f"removed {len(removed)} environment(s) from {store.root}")
+
+
+tasks_app.add_typer(env_app, name="env")
 
 
 def register(app: typer.Typer) -> None:

@@ -63,8 +63,9 @@ def make_sandbox(settings: SandboxConfig, workdir: str | Path | None = None, *, 
     raise ValueError(f"unknown sandbox kind {kind!r}")
 
 
-def grader_factory(settings: SandboxConfig) -> Callable[[Path], Sandbox]:
-    """Fresh sandboxes for graders and task checks: no ports, nothing but the workspace, and this
-    interpreter first on PATH (its environment has the test runner)."""
-    bin_dir = str(Path(sys.executable).parent)
-    return lambda workdir: make_sandbox(settings, workdir, path_dirs=(bin_dir,))
+def grader_factory(settings: SandboxConfig, *, path_dirs: Sequence[str] | None = None,
+                   ro_paths: Sequence[str | Path] = (), image: str | None = None) -> Callable[[Path], Sandbox]:
+    """Fresh sandboxes for graders and task checks: no ports, nothing but the workspace and `ro_paths`, and
+    `path_dirs` first on PATH (default: this interpreter's directory, whose environment has the test runner)."""
+    dirs = tuple(path_dirs) if path_dirs is not None else (str(Path(sys.executable).parent),)
+    return lambda workdir: make_sandbox(settings, workdir, path_dirs=dirs, ro_paths=ro_paths, image=image)

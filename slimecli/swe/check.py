@@ -179,12 +179,24 @@ async def check_task(task: SweTask, *, sandbox_factory: Callable[[Path], Sandbox
 
 async def check_all(tasks: Sequence[SweTask], concurrency: int = 2, *,
                     sandbox_factory: Callable[[Path], Sandbox] = local_sandbox, budget_s: float = 600.0,
-                    test_env: Mapping[str, str] | None = None) -> list[CheckResult]:
-    """check_task on every task, `concurrency` at a time; results in the order of `tasks`."""
+                    test_env: Mapping[str, str] | None = None,
+                    sandboxes_for: Callable[[SweTask], Callable[[Path], Sandbox]] | None = None) -> list[CheckResult]:
+    """check_task on every task, `concurrency` at a time; results in the order of `tasks`.
+
+    `sandboxes_for(task)`: the grading sandboxes of the task's environment (built on first use, in a thread);
+    when it raises Unevaluatable the task fails one check, "env", and the others go on."""
     limit = asyncio.Semaphore(max(1, concurrency))
 
     async def one(task: SweTask) -> CheckResult:
         async with limit:
-            return await check_task(task, sandbox_factory=sandbox_factory, budget_s=budget_s, test_env=test_env)
+            factory = sandbox_factory
+            if sandboxes_for is not None:
+                start = time.monotonic()
+                try:
+                    factory = await asyncio.to_thread(sandboxes_for, task)
+                except Unevaluatable as exc:
+                    return CheckResult(task.instance_id, [Check("env", False, f"unevaluatable:{exc}")],
+                                       time.monotonic() - start)
+            return await check_task(task, sandbox_factory=factory, budget_s=budget_s, test_env=test_env)
 
     return list(await asyncio.gather(*(one(t) for t in tasks)))

@@ -14,7 +14,7 @@ from typing import Any
 REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch",
             "FAIL_TO_PASS", "PASS_TO_PASS")
 OPTIONAL_STR = ("hints_text", "version", "environment_setup_commit", "workdir", "image", "test_cmd", "created_at")
-KNOWN = (*REQUIRED, *OPTIONAL_STR, "setup_commands", "timeout_s")
+KNOWN = (*REQUIRED, *OPTIONAL_STR, "setup_commands", "timeout_s", "install")
 BUILTIN_PREFIX = "builtin:"
 
 
@@ -32,6 +32,7 @@ class SweTask:
     image: str | None = None  # container sandboxes
     test_cmd: str | None = None  # None -> pytest with JUnit XML
     setup_commands: tuple[str, ...] = ()
+    install: tuple[str, ...] = ()  # more requirements of the task's venv (pip requirement strings)
     timeout_s: float | None = None
     hints_text: str = ""
     version: str = ""
@@ -98,6 +99,13 @@ def parse_row(row: Any, source: str) -> SweTask | list[RowError]:
         setup = [setup]
     if not isinstance(setup, list) or not all(isinstance(c, str) for c in setup):
         errors.append(RowError(source, "setup_commands", "expected a list of shell command strings"))
+    install = row.get("install", [])
+    if isinstance(install, str):
+        install = [install]
+    if not isinstance(install, list) or not all(isinstance(r, str) and r.strip() for r in install):
+        errors.append(RowError(source, "install", "expected a list of pip requirement strings"))
+    elif any(r.strip().startswith("-") for r in install):
+        errors.append(RowError(source, "install", "expected requirements, not pip options"))
     timeout = row.get("timeout_s")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
         errors.append(RowError(source, "timeout_s", f"expected a number of seconds > 0, got {timeout!r}"))
@@ -111,6 +119,7 @@ def parse_row(row: Any, source: str) -> SweTask | list[RowError]:
         problem_statement=row["problem_statement"], patch=row["patch"], test_patch=row["test_patch"],
         fail_to_pass=tests["FAIL_TO_PASS"], pass_to_pass=tests["PASS_TO_PASS"], workdir=row.get("workdir"),
         image=row.get("image"), test_cmd=row.get("test_cmd"), setup_commands=tuple(setup), timeout_s=timeout,
+        install=tuple(r.strip() for r in install),
         hints_text=row.get("hints_text") or "", version=row.get("version") or "",
         environment_setup_commit=row.get("environment_setup_commit") or "", source=source,
         extra={k: v for k, v in row.items() if k not in KNOWN})

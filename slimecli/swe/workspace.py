@@ -12,7 +12,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from slimecli.swe.task import BUILTIN_PREFIX, SweTask
@@ -147,3 +147,26 @@ def prepare(task: SweTask, dest: Path) -> None:
                 else:
                     child.unlink()
             raise WorkspaceError(f"{task.instance_id}: cannot check out {sha} from {where}: {exc}") from None
+
+
+def read_at_commit(task: SweTask, commit: str, wanted: Callable[[str], bool],
+                   dirs: tuple[str, ...] = ()) -> tuple[str, dict[str, bytes]]:
+    """(the full SHA of `commit`, {path: content}) of the files at the top level of the task's repository (and
+    directly in `dirs`) whose path `wanted` accepts, read from git without checking anything out."""
+    with tempfile.TemporaryDirectory(prefix="slimecli-git-home-") as home:
+        git_dir, where = _source(task, home)
+        sha = _resolve_commit(git_dir, commit, home, where)
+        try:
+            names = run_git("--git-dir", str(git_dir), "ls-tree", "--name-only", "-z", sha, home=home, raw=True)
+            for d in dirs:
+                names += run_git("--git-dir", str(git_dir), "ls-tree", "--name-only", "-z", sha, f"{d}/",
+                                 home=home, raw=True)
+            found = {}
+            for path in (p for p in names.split("\0") if p and wanted(p)):
+                blob = subprocess.run(["git", "--git-dir", str(git_dir), "cat-file", "blob", f"{sha}:{path}"],
+                                      capture_output=True, env=git_env(home))
+                if blob.returncode == 0:  # a directory or submodule of that name is not a file to read
+                    found[path] = blob.stdout
+        except GitError as exc:
+            raise WorkspaceError(f"{task.instance_id}: cannot read {where} at {sha}: {exc}") from None
+    return sha, found

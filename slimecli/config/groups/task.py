@@ -16,5 +16,12 @@ class TaskConfig:
     workdir: str | None = None
     instance: str | None = None  # swe: the instance_id one command works on (agent run, tasks grade)
     on_invalid: Literal["error", "skip"] = "error"  # swe: a malformed row stops the run, or is skipped and counted
+    # swe: where each task's agent and tests run (slimecli.swe.env): host = slimecli's interpreter (or a cached
+    # runner venv when it lacks pytest); venv = a cached venv of the repository's dependencies; image = the row's
+    # image in sandbox=podman|docker; auto = image if the row names one and the sandbox is a container, else venv
+    # if the repository declares dependencies, else host
+    environment: Literal["auto", "host", "venv", "image"] = "auto"
+    env_installer: Literal["pip", "uv"] = "pip"  # swe: what installs a venv's packages
+    env_dir: str | None = None  # swe: the environment cache; None -> ~/.cache/slimecli/envs ($SLIMECLI_CACHE/envs)
     apply_chat_template: bool = True
     shuffle: bool = True
