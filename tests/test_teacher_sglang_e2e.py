@@ -38,15 +38,26 @@ def _score(url: str, samples: list[Sample], temperature: float) -> list[list[flo
     return asyncio.run(run())
 
 
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_sglang_teacher_scores_match_transformers(engine: Engine, hf: torch.nn.Module,
-                                                  temperature: float) -> None:
+def test_sglang_teacher_scores_match_transformers(engine: Engine, hf: torch.nn.Module) -> None:
     samples = [Sample(tokens=list(t), response_length=r) for t, r in SAMPLES]
-    got = _score(engine.url, samples, temperature)
+    got = _score(engine.url, samples, 1.0)
     for (tokens, r), scores in zip(SAMPLES, got, strict=True):
-        want = hf_logprobs(hf, tokens[:-r], tokens[-r:], temperature)
+        want = hf_logprobs(hf, tokens[:-r], tokens[-r:], 1.0)
         assert len(scores) == r
         assert scores == pytest.approx(want, abs=1e-4)
+
+
+def test_sglang_teacher_refuses_a_temperature_sglang_would_not_apply() -> None:
+    """SGLang's input-token log-probs are at temperature 1 whatever the request says: refused, not mis-scored."""
+    from slimecli.config.compose import load
+    from slimecli.config.errors import ConfigErrors
+
+    with pytest.raises(ValueError, match="temperature 1 only"):
+        TeacherClient(TeacherConfig(name="sglang", url="http://127.0.0.1:9", temperature=0.7))
+    with pytest.raises(ConfigErrors) as exc:
+        load(["+recipe=opd", "teacher=sglang", "teacher.url=http://127.0.0.1:9", "rollout.temperature=0.7"])
+    assert "rollout.temperature" in str(exc.value) and "teacher=server" in str(exc.value)
+    assert load(["+recipe=opd", "teacher=sglang", "teacher.url=http://127.0.0.1:9"]).rollout.temperature == 1.0
 
 
 def test_many_concurrent_scores(engine: Engine, hf: torch.nn.Module) -> None:

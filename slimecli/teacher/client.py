@@ -1,7 +1,8 @@
 """The trainer's side of on-policy distillation: teacher log-probs of each sample's response tokens.
 
 teacher=server speaks slimecli's teacher API (PROTOCOLS.md §2); teacher=sglang asks an SGLang server for
-input-token log-probs with max_new_tokens 0. Requests are concurrency-limited and retried with
+input-token log-probs with max_new_tokens 0, which SGLang computes at temperature 1 whatever the request says:
+so it scores at temperature 1 only. Requests are concurrency-limited and retried with
 exponential backoff on connection errors, timeouts, 408, 429 and 5xx; any other 4xx fails at once
 (slimecli.net.retry).
 """
@@ -47,6 +48,9 @@ class TeacherClient:
         self.cfg, self.kind = cfg, cfg.name
         self.url = (url or teacher_url(cfg)).rstrip("/")
         self.temperature = cfg.temperature if temperature is None else temperature
+        if self.kind == "sglang" and self.temperature != 1.0:  # config validation says so first (rules/teacher)
+            raise ValueError(f"teacher=sglang scores at temperature 1 only (SGLang's input-token log-probs ignore "
+                             f"the temperature), not {self.temperature}: use teacher=server")
         self.backoff_s = backoff_s
         self.retry = RetryPolicy(max_retries=max(0, cfg.max_retries), backoff_s=backoff_s,
                                  backoff_max_s=backoff_max_s)

@@ -50,6 +50,19 @@ def limits(cfg: SlimeConfig) -> list[ConfigError]:
     return errors
 
 
+def sglang_temperature(cfg: SlimeConfig) -> list[ConfigError]:
+    """SGLang applies the temperature to sampled tokens only: its input-token log-probs, which teacher=sglang
+    scores with, are always at temperature 1, and no reply holds the full distribution to rescale them."""
+    temperature = cfg.rollout.temperature
+    if cfg.teacher.name != "sglang" or temperature == 1.0:
+        return []
+    return [ConfigError("rollout.temperature", temperature,
+                        "teacher=sglang scores at temperature 1 only (SGLang applies the temperature to sampled "
+                        "tokens, not to the input-token log-probs the teacher's scores are), so it cannot score "
+                        "the student's tokens at this rollout temperature",
+                        "use teacher=server (it scores at the rollout temperature), or rollout.temperature=1.0")]
+
+
 def placement(cfg: SlimeConfig) -> list[ConfigError]:
     t = cfg.teacher
     if t.every_node and (t.name != "server" or t.url):
@@ -59,4 +72,4 @@ def placement(cfg: SlimeConfig) -> list[ConfigError]:
     return []
 
 
-RULES = [source, model_dir, limits, placement]
+RULES = [source, model_dir, limits, sglang_temperature, placement]
