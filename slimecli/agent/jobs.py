@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from slimecli.config.groups.sandbox import SandboxConfig
     from slimecli.sandbox.base import Sandbox
+    from slimecli.swe.env.resolve import TaskEnv
     from slimecli.swe.task import SweTask
 
 PROBLEM_FILE = "PROBLEM_STATEMENT.md"
@@ -54,6 +56,10 @@ class AgentJob:
             raise JobAborted("missing_image_or_workdir", f"task.workdir={self.workdir} is not a directory")
         return Path(self.workdir)
 
+    def sandbox_paths(self) -> tuple[list[str], list[str]]:
+        """(read-only paths, PATH directories first) the job's sandbox needs, after workspace() ran."""
+        return [], []
+
     def prompt(self, sandbox: Sandbox) -> str:
         return self.text
 
@@ -73,11 +79,18 @@ class SweJob(AgentJob):
 
     graded = True
 
-    def __init__(self, task: SweTask, *, grade_sandbox: Callable[[Path], Sandbox], eval_budget_s: float,
-                 partial: bool = False, limiter: asyncio.Semaphore | None = None) -> None:
+    def __init__(self, task: SweTask, *, grade_sandbox: Callable[[Path], Sandbox] | None = None,
+                 eval_budget_s: float, partial: bool = False, limiter: asyncio.Semaphore | None = None,
+                 environment: Callable[[SweTask], TaskEnv] | None = None,
+                 sandbox_settings: SandboxConfig | None = None) -> None:
+        """`environment(task)`: the task's environment (built when missing), shared by the agent's sandbox and
+        the grader's (made from `sandbox_settings`); without it both run in slimecli's own interpreter."""
         super().__init__(task.problem_statement)
         self.task = task
         self.grade_sandbox = grade_sandbox
+        self.environment = environment
+        self.sandbox_settings = sandbox_settings
+        self.env: TaskEnv | None = None
         self.eval_budget_s = eval_budget_s
         self.partial = partial
         self.limiter = limiter
@@ -88,6 +101,8 @@ class SweJob(AgentJob):
     def workspace(self) -> Path:
         from slimecli.swe.workspace import WorkspaceError, prepare
 
+        if self.environment is not None and self.env is None:
+            self._resolve_environment()
         self._tmp = Path(tempfile.mkdtemp(prefix="slimecli-swe-"))
         dest = self._tmp / "workspace"
         dest.mkdir()
@@ -96,6 +111,28 @@ class SweJob(AgentJob):
         except WorkspaceError as exc:
             raise JobAborted("missing_image_or_workdir", str(exc)) from None
         return dest
+
+    def _resolve_environment(self) -> None:
+        from slimecli.sandbox.factory import grader_factory
+        from slimecli.swe.env.resolve import EnvUnavailable, describe, unevaluatable_reason
+
+        assert self.environment is not None
+        try:
+            self.env = self.environment(self.task)
+        except EnvUnavailable as exc:
+            raise JobAborted(unevaluatable_reason(exc), describe(exc)) from None
+        self.metadata["environment"] = {"kind": self.env.kind, "key": self.env.key, "why": self.env.why}
+        if self.grade_sandbox is None:
+            from slimecli.config.groups.sandbox import SandboxConfig
+
+            self.grade_sandbox = grader_factory(self.sandbox_settings or SandboxConfig(),
+                                                path_dirs=self.env.path_dirs, ro_paths=self.env.ro_paths,
+                                                image=self.env.image)
+
+    def sandbox_paths(self) -> tuple[list[str], list[str]]:
+        if self.env is None:
+            return [], []
+        return list(self.env.ro_paths), list(self.env.path_dirs)
 
     def prompt(self, sandbox: Sandbox) -> str:
         return SWE_PROMPT.format(workdir=sandbox.workdir, problem_file=PROBLEM_FILE,
@@ -112,9 +149,14 @@ class SweJob(AgentJob):
         except Unevaluatable as exc:
             raise JobAborted(f"unevaluatable:{exc.reason}", str(exc)) from None
         self.metadata["diff"] = diff
+        if self.grade_sandbox is None:
+            from slimecli.sandbox.factory import grader_factory
+
+            self.grade_sandbox = grader_factory(self.sandbox_settings) if self.sandbox_settings else None
         try:
-            report = await grade(self.task, diff, sandbox_factory=self.grade_sandbox, budget_s=self.eval_budget_s,
-                                 partial=self.partial, limiter=self.limiter)
+            kwargs: dict[str, Any] = {} if self.grade_sandbox is None else {"sandbox_factory": self.grade_sandbox}
+            report = await grade(self.task, diff, budget_s=self.eval_budget_s, partial=self.partial,
+                                 limiter=self.limiter, **kwargs)
         except Unevaluatable as exc:
             raise JobAborted(f"unevaluatable:{exc.reason}", str(exc)) from None
         reward = report.as_dict()

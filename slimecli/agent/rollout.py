@@ -89,10 +89,11 @@ class AgentRollout:
         self._live = {"done": 0, "running": 0, "resolved": 0, "graded": 0}
 
     def _swe_job(self, task: Any) -> AgentJob:
-        from slimecli.sandbox.factory import grader_factory
+        from slimecli.swe.env.resolve import resolve
 
-        return SweJob(task, grade_sandbox=grader_factory(self.cfg.sandbox), eval_budget_s=self.cfg.agent.eval_budget_s,
-                      partial=self.cfg.reward.partial)
+        cfg = self.cfg
+        return SweJob(task, environment=lambda t: resolve(t, cfg.task, cfg.sandbox), sandbox_settings=cfg.sandbox,
+                      eval_budget_s=cfg.agent.eval_budget_s, partial=cfg.reward.partial)
 
     # ---- one run, one group ---------------------------------------------------------------------------
     async def _run(self, record: dict[str, Any], group_index: int, index: int) -> AgentRun:

@@ -61,7 +61,9 @@ async def run_task(service: AgentService, job: AgentJob, *, budget_s: float | No
         started = time.perf_counter()
         async with service.boots:  # a cap on workspaces and sandboxes being made at once (container starts)
             ws = await asyncio.to_thread(job.workspace)
-            sandbox = await asyncio.to_thread(factory, ws, [service.port], ro_paths, path_dirs)
+            env_ro, env_dirs = job.sandbox_paths()  # the task's environment: the same one its grader uses
+            sandbox = await asyncio.to_thread(factory, ws, [service.port], [*ro_paths, *env_ro],
+                                              [*env_dirs, *path_dirs])
             info.update(sandbox=sandbox.kind, workdir=str(sandbox.workdir))
             await job.setup(sandbox)
         info["sandbox_s"] = round(time.perf_counter() - started, 4)  # boot wait included

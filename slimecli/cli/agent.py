@@ -59,7 +59,7 @@ def _service(cfg, port: int | None = None):
 def _job(cfg):
     """What `agent run` works on: one SWE task (graded), or a plain prompt."""
     from slimecli.agent.jobs import AgentJob, SweJob
-    from slimecli.sandbox.factory import grader_factory
+    from slimecli.swe.env.resolve import resolve
 
     if cfg.task.name != "swe":
         return AgentJob(cfg.task.prompt, cfg.task.workdir)
@@ -67,8 +67,8 @@ def _job(cfg):
 
     task = load(cfg.task.path).get(cfg.task.instance)
     assert task is not None  # the task rules checked it
-    return SweJob(task, grade_sandbox=grader_factory(cfg.sandbox), eval_budget_s=cfg.agent.eval_budget_s,
-                  partial=cfg.reward.partial)
+    return SweJob(task, environment=lambda t: resolve(t, cfg.task, cfg.sandbox), sandbox_settings=cfg.sandbox,
+                  eval_budget_s=cfg.agent.eval_budget_s, partial=cfg.reward.partial)
 
 
 def _usage(service) -> str:

@@ -7,6 +7,7 @@ runs those first (while composing), then its pre-flight here:
   teacher serve                  teacher_serve_errors
   rollout serve                  rollout_serve_errors
   agent serve / agent run        agent_serve_errors / agent_run_errors
+  (SWE tasks, with any of those)   task_env_errors: every task's environment gives the test runner
 
 Each is assembled from per-component checks (engine, teacher, agent CLI, sandbox, task, ports, devices).
 """
@@ -99,7 +100,56 @@ def agent_errors(cfg: SlimeConfig) -> list[ConfigError]:
     if cfg.rollout.generate != "agent":
         return [ConfigError("rollout.generate", cfg.rollout.generate, "training on SWE tasks or with an agent runs "
                             "the agent rollout", "add rollout.generate=agent (or start from +recipe=swe_agent)")]
-    return agent_cli_errors(cfg) + sandbox_errors(cfg) + context_errors(cfg)
+    return agent_cli_errors(cfg) + sandbox_errors(cfg) + context_errors(cfg) + task_env_errors(cfg)
+
+
+MAX_ENV_ERRORS = 10  # tasks named in full; the rest are counted
+
+
+def task_env_errors(cfg: SlimeConfig) -> list[ConfigError]:
+    """Every SWE task (or task.instance) has an environment that gives the test runner: built already, or
+    buildable here (installer present, cache writable, disk not full, no failed build on record). Nothing is
+    built; `slimecli tasks env build` builds ahead of a run."""
+    if cfg.task.name != "swe" or not cfg.task.path:
+        return []
+    from slimecli.swe.env.build import installer_problem
+    from slimecli.swe.env.resolve import EnvUnavailable, host_spec, plan_task, store_for
+    from slimecli.swe.task import TaskFileError, load
+
+    try:
+        tasks = [t for t in load(cfg.task.path).tasks if cfg.task.instance in (None, t.instance_id)]
+    except TaskFileError:
+        return []  # the task rules said so already
+    store = store_for(cfg.task)
+    problems: list[tuple[str, str]] = []  # (instance_id, why)
+    checked: dict[str, str | None] = {}  # key -> problem
+    for task in tasks:
+        try:
+            chosen = plan_task(task, cfg.task, cfg.sandbox)
+        except EnvUnavailable as exc:
+            problems.append((task.instance_id, f"env:{exc.reason}: {exc.detail}"))
+            continue
+        spec = chosen.spec if chosen.kind == "venv" else host_spec(cfg.task) if chosen.kind == "host" else None
+        if spec is None:
+            continue
+        key = spec.key()
+        if key not in checked:
+            failed = store.last_failure(key)
+            checked[key] = (None if store.ready(key) is not None
+                            else f"its last build failed: {failed}" if failed
+                            else installer_problem(spec.installer) or store.build_problem())
+        if checked[key]:
+            problems.append((task.instance_id, f"{chosen.kind} environment {key} ({chosen.why}): {checked[key]}"))
+    errors = [ConfigError("task.environment", cfg.task.environment, f"task {iid}: {why}")
+              for iid, why in problems[:MAX_ENV_ERRORS]]
+    if len(problems) > MAX_ENV_ERRORS:
+        errors.append(ConfigError("task.environment", cfg.task.environment,
+                                  f"... and {len(problems) - MAX_ENV_ERRORS} more tasks"))
+    if errors:
+        errors[-1] = ConfigError(errors[-1].path, errors[-1].value, errors[-1].reason,
+                                 "`slimecli tasks env build` builds (and retries) them and shows the log; "
+                                 "`slimecli tasks check` checks each task")
+    return errors
 
 
 def agent_cli_errors(cfg: SlimeConfig) -> list[ConfigError]:
@@ -472,4 +522,5 @@ def agent_run_errors(cfg: SlimeConfig) -> list[ConfigError]:
     if errors:
         return errors
     errors = agent_task_errors(cfg)
-    return errors + agent_cli_errors(cfg) + sandbox_errors(cfg) + context_errors(cfg) + embedded_engine_errors(cfg)
+    return (errors + agent_cli_errors(cfg) + sandbox_errors(cfg) + context_errors(cfg) + task_env_errors(cfg)
+            + embedded_engine_errors(cfg))
