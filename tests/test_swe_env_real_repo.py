@@ -1,0 +1,107 @@
+"""A repository nobody here wrote: isodate 0.6.1's released sdist (it ships its tests and needs `six`, which
+slimecli's interpreter lacks), one function broken by hand, its tests as FAIL_TO_PASS. The task's venv is built
+from the repository's own setup.py, and grading runs in it: `tasks check` passes, the gold patch resolves, the
+empty patch does not. The sdist is downloaded once into the cache directory and reused."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from slimecli.swe.builtin import cache_root
+from slimecli.swe.check import file_diff
+from tests.helpers import invoke_cli
+
+pytestmark = pytest.mark.slow
+
+SDIST = "isodate-0.6.1"
+BROKEN_FILE = "src/isodate/duration.py"
+GOOD = "negduration = Duration(years=-self.years, months=-self.months)"
+BAD = "negduration = Duration(years=self.years, months=-self.months)"  # the years keep their sign
+TEST_FILE = "src/isodate/tests/test_duration.py"
+F2P = [f"{TEST_FILE}::DurationTest::test_neg", f"{TEST_FILE}::DurationTest::test_format"]
+P2P = [f"{TEST_FILE}::DurationTest::{name}" for name in ("test_repr", "test_hash", "test_equal", "test_totimedelta")]
+
+
+def git(*args: str, cwd: Path) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update({"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_NAME": "t",
+                "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def sdist() -> Path:
+    """The released sdist, from the cache, else from the registry (skip, with the reason, if it cannot be reached)."""
+    where = cache_root() / "test-sdists"
+    archive = where / f"{SDIST}.tar.gz"
+    if archive.is_file():
+        return archive
+    where.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                           "--disable-pip-version-check", "-d", str(where), SDIST.replace("-", "==")],
+                          capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0 or not archive.is_file():
+        pytest.skip(f"the package registry cannot be reached to download {SDIST}: {proc.stderr.strip()[-300:]}")
+    return archive
+
+
+@pytest.fixture(scope="module")
+def task_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("isodate")
+    with tarfile.open(sdist()) as tar:
+        tar.extractall(tmp, filter="data")
+    repo = tmp / SDIST
+    shutil.rmtree(repo / "src" / "isodate.egg-info")
+    source = (repo / BROKEN_FILE).read_text()
+    assert GOOD in source
+    tests = (repo / TEST_FILE).read_text()
+    (repo / BROKEN_FILE).write_text(source.replace(GOOD, BAD))
+    (repo / TEST_FILE).unlink()  # the hidden tests: the test patch adds them back
+    git("init", "-q", "-b", "main", ".", cwd=repo)
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "isodate 0.6.1, Duration.__neg__ broken", cwd=repo)
+    row = {"instance_id": "isodate-neg", "repo": "gweis/isodate", "base_commit": git("rev-parse", "HEAD", cwd=repo),
+           "problem_statement": "-Duration(years=1) keeps a positive year: unary minus does not negate the years.",
+           "patch": file_diff(BROKEN_FILE, source.replace(GOOD, BAD), source),
+           "test_patch": file_diff(TEST_FILE, None, tests), "FAIL_TO_PASS": F2P, "PASS_TO_PASS": P2P,
+           "workdir": str(repo)}
+    path = tmp / "tasks.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    (tmp / "gold.diff").write_text(row["patch"])
+    (tmp / "empty.diff").write_text("")
+    return path
+
+
+def test_a_released_repository_is_graded_in_its_own_venv(task_file, tmp_path_factory):
+    envs = tmp_path_factory.mktemp("envs")
+    args = [f"task.path={task_file}", f"task.env_dir={envs}"]
+    built = invoke_cli("tasks", "env", "build", *args)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert "ok   isodate-neg: venv venv-" in built.stdout and "declares dependencies" in built.stdout
+    [venv] = [p for p in envs.iterdir() if p.name.startswith("venv-")]
+    probe = subprocess.run([str(venv / "bin" / "python"), "-c", "import six, pytest\ntry:\n import isodate\n"
+                            "except ImportError: print('no project')"], capture_output=True, text=True)
+    assert probe.returncode == 0 and probe.stdout.strip() == "no project", probe.stderr  # deps in, project out
+
+    checked = invoke_cli("tasks", "check", *args, "--json")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    result = json.loads(checked.stdout)
+    assert result["ok"] and {c["name"] for c in result["checks"]} >= {"base", "gold", "empty_diff"}
+
+    for patch, resolved in (("gold.diff", 1), ("empty.diff", 0)):
+        graded = invoke_cli("tasks", "grade", *args, "task.instance=isodate-neg", "--patch",
+                            str(task_file.parent / patch))
+        assert graded.returncode == 0, graded.stderr
+        assert json.loads(graded.stdout)["resolved"] == resolved, (patch, graded.stdout)
+
+    listed = invoke_cli("tasks", "env", "list", *args)
+    assert venv.name in listed.stdout and "1 environment(s)" in listed.stderr
