@@ -199,13 +199,13 @@ def test_key_resolution_and_the_sglang_launch_argv(tmp_path: Path, monkeypatch: 
     assert engine_api_key(load([]).rollout) == "from-env"
     assert engine_api_key(load(["rollout.api_key=abc"]).rollout) == "abc"
     model = create_tiny_model(tmp_path / "m", seed=0)
-    cfg = load(["rollout=sglang", "rollout.api_key=abc", f"model.path={model}"])
+    cfg = load(["rollout=sglang", "rollout.api_key=abc", f"model.path={model}", "rollout.port=30000"])
     (spec, *_) = build_plan(cfg, tmp_path)
     i = spec.argv.index("--api-key")
     assert spec.argv[i + 1] == "abc" and "sglang.launch_server" in spec.argv
     assert spec.shown_argv()[i + 1] == "***" and "abc" not in str(spec.to_json())  # plan output, plan.json
     monkeypatch.delenv(API_KEY_ENV)
-    (spec, *_) = build_plan(load(["rollout=sglang", f"model.path={model}"]), tmp_path)
+    (spec, *_) = build_plan(load(["rollout=sglang", f"model.path={model}", "rollout.port=30000"]), tmp_path)
     assert "--api-key" not in spec.argv
 
 

@@ -18,21 +18,84 @@ CONFIG_FILE = "config.yaml"
 
 
 def engine_specs(cfg: SlimeConfig, config_path: str) -> list[ProcessSpec]:
-    """The engines this node starts (cluster.node_rank; see config/layout.py)."""
+    """The engines this node starts (cluster.node_rank; see config/layout.py), each on its own GPUs."""
     r = cfg.rollout
     specs = []
+    gpus = engine_gpus(cfg)
     for slot in node_engines(cfg):
+        env = _overlap_env(cfg, share_cores=r.name == "local")
         if r.name == "local":
             argv = [sys.executable, "-m", "slimecli.rollout.engine", "--config", config_path, "--index", str(slot.index)]
+            if slot.index in gpus:
+                env = {**env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus[slot.index]))}
         else:
+            args = sglang_engine_args(cfg, slot.index)
+            placed = [] if _flag(args, "--base-gpu-id") is not None else ["--base-gpu-id", str(gpus[slot.index][0])]
             argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(cfg.model.path or "<model=tiny>"),
                     "--host", slot.host, "--port", str(slot.port), "--dtype", cfg.model.dtype,
                     *(["--trust-remote-code"] if cfg.model.trust_remote_code else []),
-                    "--skip-server-warmup", *_api_key_args(r), *shlex.split(r.sglang_args)]
+                    "--skip-server-warmup", *_api_key_args(r), *placed, *_grammar_args(cfg, args), *args]
         specs.append(ProcessSpec(name=f"engine-{slot.index}", argv=argv, kind="server", ports=[slot.port],
                                  probe=Probe(f"{slot.url}/health_generate"), start_timeout_s=r.start_timeout_s,
-                                 env=_overlap_env(cfg, share_cores=r.name == "local")))
+                                 env=env))
     return specs
+
+
+def sglang_engine_args(cfg: SlimeConfig, index: int) -> list[str]:
+    """rollout.sglang_args, then engine ``index``'s own rollout.sglang_engine_args (later flags win in SGLang's
+    parser)."""
+    r = cfg.rollout
+    own = r.sglang_engine_args[index] if index < len(r.sglang_engine_args) else ""
+    return [*shlex.split(r.sglang_args), *shlex.split(own)]
+
+
+def _flag(args: list[str], *names: str) -> str | None:
+    """The value of the last of these flags in an argv (``--flag V`` or ``--flag=V``); "" for a bare flag."""
+    value = None
+    for i, arg in enumerate(args):
+        name, eq, inline = arg.partition("=")
+        if name in names:
+            value = inline if eq else (args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else "")
+    return value
+
+
+def _count(args: list[str], *names: str) -> int:
+    value = _flag(args, *names)
+    return int(value) if value and value.isdigit() and int(value) > 0 else 1
+
+
+def sglang_gpus(args: list[str]) -> int:
+    """GPUs one SGLang server takes: tensor x pipeline parallel, x data parallel unless DP attention shares them."""
+    dp = 1 if _flag(args, "--enable-dp-attention") is not None else _count(args, "--dp-size", "--dp")
+    return _count(args, "--tp-size", "--tp") * _count(args, "--pp-size", "--pp") * dp
+
+
+def engine_gpus(cfg: SlimeConfig) -> dict[int, list[int]]:
+    """The GPUs (node-local ids) of each engine this node starts, after the trainer's: its ranks take GPUs
+    0..trainer.nproc-1 (one per local rank), the engines the next ones in turn.
+
+    SGLang engines are always placed (an engine on a GPU is what rollout=sglang means; ``--base-gpu-id`` in
+    rollout.sglang_args wins). An embedded engine (rollout.device=auto) only where cluster.gpus_per_node says
+    that the node has a GPU for it beside the trainer's: otherwise it shares the first one, as before."""
+    r = cfg.rollout
+    slots = node_engines(cfg)
+    sizes = [sglang_gpus(sglang_engine_args(cfg, s.index)) if r.name == "sglang" else 1 for s in slots]
+    if r.name == "local" and (r.device != "auto" or cfg.cluster.gpus_per_node < cfg.trainer.nproc + len(slots)):
+        return {}
+    out, first = {}, cfg.trainer.nproc
+    for slot, size in zip(slots, sizes, strict=True):
+        out[slot.index] = list(range(first, first + size))
+        first += size
+    return out
+
+
+def _grammar_args(cfg: SlimeConfig, args: list[str]) -> list[str]:
+    """Constrained agent turns send llguidance's Lark grammars as ``ebnf``: SGLang must compile them with
+    llguidance (its default back-end, xgrammar, answers them 400). A back-end in rollout.sglang_args wins."""
+    constrained = cfg.agent.name != "none" and cfg.agent.constrain != "none"
+    if not constrained or _flag(args, "--grammar-backend") is not None:
+        return []
+    return ["--grammar-backend", "llguidance"]
 
 
 def _overlap_env(cfg: SlimeConfig, *, share_cores: bool) -> dict[str, str]:

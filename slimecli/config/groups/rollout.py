@@ -31,6 +31,8 @@ class RolloutConfig:
     dynamic_filter: Literal["none", "zero_std"] = "none"
     over_sampling_batch_size: int | None = None  # prompts pulled per round when filtering
     sglang_args: str = ""  # extra flags for sglang.launch_server
+    # one more string of flags per engine (item i: engine i), after sglang_args: () = none
+    sglang_engine_args: tuple[str, ...] = ()
     # Engine control and generation endpoints need `Authorization: Bearer <api_key>` (SGLang's --api-key);
     # None: the SLIMECLI_ENGINE_API_KEY environment variable if set, else open. /health* stays open.
     api_key: str | None = None

@@ -47,6 +47,30 @@ def engine(cfg: SlimeConfig) -> list[ConfigError]:
                                   "SGLang picks its GPUs itself: leave rollout.device=auto, or use rollout.sglang_args"))
     if r.prefix_cache_mb < 0:
         errors.append(ConfigError("rollout.prefix_cache_mb", r.prefix_cache_mb, "must be >= 0 (0 turns it off)"))
+    return errors + _engine_args(cfg)
+
+
+def _engine_args(cfg: SlimeConfig) -> list[ConfigError]:
+    """rollout.sglang_args and rollout.sglang_engine_args split as a shell would; one entry per engine at most."""
+    import shlex
+
+    from slimecli.config.layout import engine_count
+
+    r = cfg.rollout
+    errors = []
+    for path, text in [("rollout.sglang_args", r.sglang_args),
+                       *((f"rollout.sglang_engine_args[{i}]", t) for i, t in enumerate(r.sglang_engine_args))]:
+        try:
+            shlex.split(text)
+        except ValueError as exc:
+            errors.append(ConfigError(path, text, f"cannot be split into flags: {exc}", "close the quote"))
+    if r.sglang_engine_args and r.name != "sglang":
+        errors.append(ConfigError("rollout.sglang_engine_args", list(r.sglang_engine_args),
+                                  "applies to SGLang engines (rollout=sglang)"))
+    elif len(r.sglang_engine_args) > engine_count(cfg):
+        errors.append(ConfigError("rollout.sglang_engine_args", list(r.sglang_engine_args),
+                                  f"one entry per engine: {len(r.sglang_engine_args)} entries for "
+                                  f"{engine_count(cfg)} engine(s)"))
     return errors
 
 
