@@ -17,7 +17,7 @@ import pytest
 
 from slimecli.swe.builtin import cache_root
 from slimecli.swe.check import file_diff
-from tests.helpers import invoke_cli
+from tests.helpers import ROOT, free_port, invoke_cli, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -81,8 +81,12 @@ def task_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def test_a_released_repository_is_graded_in_its_own_venv(task_file, tmp_path_factory):
-    envs = tmp_path_factory.mktemp("envs")
+@pytest.fixture(scope="module")
+def envs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("envs")
+
+
+def test_a_released_repository_is_graded_in_its_own_venv(task_file, envs):
     args = [f"task.path={task_file}", f"task.env_dir={envs}"]
     built = invoke_cli("tasks", "env", "build", *args)
     assert built.returncode == 0, built.stdout + built.stderr
@@ -105,3 +109,47 @@ def test_a_released_repository_is_graded_in_its_own_venv(task_file, tmp_path_fac
 
     listed = invoke_cli("tasks", "env", "list", *args)
     assert venv.name in listed.stdout and "1 environment(s)" in listed.stderr
+
+
+def test_the_real_claude_code_cli_works_on_it_in_the_same_venv(task_file, envs, tmp_path):
+    """`agent run` with the real Claude Code CLI under the sandbox: its one tool call imports the repository's
+    dependency (only the task's venv has it) and then applies the fix; the diff is graded in that venv."""
+    import base64
+    import time
+    import urllib.request
+
+    from slimecli.agent.install import locate
+    from slimecli.config.groups.model import ModelConfig
+    from slimecli.model.loading import resolve_model_path
+
+    if locate("claude_code") is None:
+        pytest.skip("the claude_code CLI is not installed: run `slimecli agent install claude_code` (CI does)")
+    row = json.loads(task_file.read_text())
+    apply = f"printf %s {base64.b64encode(row['patch'].encode()).decode()} | base64 -d | git apply"
+    call = {"name": "Bash", "arguments": {"command": f"python -c 'import six' && {apply}", "description": "fix"}}
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([f"<tool_call>\n{json.dumps(call)}\n</tool_call>", "Fixed."]))
+    tiny, port = str(resolve_model_path(ModelConfig())), free_port()
+    engine = subprocess.Popen([sys.executable, str(ROOT / "tests" / "helpers" / "scripted_engine.py"), "--model", tiny,
+                               "--port", str(port), "--script", str(script)], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "the scripted engine did not start"
+                time.sleep(0.2)
+        out = tmp_path / "samples.jsonl"
+        proc = run_cli("agent", "run", "agent=claude_code", "task=swe", f"task.path={task_file}",
+                       "task.instance=isodate-neg", f"task.env_dir={envs}", f"model.path={tiny}",
+                       f"agent.engine_url=http://127.0.0.1:{port}", f"agent.output={out}", timeout=300)
+    finally:
+        engine.terminate()
+        engine.wait(timeout=10)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [sample] = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sample["metadata"]["environment"]["kind"] == "venv", sample["metadata"]
+    assert sample["reward"]["resolved"] == 1, (sample["reward"], sample["metadata"].get("diff"))
+    assert "duration.py" in sample["metadata"]["diff"]
