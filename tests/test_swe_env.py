@@ -283,3 +283,20 @@ def test_a_host_task_without_a_runner_gets_a_cached_runner_venv(tmp_path, monkey
     assert manifest["runner"].startswith("pytest ") and manifest["for"] == "t-1"
     again = resolve(replace(task, instance_id="t-2"), settings, BWRAP)  # warm: the same directory, no build
     assert again.bin_dir == env.bin_dir
+
+
+def test_tasks_env_list_and_prune_commands(tmp_path):
+    from tests.helpers import invoke_cli
+
+    store = Store(tmp_path / "envs")
+    store.ensure("venv-a", lambda d, log: {"runner": "pytest 9", "for": "t-1"})
+    store.ensure("venv-b", lambda d, log: {"runner": "pytest 9", "for": "t-2"})
+    where = f"task.env_dir={tmp_path / 'envs'}"
+    listed = invoke_cli("tasks", "env", "list", where, "--json")
+    assert listed.returncode == 0 and [json.loads(line)["key"] for line in listed.stdout.splitlines()] == ["venv-a",
+                                                                                                          "venv-b"]
+    unknown = invoke_cli("tasks", "env", "prune", "venv-zz", where)
+    assert unknown.returncode == 2 and "no cached environment venv-zz" in unknown.stderr
+    assert invoke_cli("tasks", "env", "prune", "venv-a", where).returncode == 0
+    assert [e.key for e in store.entries()] == ["venv-b"]
+    assert invoke_cli("tasks", "env", "prune", where).returncode == 0 and store.entries() == []
