@@ -1,7 +1,9 @@
 """A repository nobody here wrote: isodate 0.6.1's released sdist (it ships its tests and needs `six`, which
 slimecli's interpreter lacks), one function broken by hand, its tests as FAIL_TO_PASS. The task's venv is built
 from the repository's own setup.py, and grading runs in it: `tasks check` passes, the gold patch resolves, the
-empty patch does not. The sdist is downloaded once into the cache directory and reused."""
+empty patch does not, and the real Claude Code CLI works on it. The sdist is downloaded once into the cache
+directory and reused. The same task as an `image` row runs in rootful podman (runc) in a Debian image built
+locally once (mmdebstrap + podman import; there is no registry to pull from) and kept in podman's storage."""
 
 from __future__ import annotations
 
@@ -111,9 +113,9 @@ def test_a_released_repository_is_graded_in_its_own_venv(task_file, envs):
     assert venv.name in listed.stdout and "1 environment(s)" in listed.stderr
 
 
-def test_the_real_claude_code_cli_works_on_it_in_the_same_venv(task_file, envs, tmp_path):
-    """`agent run` with the real Claude Code CLI under the sandbox: its one tool call imports the repository's
-    dependency (only the task's venv has it) and then applies the fix; the diff is graded in that venv."""
+def claude_code_run(task_file: Path, tmp_path: Path, command: str, *extra: str) -> dict:
+    """`agent run` of the real Claude Code CLI on the task, its one tool call running `command` then applying the
+    gold patch; the sample it wrote."""
     import base64
     import time
     import urllib.request
@@ -126,7 +128,7 @@ def test_the_real_claude_code_cli_works_on_it_in_the_same_venv(task_file, envs, 
         pytest.skip("the claude_code CLI is not installed: run `slimecli agent install claude_code` (CI does)")
     row = json.loads(task_file.read_text())
     apply = f"printf %s {base64.b64encode(row['patch'].encode()).decode()} | base64 -d | git apply"
-    call = {"name": "Bash", "arguments": {"command": f"python -c 'import six' && {apply}", "description": "fix"}}
+    call = {"name": "Bash", "arguments": {"command": f"{command} && {apply}", "description": "fix"}}
     script = tmp_path / "script.json"
     script.write_text(json.dumps([f"<tool_call>\n{json.dumps(call)}\n</tool_call>", "Fixed."]))
     tiny, port = str(resolve_model_path(ModelConfig())), free_port()
@@ -143,13 +145,77 @@ def test_the_real_claude_code_cli_works_on_it_in_the_same_venv(task_file, envs, 
                 time.sleep(0.2)
         out = tmp_path / "samples.jsonl"
         proc = run_cli("agent", "run", "agent=claude_code", "task=swe", f"task.path={task_file}",
-                       "task.instance=isodate-neg", f"task.env_dir={envs}", f"model.path={tiny}",
-                       f"agent.engine_url=http://127.0.0.1:{port}", f"agent.output={out}", timeout=300)
+                       "task.instance=isodate-neg", f"model.path={tiny}", f"agent.engine_url=http://127.0.0.1:{port}",
+                       f"agent.output={out}", *extra, timeout=300)
     finally:
         engine.terminate()
         engine.wait(timeout=10)
     assert proc.returncode == 0, proc.stderr[-3000:]
     [sample] = [json.loads(line) for line in out.read_text().splitlines()]
+    return sample
+
+
+def test_the_real_claude_code_cli_works_on_it_in_the_same_venv(task_file, envs, tmp_path):
+    """`agent run` with the real Claude Code CLI under the sandbox: its one tool call imports the repository's
+    dependency (only the task's venv has it) and then applies the fix; the diff is graded in that venv."""
+    sample = claude_code_run(task_file, tmp_path, "python -c 'import six'", f"task.env_dir={envs}")
     assert sample["metadata"]["environment"]["kind"] == "venv", sample["metadata"]
     assert sample["reward"]["resolved"] == 1, (sample["reward"], sample["metadata"].get("diff"))
     assert "duration.py" in sample["metadata"]["diff"]
+
+
+# ---- the same task in a container image ------------------------------------------------------------------------
+IMAGE_PACKAGES = ("python3", "python3-pytest", "python3-six", "git", "python-is-python3")
+IMAGE = "localhost/slimecli-test-isodate:" + __import__("hashlib").sha256(",".join(IMAGE_PACKAGES).encode()).hexdigest()[:12]
+PODMAN = ("sandbox=podman", "sandbox.container_runtime=runc")  # crun cannot run where cgroup v1 and v2 are mixed
+
+
+def _podman_problem() -> str | None:
+    """None when podman, runc and mmdebstrap are here (installing them with apt where they are not)."""
+    if all(shutil.which(b) for b in ("podman", "runc", "mmdebstrap")):
+        return None
+    if os.getuid() != 0 or shutil.which("apt-get") is None:
+        return "podman cannot be installed here (needs root and apt-get): apt-get install podman runc mmdebstrap"
+    proc = subprocess.run(["apt-get", "install", "-y", "podman", "runc", "mmdebstrap"], capture_output=True, text=True,
+                          timeout=600)
+    return None if proc.returncode == 0 else f"podman cannot be installed here: {proc.stderr.strip()[-300:]}"
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A Debian image with python, pytest, six and git, built from the Debian archive once per machine."""
+    why = _podman_problem()
+    if why:
+        pytest.skip(why)
+    if subprocess.run(["podman", "image", "exists", IMAGE]).returncode == 0:
+        return IMAGE
+    rootfs = tmp_path_factory.mktemp("image") / "rootfs.tar"
+    built = subprocess.run(["mmdebstrap", "--variant=apt", f"--include={','.join(IMAGE_PACKAGES)}", "bookworm",
+                            str(rootfs)], capture_output=True, text=True, timeout=900)
+    if built.returncode != 0:
+        pytest.skip(f"the Debian archive cannot be reached to build the image: {built.stderr.strip()[-300:]}")
+    imported = subprocess.run(["podman", "import", "-q", str(rootfs), IMAGE], capture_output=True, text=True)
+    assert imported.returncode == 0, imported.stderr
+    return IMAGE
+
+
+@pytest.fixture(scope="module")
+def image_task_file(task_file: Path, image: str) -> Path:
+    path = task_file.parent / "image-tasks.jsonl"
+    path.write_text(json.dumps({**json.loads(task_file.read_text()), "image": image}) + "\n")
+    return path
+
+
+def test_the_task_as_an_image_row_is_graded_in_podman(image_task_file):
+    checked = invoke_cli("tasks", "check", f"task.path={image_task_file}", *PODMAN, "--json")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert json.loads(checked.stdout)["ok"]
+    graded = invoke_cli("tasks", "grade", f"task.path={image_task_file}", *PODMAN, "task.instance=isodate-neg",
+                        "--patch", str(image_task_file.parent / "gold.diff"))
+    assert graded.returncode == 0 and json.loads(graded.stdout)["resolved"] == 1, graded.stdout + graded.stderr
+
+
+def test_the_real_claude_code_cli_works_on_the_image_row_in_podman(image_task_file, tmp_path):
+    sample = claude_code_run(image_task_file, tmp_path, "python -c 'import six'", *PODMAN)  # the image's python
+    assert sample["metadata"]["environment"]["kind"] == "image" and sample["metadata"]["sandbox"] == "podman"
+    assert sample["reward"]["resolved"] == 1, (sample["reward"], sample["metadata"].get("error"))

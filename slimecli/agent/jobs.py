@@ -60,6 +60,10 @@ class AgentJob:
         """(read-only paths, PATH directories first) the job's sandbox needs, after workspace() ran."""
         return [], []
 
+    def sandbox_image(self) -> str | None:
+        """The container image the job's sandbox runs (sandbox=podman|docker), None for the configured one."""
+        return None
+
     def prompt(self, sandbox: Sandbox) -> str:
         return self.text
 
@@ -133,6 +137,9 @@ class SweJob(AgentJob):
         if self.env is None:
             return [], []
         return list(self.env.ro_paths), list(self.env.path_dirs)
+
+    def sandbox_image(self) -> str | None:
+        return self.env.image if self.env is not None else None
 
     def prompt(self, sandbox: Sandbox) -> str:
         return SWE_PROMPT.format(workdir=sandbox.workdir, problem_file=PROBLEM_FILE,

@@ -7,6 +7,7 @@ failures yield the aborted sample so a rollout group keeps its shape.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -22,15 +23,19 @@ from slimecli.sandbox.base import Sandbox
 
 log = logging.getLogger(__name__)
 TAIL = 4000
-# (workdir, allowed ports, read-only paths, PATH dirs) -> a sandbox
-SandboxFactory = Callable[[Path | None, Sequence[int], Sequence[str], Sequence[str]], Sandbox]
+# (workdir, allowed ports, read-only paths, PATH dirs) -> a sandbox; for an image task also image=IMAGE
+SandboxFactory = Callable[..., Sandbox]
 
 
 def default_factory(service: AgentService) -> SandboxFactory:
     from slimecli.sandbox.factory import make_sandbox
 
-    return lambda workdir, ports, ro_paths, path_dirs: make_sandbox(
-        service.cfg.sandbox, workdir, allow_ports=ports, ro_paths=ro_paths, path_dirs=path_dirs)
+    def make(workdir: Path | None, ports: Sequence[int], ro_paths: Sequence[str], path_dirs: Sequence[str],
+             image: str | None = None) -> Sandbox:
+        return make_sandbox(service.cfg.sandbox, workdir, allow_ports=ports, ro_paths=ro_paths, path_dirs=path_dirs,
+                            image=image)
+
+    return make
 
 
 async def run_task(service: AgentService, job: AgentJob, *, budget_s: float | None = None,
@@ -62,8 +67,9 @@ async def run_task(service: AgentService, job: AgentJob, *, budget_s: float | No
         async with service.boots:  # a cap on workspaces and sandboxes being made at once (container starts)
             ws = await asyncio.to_thread(job.workspace)
             env_ro, env_dirs = job.sandbox_paths()  # the task's environment: the same one its grader uses
-            sandbox = await asyncio.to_thread(factory, ws, [service.port], [*ro_paths, *env_ro],
-                                              [*env_dirs, *path_dirs])
+            image = job.sandbox_image()  # an image task: its container (a factory that takes `image=`)
+            make = factory if image is None else functools.partial(factory, image=image)
+            sandbox = await asyncio.to_thread(make, ws, [service.port], [*ro_paths, *env_ro], [*env_dirs, *path_dirs])
             info.update(sandbox=sandbox.kind, workdir=str(sandbox.workdir))
             await job.setup(sandbox)
         info["sandbox_s"] = round(time.perf_counter() - started, 4)  # boot wait included

@@ -17,5 +17,7 @@ class SandboxConfig:
     extra_ro_paths: tuple[str, ...] = ()  # more host paths visible read-only (e.g. a toolchain outside /usr)
     image: str = "python:3.11-slim"  # docker/podman: the image of tasks that name none
     binary: str | None = None  # docker/podman: the client binary (default: found on PATH)
+    # docker/podman: the OCI runtime (`--runtime`), e.g. runc where the default crun cannot run (hybrid cgroups)
+    container_runtime: str | None = None
     max_concurrent_boots: int = 16  # agent runs whose sandbox is being created and set up at the same time
     start_timeout_s: float = 30.0  # how long a sandbox may take to start (probe, image pull excluded)
