@@ -8,9 +8,11 @@ so `task.environment=auto` gives it a venv; --tasks FILE --instance ID takes any
 (b) For the gold patch: `grade()` in a sandbox of the chosen kind using the task's venv (everything included),
     and plain `VENV/bin/python -m pytest` with the grader's arguments on a host checkout (gold and test patch
     applied, untimed), repetitions alternating so both see the same load. Goal: <= 1.5x.
-(c) Container start vs bwrap start (`/bin/true`), when podman or docker answers here; else says why not.
+(c) Container start vs bwrap start (`/bin/true`), when podman or docker answers here and --image names a local
+    image; else says why not.
 
     python bench/bench_task_env.py [--reps 5 --builds 1 --sandbox auto --tasks FILE --instance ID]
+                                   [--image localhost/IMAGE --container-runtime runc]
 """
 
 from __future__ import annotations
@@ -94,31 +96,38 @@ def plain_pytest(python: Path, work: Path, files: list[str]) -> float:
     return elapsed
 
 
-def container_vs_bwrap(reps: int) -> None:
+def container_vs_bwrap(reps: int, image: str | None, oci_runtime: str | None) -> None:
     from slimecli.sandbox.bwrap import available
     from slimecli.sandbox.container import runtime_missing
     from slimecli.sandbox.factory import make_sandbox
 
     runtime = next((r for r in ("podman", "docker") if runtime_missing(r) is None), None)
     why = [f"{r}: {runtime_missing(r)}" for r in ("podman", "docker")] if runtime is None else []
-    if runtime is None or available() is not None:
+    if image is None:
+        why.append("no --image (a local image: there may be no registry to pull from)")
+    if runtime is None or image is None or available() is not None:
         print(f"(c) container vs bwrap start: skipped ({'; '.join(why) or available()})")
         return
 
     def start(kind: str) -> float:
-        sandbox = make_sandbox(SandboxConfig(name=kind))
+        sandbox = make_sandbox(SandboxConfig(name=kind, container_runtime=oci_runtime), image=image)
         try:
-            return timed(lambda: asyncio.run(sandbox.exec(["/bin/true"], 120)))
+            began = time.perf_counter()
+            result = asyncio.run(sandbox.exec(["/bin/true"], 120))
+            elapsed = time.perf_counter() - began
         finally:
             sandbox.close()
+        if result.returncode != 0:
+            raise SystemExit(f"{kind}: /bin/true failed: {result.stderr.strip()[-300:]}")
+        return elapsed
 
-    start(runtime)  # the image is pulled or built once, untimed
+    start(runtime)  # the image's layers in the page cache, untimed
     c_times, b_times = [], []
     for _ in range(reps):
         c_times.append(start(runtime))
         b_times.append(start("bwrap"))
     c, b = statistics.median(c_times), statistics.median(b_times)
-    print(f"(c) {runtime} start {c:.3f}s  bwrap start {b:.3f}s  ratio {c / b:.1f}x")
+    print(f"(c) {runtime} start {c:.3f}s  bwrap start {b:.3f}s  ratio {c / b:.1f}x  (image {image})")
 
 
 def main() -> None:
@@ -128,6 +137,8 @@ def main() -> None:
     ap.add_argument("--sandbox", default="auto", help="auto | bwrap | local (sandbox.name)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--builds", type=int, default=1, help="cold builds (each into an empty cache)")
+    ap.add_argument("--image", help="(c): a local container image (with /bin/true)")
+    ap.add_argument("--container-runtime", help="(c): sandbox.container_runtime, e.g. runc")
     args = ap.parse_args()
     sandbox = SandboxConfig(name=args.sandbox)
     with tempfile.TemporaryDirectory(prefix="slimecli-bench-env-") as tmp_name:
@@ -170,7 +181,7 @@ def main() -> None:
         print(f"(b) grading in the sandboxed venv {g:.3f}s  plain pytest in the venv {p:.3f}s  ratio {g / p:.2f}x "
               f"(goal <= 1.50x; sandbox={args.sandbox})")
         shutil.rmtree(work, ignore_errors=True)
-    container_vs_bwrap(args.reps)
+    container_vs_bwrap(args.reps, args.image, args.container_runtime)
 
 
 if __name__ == "__main__":
