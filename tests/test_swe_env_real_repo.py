@@ -165,7 +165,7 @@ def test_the_real_claude_code_cli_works_on_it_in_the_same_venv(task_file, envs, 
 
 
 # ---- the same task in a container image ------------------------------------------------------------------------
-IMAGE_PACKAGES = ("python3", "python3-pytest", "python3-six", "git", "python-is-python3")
+IMAGE_PACKAGES = ("python3", "python3-pytest", "python3-six", "git", "python-is-python3", "nodejs")  # node: the CLI
 IMAGE = "localhost/slimecli-test-isodate:" + __import__("hashlib").sha256(",".join(IMAGE_PACKAGES).encode()).hexdigest()[:12]
 PODMAN = ("sandbox=podman", "sandbox.container_runtime=runc")  # crun cannot run where cgroup v1 and v2 are mixed
 

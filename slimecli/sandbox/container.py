@@ -2,7 +2,9 @@
 node bind-mounted (not uploaded) at their host paths, no network but the relay, limits as flags.
 
 The launcher (inner.py) runs with the host's base interpreter, bound read-only, so the image needs no Python
-of its own; it must be able to run that interpreter (a glibc image, not Alpine). Host paths are mounted at
+of its own; it must be able to run that interpreter (a glibc image, not Alpine). No host system directory
+(/usr, /lib, /etc, ...) is mounted over the image's: an interpreter or a node under /usr on the host must be
+in the image too (at the same path). Host paths are mounted at
 their own paths; where a top-level directory of the image is closed to the sandbox user (/root), it is
 replaced by a directory holding only the mount points, so those paths are reachable and nothing else is.
 Resource limits are explicit `--ulimit`s at or below this process's hard limits, as a runtime without
@@ -73,8 +75,8 @@ class ContainerSandbox(Sandbox):
                 "--memory", f"{s.memory_mb}m", *_ulimits(s.max_file_mb << 20),
                 "--read-only", "--tmpfs", f"/tmp:size={s.tmp_mb}m", "--workdir", "/"]
         prefixes = {os.path.realpath(p) for p in (sys.base_prefix, *self.ro_paths) if os.path.exists(p)}
-        prefixes |= {os.path.realpath(d) for d in self.path_dirs if d.startswith("/") and os.path.isdir(d)
-                     and d not in SYSTEM_DIRS}
+        prefixes |= {os.path.realpath(d) for d in self.path_dirs if d.startswith("/") and os.path.isdir(d)}
+        prefixes = {p for p in prefixes if not _system(p)}  # the image's own system, never the host's
         args += self._shadows([str(self.workdir), str(self.home), *prefixes])
         for path in (self.workdir, self.home):
             args += ["-v", f"{path}:{path}:rw"]
@@ -138,7 +140,13 @@ class ContainerSandbox(Sandbox):
             _chown_tree(self.workdir, *self._owner)  # the caller's directory goes back to its owner
 
 
-SYSTEM_DIRS = ("/usr/local/bin", "/usr/bin", "/bin")
+# Host paths never mounted over the image: its system is its own (node or a python under /usr come from the image).
+IMAGE_SYSTEM = frozenset({"", "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "var", "proc", "sys",
+                          "dev", "run", "boot"})
+
+
+def _system(path: str) -> bool:
+    return path == "/" or path.split("/")[1] in IMAGE_SYSTEM
 
 
 # Caps on the explicit limits: the runtime's own process may hold lower ones than this one (podman: nproc 32768).
