@@ -27,16 +27,20 @@ def two_small_steps(run: Path, *overrides: str) -> list[dict]:
     return rows
 
 
-def test_swe_agent_recipe_trains_two_steps_over_two_engines(tmp_path):
+def test_swe_agent_recipe_trains_two_steps_over_two_engines_with_async_rollout(tmp_path):
+    """Two engines and trainer.async_rollout in one run: sessions spread over both engines, step 2's runs happen
+    while step 1 trains (one version behind), and both engines get the new weights after each step."""
     run = tmp_path / "swe"
-    rows = two_small_steps(run, "rollout.num_engines=2")
+    rows = two_small_steps(run, "rollout.num_engines=2", "trainer.async_rollout=true")
     for row in rows:
         assert row["agent/runs"] >= 4 and row["rollout/samples"] >= 4
         for key in ("swe/resolved_rate", "swe/empty_patch_rate", "agent/retries", "agent/run_s_p95", "reward/mean",
                     "agent/branches_mean", "agent/time/engine_s", "agent/time/grade_s"):
             assert key in row, key
         assert 0.0 <= row["reward/mean"] <= 1.0  # a random model resolves next to nothing
-    # what the run kept: a row per task and step, and each run's transcript, diff and outcome
+    assert [r["rollout/staleness_max"] for r in rows] == [0.0, 1.0]  # async: step 2's runs were made ahead
+    # what the run kept: a row per task and step (the runs made ahead are filed under the step they train), and
+    # each run's transcript, diff and outcome
     tasks = [json.loads(line) for line in (run / "agent" / "tasks.jsonl").read_text().splitlines()]
     assert {t["step"] for t in tasks} == {1, 2} and all(t["runs"] == 2 for t in tasks)
     kept = list((run / "agent" / "runs").glob("step_*/*/run.json"))
@@ -49,17 +53,5 @@ def test_swe_agent_recipe_trains_two_steps_over_two_engines(tmp_path):
     assert {i["engine"] for i in infos} == {0, 1}  # sessions spread over both engines
     transcript = kept[0].parent.joinpath("transcript.txt").read_text()
     assert "PROBLEM_STATEMENT.md" in transcript  # the CLI's own prompt, decoded
-    # both engines got the new weights after each step
-    for i in (0, 1):
+    for i in (0, 1):  # both engines got the new weights after each step
         assert (run / "logs" / f"engine-{i}.log").read_text().count("weights updated") == 2
-
-
-def test_swe_agent_with_async_rollout_runs_the_next_steps_agents_while_training(tmp_path):
-    """trainer.async_rollout with agent rollouts: step 2's runs happen while step 1 trains, one version behind."""
-    run = tmp_path / "swe-async"
-    rows = two_small_steps(run, "trainer.async_rollout=true")
-    assert all(r["agent/runs"] >= 4 for r in rows)
-    assert [r["rollout/staleness_max"] for r in rows] == [0.0, 1.0]
-    tasks = [json.loads(line) for line in (run / "agent" / "tasks.jsonl").read_text().splitlines()]
-    assert {t["step"] for t in tasks} == {1, 2}  # the runs made ahead are filed under the step they train
-    assert (run / "logs" / "engine-0.log").read_text().count("weights updated") == 2
