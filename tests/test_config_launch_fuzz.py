@@ -23,8 +23,8 @@ from slimecli.config.rules.ports import MAX_PORT, PORT_FIELDS, is_port_key
 from slimecli.config.schema import SlimeConfig
 from slimecli.launch.free_ports import with_free_ports
 from slimecli.launch.plan import build_plan
-from slimecli.launch.preflight import run_dir_errors
 from slimecli.launch.rundir import create
+from slimecli.launch.rundir_checks import run_dir_errors
 
 EDGE_VALUES: list[Any] = [-1, 0, 1, 65535, 65536, 99999, 2**31, 2**63, -2**63 - 1, 1e308, -0.5, "abc", None, True,
                           [1]]

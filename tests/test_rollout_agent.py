@@ -220,7 +220,7 @@ def test_generate_rules():
 
 
 def test_preflight_refuses_what_cannot_run(tmp_path):
-    from slimecli.launch.preflight import agent_errors
+    from slimecli.launch.agent_checks import agent_errors
 
     cfg = config()
     missing = dataclasses.replace(cfg, agent=dataclasses.replace(cfg.agent, binary=str(tmp_path / "claude")))

@@ -234,7 +234,7 @@ def test_a_row_whose_requirement_cannot_be_installed_is_unevaluatable_env_with_i
 
 
 def test_preflight_names_each_task_whose_environment_cannot_be_built(tmp_path, monkeypatch):
-    from slimecli.launch.preflight import task_env_errors
+    from slimecli.launch.agent_checks import task_env_errors
 
     monkeypatch.setattr(env_resolve, "host_has_runner", lambda: False)  # a plain install: host needs a runner venv
     rows = tmp_path / "tasks.jsonl"

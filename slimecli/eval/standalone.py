@@ -111,9 +111,10 @@ def evaluate(cfg: SlimeConfig, step: int, argv: list[str], overrides: list[str],
     """Launch the engines and the evaluator, supervise them, print the table. 0 only when every dataset
     was evaluated."""
     from slimecli.eval.runner import read_summary
+    from slimecli.launch.agent_checks import agent_cli_errors, sandbox_errors
     from slimecli.launch.free_ports import with_free_rollout_port
     from slimecli.launch.plan import engine_specs, in_run
-    from slimecli.launch.preflight import agent_cli_errors, engine_errors, materialize, sandbox_errors
+    from slimecli.launch.preflight import engine_errors, materialize
     from slimecli.launch.rundir import prepare, write_plan
     from slimecli.launch.spec import ProcessSpec
     from slimecli.launch.supervisor import Supervisor

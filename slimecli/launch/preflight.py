@@ -9,7 +9,9 @@ runs those first (while composing), then its pre-flight here:
   agent serve / agent run        agent_serve_errors / agent_run_errors
   (SWE tasks, with any of those)   task_env_errors: every task's environment gives the test runner
 
-Each is assembled from per-component checks (engine, teacher, agent CLI, sandbox, task, ports, devices).
+Each is assembled from per-component checks (engine, teacher, agent CLI, sandbox, task, ports, devices);
+the agent's (CLI, sandbox, context, task environments) are in agent_checks, the run directory's in
+rundir_checks.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from __future__ import annotations
 import errno
 import importlib.util
 import json
-import os
 import socket
 from collections.abc import Iterable
 from dataclasses import replace
@@ -29,10 +30,8 @@ from slimecli.config.groups.trainer import MEGATRON_ARCHITECTURES
 from slimecli.config.layout import layout_port, node_engines, teacher_address, teacher_nodes
 from slimecli.config.port import AUTO, Port
 from slimecli.config.schema import SlimeConfig
-
-# No tokenizer packs more than this many characters into one token on average (English prose and code run
-# 3-4): the bound turns a CLI's measured prompt size into a token count that is never an over-estimate.
-CHARS_PER_TOKEN_MAX = 6
+from slimecli.launch.agent_checks import agent_cli_errors, agent_errors, context_errors, sandbox_errors, task_env_errors
+from slimecli.launch.rundir_checks import run_dir_errors
 
 
 def materialize(cfg: SlimeConfig) -> SlimeConfig:
@@ -92,128 +91,6 @@ def weight_sync_errors(cfg: SlimeConfig) -> list[ConfigError]:
                         "use trainer.weight_sync=disk, or give the host more shared memory (docker: --shm-size)")]
 
 
-def agent_errors(cfg: SlimeConfig) -> list[ConfigError]:
-    """Training with a coding agent: the agent rollout kind, a CLI this machine can run, a sandbox that starts
-    here, and a context window that holds the CLI's own prompt."""
-    if cfg.task.name != "swe" and cfg.agent.name == "none" and cfg.rollout.generate != "agent":
-        return []
-    if cfg.rollout.generate != "agent":
-        return [ConfigError("rollout.generate", cfg.rollout.generate, "training on SWE tasks or with an agent runs "
-                            "the agent rollout", "add rollout.generate=agent (or start from +recipe=swe_agent)")]
-    return agent_cli_errors(cfg) + sandbox_errors(cfg) + context_errors(cfg) + task_env_errors(cfg)
-
-
-MAX_ENV_ERRORS = 10  # tasks named in full; the rest are counted
-
-
-def task_env_errors(cfg: SlimeConfig) -> list[ConfigError]:
-    """Every SWE task (or task.instance) has an environment that gives the test runner: built already, or
-    buildable here (installer present, cache writable, disk not full, no failed build on record). Nothing is
-    built; `slimecli tasks env build` builds ahead of a run."""
-    if cfg.task.name != "swe" or not cfg.task.path:
-        return []
-    from slimecli.swe.env.build import installer_problem
-    from slimecli.swe.env.resolve import EnvUnavailable, host_spec, plan_task, store_for
-    from slimecli.swe.task import TaskFileError, load
-
-    try:
-        tasks = [t for t in load(cfg.task.path).tasks if cfg.task.instance in (None, t.instance_id)]
-    except TaskFileError:
-        return []  # the task rules said so already
-    store = store_for(cfg.task)
-    problems: list[tuple[str, str]] = []  # (instance_id, why)
-    checked: dict[str, str | None] = {}  # key -> problem
-    for task in tasks:
-        try:
-            chosen = plan_task(task, cfg.task, cfg.sandbox)
-        except EnvUnavailable as exc:
-            problems.append((task.instance_id, f"env:{exc.reason}: {exc.detail}"))
-            continue
-        spec = chosen.spec if chosen.kind == "venv" else host_spec(cfg.task) if chosen.kind == "host" else None
-        if spec is None:
-            continue
-        key = spec.key()
-        if key not in checked:
-            failed = store.last_failure(key)
-            checked[key] = (None if store.ready(key) is not None
-                            else f"its last build failed: {failed}" if failed
-                            else installer_problem(spec.installer) or store.build_problem())
-        if checked[key]:
-            problems.append((task.instance_id, f"{chosen.kind} environment {key} ({chosen.why}): {checked[key]}"))
-    errors = [ConfigError("task.environment", cfg.task.environment, f"task {iid}: {why}")
-              for iid, why in problems[:MAX_ENV_ERRORS]]
-    if len(problems) > MAX_ENV_ERRORS:
-        errors.append(ConfigError("task.environment", cfg.task.environment,
-                                  f"... and {len(problems) - MAX_ENV_ERRORS} more tasks"))
-    if errors:
-        errors[-1] = ConfigError(errors[-1].path, errors[-1].value, errors[-1].reason,
-                                 "`slimecli tasks env build` builds (and retries) them and shows the log; "
-                                 "`slimecli tasks check` checks each task")
-    return errors
-
-
-def agent_cli_errors(cfg: SlimeConfig) -> list[ConfigError]:
-    """The agent's CLI is installed here (or agent.binary is an executable); custom harnesses bring their own."""
-    from slimecli.agent.install import PACKAGES, locate
-
-    a = cfg.agent
-    if a.harness or a.name not in PACKAGES or locate(a.name, a.binary, a.tools_dir) is not None:
-        return []
-    where = f"agent.binary={a.binary} is not an executable" if a.binary else f"the {a.name} CLI is not installed"
-    return [ConfigError("agent", a.name, where, f"run `slimecli agent install {a.name}` (or set agent.binary)")]
-
-
-def sandbox_errors(cfg: SlimeConfig) -> list[ConfigError]:
-    problem = sandbox_problem(cfg)
-    if problem:
-        return [ConfigError("sandbox", cfg.sandbox.name, problem, "install or start it, or use sandbox=auto")]
-    return []
-
-
-def sandbox_problem(cfg: SlimeConfig) -> str | None:
-    kind = cfg.sandbox.name
-    if kind == "bwrap":
-        from slimecli.sandbox.bwrap import available
-
-        return available()
-    if kind in ("docker", "podman"):
-        from slimecli.sandbox.container import runtime_missing
-
-        return runtime_missing(kind, cfg.sandbox.binary)
-    return None
-
-
-def context_len(cfg: SlimeConfig) -> int | None:
-    """The window the agent adapter renders into: agent.max_context_len, else the model's own."""
-    if cfg.agent.max_context_len is not None:
-        return cfg.agent.max_context_len
-    if cfg.model.path is None:
-        return cfg.model.max_position_embeddings  # the tiny model slimecli creates
-    try:
-        config = json.loads((Path(cfg.model.path) / "config.json").read_text())
-    except (OSError, ValueError):
-        return None  # a hub id or an unreadable config: the engine reports it
-    value = config.get("max_position_embeddings") or config.get("max_sequence_length")
-    return int(value) if value else None
-
-
-def context_errors(cfg: SlimeConfig) -> list[ConfigError]:
-    from slimecli.agent.registry import resolve
-
-    try:
-        _, harness, _ = resolve(cfg.agent.name, cfg.agent.harness, cfg.agent.adapter)
-    except (ValueError, ImportError, AttributeError):
-        return []  # the agent rules report a bad name or import path
-    window = context_len(cfg)
-    floor = getattr(harness, "prompt_chars_min", 0) // CHARS_PER_TOKEN_MAX
-    if window is None or not floor or window >= floor + cfg.agent.max_new_tokens:
-        return []
-    key = "agent.max_context_len" if cfg.agent.max_context_len is not None else "model"
-    return [ConfigError(key, window, f"the {cfg.agent.name} CLI's own prompt takes at least {floor} tokens, so a "
-                        f"{window}-token window leaves no room for agent.max_new_tokens={cfg.agent.max_new_tokens}",
-                        f"a context of at least {floor + cfg.agent.max_new_tokens} tokens")]
-
-
 def model_errors(cfg: SlimeConfig) -> list[ConfigError]:
     """Checks that read the model files (the teacher must share the student's tokenizer; trainer=megatron must
     be able to convert and split the model)."""
@@ -267,56 +144,6 @@ def megatron_split_errors(model_dir: Path, path_key: str, user: str, tp: tuple[s
     return [ConfigError(key, size, f"the model's {field}={count} does not split into {size} equal parts",
                         f"use a divisor of {count}")
             for key, size, field, count in splits if size > 1 and count % size]
-
-
-# ---- the run directory ---------------------------------------------------------------------------------------
-KERNEL_FILE_SYSTEMS = (Path("/proc"), Path("/sys"), Path("/dev"))
-AUTO_NAME_SUFFIX = len("-20260101-120000-9999")  # what rundir.create appends to run.name
-
-
-def run_dir_errors(cfg: SlimeConfig) -> list[ConfigError]:
-    """The run directory can be made and written here: run.dir, or under run.root an auto-named one from run.name
-    (found before launch, not as a traceback from the first mkdir or write)."""
-    hint = "pick a directory this user can write, e.g. run.dir=runs/mine"
-    if cfg.run.dir:
-        problem = directory_problem(cfg.run.dir)
-        return [ConfigError("run.dir", cfg.run.dir, problem, hint)] if problem else []
-    problem = directory_problem(cfg.run.root)
-    if problem:
-        return [ConfigError("run.root", cfg.run.root, problem, hint.replace("run.dir=", "run.root="))]
-    name = cfg.run.name
-    leaf = name.rsplit("/", 1)[-1]
-    if "\0" in name or not leaf or leaf in (".", "..") or len(leaf.encode()) + AUTO_NAME_SUFFIX > NAME_MAX:
-        return [ConfigError("run.name", name, f"cannot name a directory (at most {NAME_MAX - AUTO_NAME_SUFFIX} "
-                            "bytes after the last '/', no NUL, not empty, not . or ..)")]
-    parent = Path(cfg.run.root).expanduser() / name  # a name with '/' (or an absolute one) picks another parent
-    problem = directory_problem(str(parent.parent)) if "/" in name else None
-    return [ConfigError("run.name", name, f"the run directory's parent {parent.parent}: {problem}")] if problem else []
-
-
-NAME_MAX = 255  # bytes in one path component, on every file system slimecli runs on
-
-
-def directory_problem(value: str) -> str | None:
-    """None when ``value`` is a directory this process can write, or one it can create; else why not."""
-    try:
-        path = Path(value).expanduser().resolve()
-    except (OSError, RuntimeError, ValueError) as exc:  # ~nosuchuser, a symlink loop, a NUL byte
-        return f"not a usable path ({exc})"
-    for kernel in KERNEL_FILE_SYSTEMS:
-        if path == kernel or kernel in path.parents:
-            return f"is under {kernel}, a kernel file system, not a place for run files"
-    if any(len(part.encode()) > NAME_MAX for part in path.parts):
-        return f"a path component is longer than {NAME_MAX} bytes"
-    existing = path
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        return ("exists and is a file, not a directory" if existing == path else
-                f"{existing} is a file, so no directory can be made under it")
-    if not os.access(existing, os.W_OK | os.X_OK) or os.statvfs(existing).f_flag & os.ST_RDONLY:
-        return "the directory is not writable here" if existing == path else f"cannot create it: {existing} is not writable"
-    return None
 
 
 # ---- the machine: ports, GPUs, model files -------------------------------------------------------------------

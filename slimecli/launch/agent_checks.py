@@ -1,0 +1,137 @@
+"""Pre-flight checks of a run with a coding agent: its CLI is installed here, its sandbox starts, the context
+window holds the CLI's own prompt, and every SWE task's environment gives the test runner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from slimecli.config.errors import ConfigError
+from slimecli.config.schema import SlimeConfig
+
+# No tokenizer packs more than this many characters into one token on average (English prose and code run
+# 3-4): the bound turns a CLI's measured prompt size into a token count that is never an over-estimate.
+CHARS_PER_TOKEN_MAX = 6
+
+
+
+def agent_errors(cfg: SlimeConfig) -> list[ConfigError]:
+    """Training with a coding agent: the agent rollout kind, a CLI this machine can run, a sandbox that starts
+    here, and a context window that holds the CLI's own prompt."""
+    if cfg.task.name != "swe" and cfg.agent.name == "none" and cfg.rollout.generate != "agent":
+        return []
+    if cfg.rollout.generate != "agent":
+        return [ConfigError("rollout.generate", cfg.rollout.generate, "training on SWE tasks or with an agent runs "
+                            "the agent rollout", "add rollout.generate=agent (or start from +recipe=swe_agent)")]
+    return agent_cli_errors(cfg) + sandbox_errors(cfg) + context_errors(cfg) + task_env_errors(cfg)
+
+
+MAX_ENV_ERRORS = 10  # tasks named in full; the rest are counted
+
+
+def task_env_errors(cfg: SlimeConfig) -> list[ConfigError]:
+    """Every SWE task (or task.instance) has an environment that gives the test runner: built already, or
+    buildable here (installer present, cache writable, disk not full, no failed build on record). Nothing is
+    built; `slimecli tasks env build` builds ahead of a run."""
+    if cfg.task.name != "swe" or not cfg.task.path:
+        return []
+    from slimecli.swe.env.build import installer_problem
+    from slimecli.swe.env.resolve import EnvUnavailable, host_spec, plan_task, store_for
+    from slimecli.swe.task import TaskFileError, load
+
+    try:
+        tasks = [t for t in load(cfg.task.path).tasks if cfg.task.instance in (None, t.instance_id)]
+    except TaskFileError:
+        return []  # the task rules said so already
+    store = store_for(cfg.task)
+    problems: list[tuple[str, str]] = []  # (instance_id, why)
+    checked: dict[str, str | None] = {}  # key -> problem
+    for task in tasks:
+        try:
+            chosen = plan_task(task, cfg.task, cfg.sandbox)
+        except EnvUnavailable as exc:
+            problems.append((task.instance_id, f"env:{exc.reason}: {exc.detail}"))
+            continue
+        spec = chosen.spec if chosen.kind == "venv" else host_spec(cfg.task) if chosen.kind == "host" else None
+        if spec is None:
+            continue
+        key = spec.key()
+        if key not in checked:
+            failed = store.last_failure(key)
+            checked[key] = (None if store.ready(key) is not None
+                            else f"its last build failed: {failed}" if failed
+                            else installer_problem(spec.installer) or store.build_problem())
+        if checked[key]:
+            problems.append((task.instance_id, f"{chosen.kind} environment {key} ({chosen.why}): {checked[key]}"))
+    errors = [ConfigError("task.environment", cfg.task.environment, f"task {iid}: {why}")
+              for iid, why in problems[:MAX_ENV_ERRORS]]
+    if len(problems) > MAX_ENV_ERRORS:
+        errors.append(ConfigError("task.environment", cfg.task.environment,
+                                  f"... and {len(problems) - MAX_ENV_ERRORS} more tasks"))
+    if errors:
+        errors[-1] = ConfigError(errors[-1].path, errors[-1].value, errors[-1].reason,
+                                 "`slimecli tasks env build` builds (and retries) them and shows the log; "
+                                 "`slimecli tasks check` checks each task")
+    return errors
+
+
+def agent_cli_errors(cfg: SlimeConfig) -> list[ConfigError]:
+    """The agent's CLI is installed here (or agent.binary is an executable); custom harnesses bring their own."""
+    from slimecli.agent.install import PACKAGES, locate
+
+    a = cfg.agent
+    if a.harness or a.name not in PACKAGES or locate(a.name, a.binary, a.tools_dir) is not None:
+        return []
+    where = f"agent.binary={a.binary} is not an executable" if a.binary else f"the {a.name} CLI is not installed"
+    return [ConfigError("agent", a.name, where, f"run `slimecli agent install {a.name}` (or set agent.binary)")]
+
+
+def sandbox_errors(cfg: SlimeConfig) -> list[ConfigError]:
+    problem = sandbox_problem(cfg)
+    if problem:
+        return [ConfigError("sandbox", cfg.sandbox.name, problem, "install or start it, or use sandbox=auto")]
+    return []
+
+
+def sandbox_problem(cfg: SlimeConfig) -> str | None:
+    kind = cfg.sandbox.name
+    if kind == "bwrap":
+        from slimecli.sandbox.bwrap import available
+
+        return available()
+    if kind in ("docker", "podman"):
+        from slimecli.sandbox.container import runtime_missing
+
+        return runtime_missing(kind, cfg.sandbox.binary)
+    return None
+
+
+def context_len(cfg: SlimeConfig) -> int | None:
+    """The window the agent adapter renders into: agent.max_context_len, else the model's own."""
+    if cfg.agent.max_context_len is not None:
+        return cfg.agent.max_context_len
+    if cfg.model.path is None:
+        return cfg.model.max_position_embeddings  # the tiny model slimecli creates
+    try:
+        config = json.loads((Path(cfg.model.path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None  # a hub id or an unreadable config: the engine reports it
+    value = config.get("max_position_embeddings") or config.get("max_sequence_length")
+    return int(value) if value else None
+
+
+def context_errors(cfg: SlimeConfig) -> list[ConfigError]:
+    from slimecli.agent.registry import resolve
+
+    try:
+        _, harness, _ = resolve(cfg.agent.name, cfg.agent.harness, cfg.agent.adapter)
+    except (ValueError, ImportError, AttributeError):
+        return []  # the agent rules report a bad name or import path
+    window = context_len(cfg)
+    floor = getattr(harness, "prompt_chars_min", 0) // CHARS_PER_TOKEN_MAX
+    if window is None or not floor or window >= floor + cfg.agent.max_new_tokens:
+        return []
+    key = "agent.max_context_len" if cfg.agent.max_context_len is not None else "model"
+    return [ConfigError(key, window, f"the {cfg.agent.name} CLI's own prompt takes at least {floor} tokens, so a "
+                        f"{window}-token window leaves no room for agent.max_new_tokens={cfg.agent.max_new_tokens}",
+                        f"a context of at least {floor + cfg.agent.max_new_tokens} tokens")]
