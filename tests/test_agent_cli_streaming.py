@@ -53,7 +53,7 @@ def test_claude_streamed_text_and_tool_turns(tmp_path, tiny, streaming):
     url = streaming(texts)
     proc, [s], _ = agent_run("claude_code", tmp_path, tiny, "Write hello.txt", f"agent.engine_url={url}")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert target.read_text() == "streamed\n" and LONG in proc.stdout
+    assert target.read_text() == "streamed\n" and LONG in (tmp_path / "transcript.md").read_text()  # the model's text
     assert all(r["stream"] for r in engine_log(url)["requests"])  # both turns were streamed from the engine
     assert s["metadata"]["turns"] == 2 and s["status"] == "completed"
     check_sample(s, scripted_ids(tiny, texts))  # the recorded turns are the engine's tokens, unchanged
@@ -64,7 +64,7 @@ def test_codex_streamed_text_turn(tmp_path, tiny, streaming):
     url = streaming([LONG])
     proc, [s], _ = agent_run("codex", tmp_path, tiny, "Say something long.", f"agent.engine_url={url}")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert LONG in proc.stdout and [r["stream"] for r in engine_log(url)["requests"]] == [True]
+    assert LONG in (tmp_path / "transcript.md").read_text() and [r["stream"] for r in engine_log(url)["requests"]] == [True]
     check_sample(s, scripted_ids(tiny, [LONG]))
 
 

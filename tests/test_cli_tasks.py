@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from slimecli.swe.builtin import task_file
 from tests.helpers import invoke_cli
 
@@ -43,6 +45,7 @@ def test_grade_refuses_bad_input_with_exit_2(tmp_path):
     assert proc.returncode == 2 and "did you mean 'tiny-calc-003'?" in proc.stderr
 
 
+@pytest.mark.slow
 def test_check_passes_a_good_task_and_fails_a_broken_one(tmp_path):
     good = builtin_row("tiny-wrap-003")
     broken = {**good, "instance_id": "broken-1", "patch": builtin_row("tiny-calc-001")["patch"]}  # wrong gold patch

@@ -63,6 +63,7 @@ def test_bad_cluster_layouts_are_config_errors():
     assert "cluster.node_hosts" in text and "rollout.engines_per_node" in text
 
 
+@pytest.mark.slow
 def test_two_nodes_train_together_and_a_dead_node_stops_both_then_the_same_commands_resume(tmp_path: Path):
     run = tmp_path / "shared"
     master, engines = free_port(), free_port()

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import ROOT, free_port
 from tests.helpers.train_e2e import metrics
 
@@ -109,6 +111,7 @@ def test_missing_or_refusing_sbatch_and_bad_job_settings_are_exit_2(tmp_path: Pa
     assert no.returncode == 2 and "invalid partition specified" in no.stderr
 
 
+@pytest.mark.slow
 def test_the_job_trains_on_two_nodes_under_srun(tmp_path: Path):
     run = tmp_path / "run"
     bin_dir = fake_bin(tmp_path, srun=FAKE_SRUN, scontrol=FAKE_SCONTROL)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -84,6 +85,7 @@ def _invoke(args: list[str]):
     return result
 
 
+@pytest.mark.slow
 @seed(20261204)
 @FUZZ
 @given(override_sets, st.sampled_from(["show", "show", "validate"]))
@@ -101,6 +103,7 @@ def test_random_override_sets_exit_0_or_2(ovs, command):
                               "  lr: 1e999", "  lr: .nan", "recipe: 3", "hydra: {}", "- a", "'", ": :"]),
              max_size=8).map("\n".join),
 ))
+@pytest.mark.slow
 def test_random_recipe_files_are_read_or_refused(tmp_path_factory, content):
     path = tmp_path_factory.mktemp("recipe") / "fuzzed.yaml"
     path.write_bytes(content if isinstance(content, bytes) else content.encode())

@@ -156,6 +156,7 @@ def test_content_encoding_mismatch_is_4xx(engine: Engine, encoding: str, body: b
     valid_request_works(engine)
 
 
+@pytest.mark.slow
 def test_content_length_lies(engine: Engine) -> None:
     # longer than the body, then the client stops: the body read times out (408) or the connection closes
     with connect(engine.url) as s:
@@ -174,6 +175,7 @@ def test_content_length_lies(engine: Engine) -> None:
     valid_request_works(engine)
 
 
+@pytest.mark.slow
 def test_bodies_over_the_limit_are_413(engine: Engine) -> None:
     limit = 65536 * MAX_RUNNING * 16 + (1 << 20)  # context length x running requests x bytes a token takes
     data = check(send(engine.url, request("POST", "/generate", b"", length=10 ** 10)), 413)
@@ -287,6 +289,7 @@ def test_malformed_request_heads(engine: Engine) -> None:
 # ---- slow, stalled and dropped clients ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_stalled_head_and_body_are_dropped(engine: Engine) -> None:
     with connect(engine.url) as s:  # a head that never ends: the connection is closed, nothing answered
         s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Le")

@@ -13,6 +13,8 @@ from slimecli.observe.metrics import read_metrics
 from tests.helpers import ROOT, free_port
 from tests.helpers.train_e2e import QUICKSTART_STEPS, metrics, quickstart_run
 
+pytestmark = pytest.mark.slow  # every test here starts real processes
+
 STEPS = QUICKSTART_STEPS
 HELDOUT = 16 * 4  # the quickstart's held-out prompts x n_samples_per_prompt
 

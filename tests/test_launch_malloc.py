@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from slimecli.config.compose import load
+from slimecli.launch.free_ports import with_free_ports
 from slimecli.launch.plan import MALLOC_ENV, build_plan, malloc_env
 from tests.helpers import ROOT
 from tests.helpers.teacher import make_checkpoint
@@ -43,7 +44,7 @@ def test_every_planned_process_gets_the_allocator_settings(monkeypatch: pytest.M
     _clean_env(monkeypatch)
     ckpt = make_checkpoint(tmp_path / "teacher", seed=0)
     cfg = load(["teacher=server", f"teacher.model_path={ckpt}", "rollout.num_engines=2"])
-    specs = build_plan(cfg, tmp_path)
+    specs = build_plan(with_free_ports(cfg), tmp_path)
     assert [s.name for s in specs] == ["engine-0", "engine-1", "teacher", "trainer"]
     for spec in specs:
         assert {k: spec.env.get(k) for k in MALLOC_ENV} == MALLOC_ENV, spec.name
@@ -54,7 +55,7 @@ def test_the_users_allocator_settings_win(monkeypatch: pytest.MonkeyPatch, tmp_p
     _clean_env(monkeypatch)
     monkeypatch.setenv(key, "x" if key != "MALLOC_MMAP_THRESHOLD_" else "1048576")
     assert malloc_env() == {}
-    assert all(not (set(MALLOC_ENV) & set(spec.env)) for spec in build_plan(load([]), tmp_path))
+    assert all(not (set(MALLOC_ENV) & set(spec.env)) for spec in build_plan(with_free_ports(load([])), tmp_path))
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the settings are glibc's")

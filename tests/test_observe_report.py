@@ -66,12 +66,12 @@ def test_train_writes_a_report_whose_plots_are_valid_pngs_with_the_expected_seri
                        "time.png": ["time/rollout_s", "time/update_s", "time/sync_weights_s"]}.items():
         assert file in drawn, f"{file} not drawn: {sorted(drawn)}"
         for key in keys:
-            assert drawn[file].get(key) == ["run"], (file, key, drawn[file])
+            assert drawn[file].get(key) == [run_dir.name], (file, key, drawn[file])  # labelled by the run
     rows = metrics(run_dir)
     eval_rewards = sorted({k for r in rows for k in r if k.startswith("eval/") and k.endswith("/reward_mean")})
     assert eval_rewards == ["eval/heldout/reward_mean"]  # the quickstart evaluates its held-out set
     assert "eval/heldout/reward_mean" in drawn["eval.png"], drawn.get("eval.png")
-    assert drawn["time.png"].get("time/eval_s") == ["run"]  # the step-time split includes evaluation
+    assert drawn["time.png"].get("time/eval_s") == [run_dir.name]  # the step-time split includes evaluation
     page = (out / "report.html").read_text()
     for name in names:
         assert f'src="{name}"' in page

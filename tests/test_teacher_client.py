@@ -47,7 +47,7 @@ def test_sglang_teacher_reads_input_token_logprobs_and_retries():
         port = free_port()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         try:
-            cfg = TeacherConfig(name="sglang", url=f"http://127.0.0.1:{port}", temperature=0.7, max_retries=2)
+            cfg = TeacherConfig(name="sglang", url=f"http://127.0.0.1:{port}", temperature=1.0, max_retries=2)
             async with TeacherClient(cfg, backoff_s=0.01) as client:
                 return await client.score([Sample(tokens=[4, 8, 15, 16, 23], response_length=2),
                                            Sample(tokens=[42, 7], response_length=1)])
@@ -58,7 +58,7 @@ def test_sglang_teacher_reads_input_token_logprobs_and_retries():
     assert out[0] == pytest.approx([fake_logp(3, 16), fake_logp(4, 23)])
     assert out[1] == pytest.approx([fake_logp(1, 7)])
     last = seen[-1]
-    assert last["sampling_params"]["max_new_tokens"] == 0 and last["sampling_params"]["temperature"] == 0.7
+    assert last["sampling_params"]["max_new_tokens"] == 0 and last["sampling_params"]["temperature"] == 1.0
     assert last["return_logprob"] is True and isinstance(last["logprob_start_len"], int)
     assert len(seen) == 3  # one 503, retried
 
@@ -102,3 +102,10 @@ def test_tokenizer_compatibility(tmp_path):
 def test_client_refuses_teacher_none():
     with pytest.raises(ValueError, match="teacher=none"):
         TeacherClient(TeacherConfig())
+
+
+def test_sglang_teacher_refuses_another_temperature():
+    """SGLang's input-token log-probs ignore the request's temperature: scores at 0.7 would silently be at 1."""
+    cfg = TeacherConfig(name="sglang", url=f"http://127.0.0.1:{free_port()}", temperature=0.7)
+    with pytest.raises(ValueError, match="temperature 1 only"):
+        TeacherClient(cfg)

@@ -65,6 +65,7 @@ def test_every_node_needs_a_launched_teacher() -> None:
     assert "teacher.url" in str(exc.value)
 
 
+@pytest.mark.slow
 def test_rank0_spreads_samples_over_every_nodes_teacher(tmp_path: Path) -> None:
     """Node 0's and node 1's servers as `teacher serve` starts them on their node (here two checkpoints, so
     the scores say which server answered): sample i goes to server i mod 2."""

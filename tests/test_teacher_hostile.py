@@ -121,6 +121,7 @@ def test_numeric_edges_then_a_valid_request(server: Server, field: str, value: A
     valid_request_works(server)  # both ranks still agree: nothing bad reached the collective
 
 
+@pytest.mark.slow
 def test_sizes(server: Server) -> None:
     data = check(send(server.url, request("POST", "/generate", b"", length=10 ** 10)), 413)
     assert "limit" in data["error"]

@@ -12,6 +12,7 @@ import torch
 
 from slimecli.config.compose import load
 from slimecli.config.errors import ConfigErrors
+from slimecli.launch.free_ports import with_free_ports
 from slimecli.rollout.driver import RolloutResult
 from slimecli.rollout.sample import Sample
 from slimecli.train import stages
@@ -96,7 +97,7 @@ def test_overlapped_processes_share_the_cores(monkeypatch: pytest.MonkeyPatch, t
     def envs(*overrides: str) -> dict[str, dict[str, str]]:
         cfg = load(["trainer.nproc=1", "rollout.num_engines=1", *overrides])
         omp = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")
-        return {spec.name: {k: v for k, v in spec.env.items() if k in omp} for spec in build_plan(cfg, tmp_path)}
+        return {spec.name: {k: v for k, v in spec.env.items() if k in omp} for spec in build_plan(with_free_ports(cfg), tmp_path)}
 
     assert envs("trainer.async_rollout=false") == {"engine-0": {}, "trainer": {}}
     sleep = {"OMP_WAIT_POLICY": "PASSIVE"}  # idle threads sleep instead of spinning on the other side's cores
@@ -113,7 +114,7 @@ def test_overlapped_processes_share_the_cores(monkeypatch: pytest.MonkeyPatch, t
 
 
 def test_rollout_ahead_runs_while_the_caller_works_and_blocks_the_weight_push(tmp_path: Path):
-    coordinator = RolloutCoordinator(load(["trainer.async_rollout=true"]), tmp_path, tokenizer=None)
+    coordinator = RolloutCoordinator(with_free_ports(load(["trainer.async_rollout=true"])), tmp_path, tokenizer=None)
     try:
         collector = GatedCollector(coordinator.source)
         coordinator.driver = collector
@@ -139,6 +140,7 @@ def test_rollout_ahead_runs_while_the_caller_works_and_blocks_the_weight_push(tm
         coordinator.close()
 
 
+@pytest.mark.slow
 def test_async_quickstart_trains_one_version_behind(tmp_path: Path):
     run = tmp_path / "a"
     out = run_train(run, "trainer.async_rollout=true", "trainer.max_steps=4", "trainer.nproc=1",
@@ -194,7 +196,7 @@ def test_a_disk_push_lets_the_trainer_go_on_while_the_engines_load(tmp_path: Pat
     ckpt = make_checkpoint(tmp_path / "model", seed=0)
     state = load_file(str(ckpt / "model.safetensors"))
     cfg = load([f"model.path={ckpt}", f"trainer.async_rollout={str(overlapped).lower()}"])
-    coordinator = RolloutCoordinator(cfg, tmp_path / "run", tokenizer=None)
+    coordinator = RolloutCoordinator(with_free_ports(cfg), tmp_path / "run", tokenizer=None)
     try:
         engine = GatedEngine()
         coordinator.engines = [engine]

@@ -18,6 +18,8 @@ import torch
 
 from tests.helpers.megatron_check import check_cfg, fixed_batch, run
 
+pytestmark = pytest.mark.slow  # every test here starts real processes
+
 pytest.importorskip("megatron.core")
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -29,8 +30,32 @@ ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 
+def _port_band() -> range:
+    """The ports this test process picks from: below the kernel's ephemeral range (which outgoing connections
+    and port-0 binds draw from, so a port picked there can be taken before its server binds it), split between
+    the pytest-xdist workers so that two workers never pick the same one."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    start, stop = 20000, max(low, 24000)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index, count = int(worker[2:] or 0), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    width = (stop - start) // max(count, 1)
+    return range(start + index * width, start + (index + 1) * width)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A loopback port nothing listens on now, for a server a test starts (see _port_band)."""
+    band = _port_band()
+    for port in random.sample(band, min(len(band), 200)):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # a crowded band: any free port
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
