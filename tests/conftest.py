@@ -1,6 +1,6 @@
 """Fixtures shared by the tests, and the suite's own bookkeeping: each test's duration is recorded in
-`.test-durations.json` (docs/testing.md's table is made from it), and the end of the run names tests that
-took long without the `slow` marker. Helpers (run the CLI, free ports, waiting) live in tests/helpers."""
+`.test-durations.json` (docs/testing.md's table and tests/file_costs.json, the order files run in, are
+made from it), and the end of the run names tests that took long without the `slow` marker. Helpers (run the CLI, free ports, waiting) live in tests/helpers."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from tests.helpers import ROOT, free_port
 
 DURATIONS_FILE = ROOT / ".test-durations.json"
+FILE_COSTS = ROOT / "tests" / "file_costs.json"  # seconds per test file, committed: the order files are run in
 SLOW_S = 10.0  # a test whose call takes longer (its shared fixtures' set-up aside) should be marked slow
 _durations: dict[str, float] = {}
 _call_durations: dict[str, float] = {}
@@ -27,11 +28,12 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(1)
 
 
-def _estimated_cost(item: pytest.Item, recorded: dict[str, float]) -> float:
-    """The test's recorded duration, else a guess: a slow test (real processes) costs as much as 60 quick ones."""
-    if item.nodeid in recorded:
-        return recorded[item.nodeid]
-    return 30.0 if item.get_closest_marker("slow") else 0.5
+def _file_cost(file: str, items: list[pytest.Item], recorded: dict[str, float]) -> float:
+    """The file's seconds in the last recorded run (tests/file_costs.json), else a guess from its tests: a slow
+    one (real processes) costs as much as 60 quick ones."""
+    if file in recorded:
+        return recorded[file]
+    return sum(30.0 if item.get_closest_marker("slow") else 0.5 for item in items)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -39,10 +41,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     order, so the long ones start at once and the quick ones fill the gaps at the end (a long file last would
     run alone on one worker while the other idles)."""
     _slow_marked.update(item.nodeid for item in items if item.get_closest_marker("slow"))
-    recorded = json.loads(DURATIONS_FILE.read_text()) if DURATIONS_FILE.is_file() else {}
-    cost: dict[str, float] = {}
+    recorded = json.loads(FILE_COSTS.read_text()) if FILE_COSTS.is_file() else {}
+    by_file: dict[str, list[pytest.Item]] = {}
     for item in items:
-        cost[item.nodeid.split("::")[0]] = cost.get(item.nodeid.split("::")[0], 0.0) + _estimated_cost(item, recorded)
+        by_file.setdefault(item.nodeid.split("::")[0], []).append(item)
+    cost = {file: _file_cost(file, its, recorded) for file, its in by_file.items()}
     items.sort(key=lambda item: -cost[item.nodeid.split("::")[0]])
 
 

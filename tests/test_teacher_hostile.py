@@ -38,7 +38,7 @@ from tests.helpers.hostile import (
 from tests.helpers.teacher import VOCAB, Server, make_checkpoint
 
 MAX_LEN = 64
-STATUS: Counter[int] = Counter()
+STATUS: Counter[int] = Counter()  # every status the running test saw through post_raw
 SETTINGS = settings(max_examples=50, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 VALID = {"input_ids": [1, 5, 7, 9], "sample_n": 2, "label_token_ids": [[1, 2], [3, 4], [5, 6]]}
@@ -55,6 +55,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield srv
     finally:
         srv.stop()
+
+
+@pytest.fixture(autouse=True)
+def no_5xx_nothing_reached_a_rank_and_still_serving(server: Server) -> Iterator[None]:
+    """After every test, on its own (any order, any subset): no reply it got was a 5xx, no bad request reached a
+    rank, and the teacher still answers a valid request."""
+    STATUS.clear()
+    yield
+    assert not [s for s in STATUS if s >= 500], STATUS
+    valid_request_works(server)
+    assert json.loads(send(server.url, request("GET", "/get_loads")).body)["failed_requests"] == 0
 
 
 def post_raw(srv: Server, body: bytes, path: str = "/generate", **headers: str) -> Reply:
@@ -202,11 +213,3 @@ def test_stalled_and_dropped_clients(server: Server) -> None:
         s.sendall(b"GARBAGE\r\n\r\n")
         assert read_reply(s).status in (0, 400)
     valid_request_works(server)
-
-
-def test_zz_summary_and_still_serving(server: Server) -> None:
-    valid_request_works(server)
-    loads = json.loads(send(server.url, request("GET", "/get_loads")).body)
-    assert loads["failed_requests"] == 0  # nothing bad reached a rank
-    assert not [s for s in STATUS if s >= 500], STATUS
-    print(f"\nhostile teacher requests: {sum(STATUS.values())}, statuses: {dict(sorted(STATUS.items()))}")

@@ -2,7 +2,8 @@
 suite records in .test-durations.json (set-up, call and tear-down together), each with what it runs (the
 first sentence of its docstring, or of its module's).
 
-    python -m tests.helpers.durations_table [N]     # prints the table of the N slowest (default 30)
+    python -m tests.helpers.durations_table [N]     # prints the table of the N slowest (default 30) and
+                                                    # rewrites tests/file_costs.json (seconds per test file)
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from tests.helpers import ROOT
 
 DURATIONS = ROOT / ".test-durations.json"
+FILE_COSTS = ROOT / "tests" / "file_costs.json"
 
 
 def _first_sentence(doc: str | None, limit: int = 140) -> str:
@@ -64,7 +66,18 @@ def main() -> None:
     if not DURATIONS.is_file():
         sys.exit(f"{DURATIONS.name}: no durations recorded yet; run make test first")
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 30
-    print(table(json.loads(DURATIONS.read_text()), n))
+    durations = {k: v for k, v in json.loads(DURATIONS.read_text()).items() if exists(k)}
+    print(table(durations, n))
+    FILE_COSTS.write_text(json.dumps(file_costs(durations), indent=0, sort_keys=True) + "\n")
+
+
+def file_costs(durations: dict[str, float]) -> dict[str, float]:
+    """Seconds per test file: the order tests/conftest.py hands files to the workers in, costliest first."""
+    costs: dict[str, float] = {}
+    for nodeid, seconds in durations.items():
+        file = nodeid.split("::")[0]
+        costs[file] = round(costs.get(file, 0.0) + seconds, 1)
+    return costs
 
 
 if __name__ == "__main__":

@@ -18,8 +18,9 @@ from tests.helpers import ROOT, wait_dead
 
 def train_argv(run_dir: Path, *overrides: str) -> list[str]:
     """`slimecli train` on the quickstart as a user runs it: its servers on free ports (port=auto, the default),
-    so tests can run side by side."""
-    return [sys.executable, "-m", "slimecli", "train", f"run.dir={run_dir}", *overrides]
+    so tests can run side by side. No report at the end (3 s of plotting a run) unless the overrides ask for it:
+    the report tests read the shared quickstart run's."""
+    return [sys.executable, "-m", "slimecli", "train", f"run.dir={run_dir}", "observe.report=false", *overrides]
 
 
 def start_train(run_dir: Path, *overrides: str) -> subprocess.Popen:
@@ -59,7 +60,8 @@ def shared_run(factory: pytest.TempPathFactory, name: str, *overrides: str) -> t
 def quickstart_run(factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """The quickstart trained for QUICKSTART_STEPS steps (evaluated at start and end, its report written, its
     final policy in final/): the learning test, the OPD teacher, evaluation and report tests read it."""
-    return shared_run(factory, "quickstart", f"trainer.max_steps={QUICKSTART_STEPS}", "trainer.save_interval=0")
+    return shared_run(factory, "quickstart", f"trainer.max_steps={QUICKSTART_STEPS}", "trainer.save_interval=0",
+                      "observe.report=true")
 
 
 def metrics(run_dir: Path) -> list[dict]:
