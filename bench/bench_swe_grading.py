@@ -64,8 +64,8 @@ def host_checkout(task: SweTask, root: Path) -> Path:
     return work
 
 
-def plain_pytest(work: Path, files: list[str], env: dict[str, str]) -> float:
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "-q",
+def plain_pytest(work: Path, files: list[str], env: dict[str, str], python: str | Path = sys.executable) -> float:
+    argv = [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "-q",
             "--continue-on-collection-errors", f"--junitxml={work / '.bench-junit.xml'}", "--", *files]
     start = time.perf_counter()
     proc = subprocess.run(argv, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

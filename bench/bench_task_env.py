@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +30,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_swe_grading import host_checkout, plain_pytest  # noqa: E402  (the same host side as that bench)
 
 from slimecli.config.groups.sandbox import SandboxConfig  # noqa: E402
 from slimecli.config.groups.task import TaskConfig  # noqa: E402
@@ -38,7 +40,7 @@ from slimecli.swe.check import file_diff  # noqa: E402
 from slimecli.swe.env.resolve import grader_sandboxes, resolve, store_for  # noqa: E402
 from slimecli.swe.grade import grade, test_files  # noqa: E402
 from slimecli.swe.task import SweTask, load  # noqa: E402
-from slimecli.swe.workspace import prepare, run_git  # noqa: E402
+from slimecli.swe.workspace import run_git  # noqa: E402
 
 SOURCE = "import six\n\n\ndef shout(text):\n    return six.ensure_str(text).upper()\n"
 TESTS = "from pkg import shout\n\n\ndef test_shout():\n    assert shout('hi') == 'HI'\n\n\n" \
@@ -72,28 +74,6 @@ def timed(fn) -> float:  # type: ignore[no-untyped-def]
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
-
-
-def host_checkout(task: SweTask, root: Path) -> Path:
-    work = root / "checkout"
-    work.mkdir()
-    prepare(task, work)
-    with tempfile.TemporaryDirectory() as home:
-        for patch in (task.patch, task.test_patch):
-            run_git("apply", "-", cwd=work, input=patch.encode(), home=home)
-    return work
-
-
-def plain_pytest(python: Path, work: Path, files: list[str]) -> float:
-    argv = [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "-q",
-            "--continue-on-collection-errors", f"--junitxml={work / '.bench-junit.xml'}", "--", *files]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    start = time.perf_counter()
-    proc = subprocess.run(argv, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    elapsed = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"plain pytest failed with the gold patch (exit {proc.returncode})")
-    return elapsed
 
 
 def container_vs_bwrap(reps: int, image: str | None, oci_runtime: str | None) -> None:
@@ -176,7 +156,7 @@ def main() -> None:
         g_times, p_times = [], []
         for _ in range(args.reps):
             g_times.append(timed(graded))
-            p_times.append(plain_pytest(python, work, files))
+            p_times.append(plain_pytest(work, files, {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}, python))
         g, p = statistics.median(g_times), statistics.median(p_times)
         print(f"(b) grading in the sandboxed venv {g:.3f}s  plain pytest in the venv {p:.3f}s  ratio {g / p:.2f}x "
               f"(goal <= 1.50x; sandbox={args.sandbox})")

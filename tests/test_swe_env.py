@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
 import threading
 import time
 from dataclasses import replace
@@ -23,18 +21,10 @@ from slimecli.swe.env import spec as env_spec
 from slimecli.swe.env.resolve import EnvUnavailable, plan_task, resolve
 from slimecli.swe.env.store import MANIFEST, BuildFailed, Store
 from slimecli.swe.task import SweTask, parse_row
+from tests.helpers import git
 
 BWRAP = SandboxConfig(name="bwrap")
 PODMAN = SandboxConfig(name="podman")
-
-
-def git(*args: str, cwd: Path) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update({"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_NAME": "t",
-                "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
-    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip()
 
 
 def make_repo(root: Path, files: dict[str, str]) -> tuple[Path, str]:

@@ -19,7 +19,7 @@ import pytest
 
 from slimecli.swe.builtin import cache_root
 from slimecli.swe.check import file_diff
-from tests.helpers import ROOT, free_port, invoke_cli, run_cli
+from tests.helpers import ROOT, free_port, git, invoke_cli, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -30,15 +30,6 @@ BAD = "negduration = Duration(years=self.years, months=-self.months)"  # the yea
 TEST_FILE = "src/isodate/tests/test_duration.py"
 F2P = [f"{TEST_FILE}::DurationTest::test_neg", f"{TEST_FILE}::DurationTest::test_format"]
 P2P = [f"{TEST_FILE}::DurationTest::{name}" for name in ("test_repr", "test_hash", "test_equal", "test_totimedelta")]
-
-
-def git(*args: str, cwd: Path) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update({"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_NAME": "t",
-                "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
-    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip()
 
 
 def sdist() -> Path:

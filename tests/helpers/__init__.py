@@ -169,3 +169,13 @@ def wait_dead(pids: list[int], timeout: float = 20.0) -> list[int]:
     """Pids still alive after `timeout` (returns as soon as none is)."""
     poll(lambda: not any(pid_alive(p) for p in pids), timeout, interval=0.2)
     return [p for p in pids if pid_alive(p)]
+
+
+def git(*args: str, cwd: Path) -> str:
+    """`git ARGS` in `cwd` with no user or system config, a fixed author: what a test's own repository needs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update({"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_NAME": "t",
+                "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
