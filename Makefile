@@ -49,17 +49,17 @@ sandbox-deps:
 	  { echo "could not install bubblewrap with apt-get"; exit 1; }
 
 # The suite runs on TEST_WORKERS pytest-xdist workers, a test file per worker at a time (a file's module-scoped
-# engines and servers are started once); each test's duration goes to .test-durations.json and the 15 slowest
+# engines and servers are started once), costliest first (tests/conftest.py orders them; xdist keeps that order); each test's duration goes to .test-durations.json and the 15 slowest
 # are printed at the end (docs/testing.md: how the time is spent; make test-durations prints its table).
 TEST_WORKERS ?= 2
 test: setup $(BIN)/.installed-megatron agent-clis sandbox-deps
 	$(BIN)/ruff check .
 	$(BIN)/python -m mypy
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 # The inner loop: everything but the tests marked slow (real training runs, servers, the agent CLIs).
 test-quick: setup
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow" $(PYTEST_ARGS)
 
 test-durations:
 	@$(BIN)/python -m tests.helpers.durations_table 30
