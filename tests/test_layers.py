@@ -1,4 +1,5 @@
-"""Lower layers never import upper ones: every import statement of the package, lazy ones included.
+"""Lower layers never import upper ones: every import statement of the package, lazy ones included, and every
+`slimecli.module:attr` string (a plugin built-in is imported by name when first looked up).
 
 The layers, lowest first. A package may import the packages of lower layers, never one of its own layer
 (peers stay independent) nor one above. `slimecli/foo.py` counts as a package `foo`; `slimecli/__init__.py`
@@ -8,6 +9,7 @@ The layers, lowest first. A package may import the packages of lower layers, nev
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -40,6 +42,10 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("slimecli.config.rules.task", "slimecli.swe.builtin"):
         "the names of the built-in SWE task sets, for the hint of the same rule. Lazy, inside the rule.",
 }
+
+
+# A string naming an object to import: what the plugin registry's built-ins are (slimecli.config.registry).
+STRING_IMPORT = re.compile(r"slimecli(\.[A-Za-z_]\w*)+:[A-Za-z_]\w*")
 
 
 def module_name(path: Path) -> str:
@@ -77,6 +83,8 @@ def imports(path: Path) -> list[tuple[int, str]]:
             for alias in node.names:  # `from pkg import sub` imports the module pkg.sub where there is one
                 sub = f"{target}.{alias.name}"
                 found.append((node.lineno, sub if is_module(sub) else target))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and STRING_IMPORT.fullmatch(node.value):
+            found.append((node.lineno, node.value.partition(":")[0]))
     return [(line, name) for line, name in found if name == "slimecli" or name.startswith("slimecli.")]
 
 
@@ -130,20 +138,39 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path, monkeypatch):
                                                                  "slimecli.train"]
 
 
-# ---- what the config layer mirrors of the registries above it ---------------------------------------
-def test_config_knows_the_registries_built_in_names():
-    from slimecli.config import names
-    from slimecli.reward import registry as rewards
-    from slimecli.train import registry as trainer
+# ---- the plugin registry: built-ins declared by the packages that own them ----------------------------------
+def test_the_checker_sees_string_named_imports(tmp_path, monkeypatch):
+    pkg = tmp_path / "slimecli" / "reward"
+    pkg.mkdir(parents=True)
+    (pkg / "plugins.py").write_text('REWARDS.builtin("q", "slimecli.rollout.quickstart:quickstart_reward")\n'
+                                    'NOTE = "see slimecli.rollout for more"\n')
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert imports(pkg / "plugins.py") == [(1, "slimecli.rollout.quickstart")]
 
-    assert set(names.BUILTIN[names.REWARD]) == {*rewards._LAZY, *rewards.CONFIG_BUILT, *rewards.KNOWN}
-    import slimecli.train.advantages  # noqa: F401 - registers the built-in estimators
-    import slimecli.train.losses  # noqa: F401 - and losses
 
-    assert set(names.BUILTIN[names.ADVANTAGE_ESTIMATOR]) == set(trainer.ADVANTAGE_ESTIMATORS._entries)
-    assert set(names.BUILTIN[names.POLICY_LOSS]) == set(trainer.POLICY_LOSSES._entries)
-    for registry in (trainer.ADVANTAGE_ESTIMATORS, trainer.POLICY_LOSSES):
-        assert names.KINDS[registry.config_key] == registry.kind
+def test_every_declaring_package_is_discovered_and_declares_only():
+    """The registry imports each package's plugins.py before the first lookup: the list is the files, and each
+    file imports nothing but the registry (declaring never pulls in an implementation, nor torch)."""
+    from slimecli.config.registry import DECLARED_IN
+
+    files = sorted(module_name(p) for p in sources() if p.name == "plugins.py")
+    assert sorted(DECLARED_IN) == files
+    for module in files:
+        tree = ast.parse(ROOT.joinpath(*module.split(".")).with_suffix(".py").read_text(encoding="utf-8"))
+        imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert imported <= {"slimecli.config.registry"}, f"{module} imports {sorted(imported)}"
+
+
+def test_every_built_in_names_a_function_that_exists():
+    """Checked without importing: the module is found and defines the name (an agent's adapter class too)."""
+    from slimecli.config.import_path import check_import_path
+    from slimecli.config.registry import KINDS
+
+    for registry in KINDS:
+        for name, (target, options) in registry.declared().items():
+            strings = [target, *(v for v in options.values() if isinstance(v, str) and STRING_IMPORT.fullmatch(v))]
+            assert [check_import_path(t) for t in strings] == [None] * len(strings), (registry.kind, name)
 
 
 def test_a_reward_registered_at_run_time_validates_in_the_same_process():

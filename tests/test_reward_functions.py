@@ -91,10 +91,12 @@ def test_registry_builtins_and_registration(monkeypatch):
     assert "test_registry_group" not in reward_names()  # the scope undid the registration
     with pytest.raises(UnknownRewardError, match="did you mean 'math'"):
         get_reward("mathh")
-    monkeypatch.setattr(registry, "KNOWN", (*registry.KNOWN, "registered_later"))
-    assert "registered_later" in reward_names()
-    with pytest.raises(UnknownRewardError, match="not registered yet"):
-        get_reward("registered_later")
+    with registry.REWARDS.scoped():  # a package's lazy declaration: listed at once, imported on first use
+        registry.REWARDS.builtin("registered_later", "slimecli.no_such_module:fn")
+        assert "registered_later" in reward_names()
+        with pytest.raises(ModuleNotFoundError, match="slimecli.no_such_module"):
+            get_reward("registered_later")
+    assert "registered_later" not in reward_names()
     with pytest.raises(ValueError, match="built from the config"):
         register_reward("remote", my_group)
     with pytest.raises(TypeError):

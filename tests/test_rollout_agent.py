@@ -158,6 +158,19 @@ def test_group_with_fewer_than_two_valid_runs_is_dropped_and_refilled(monkeypatc
     assert m["agent/abort_rate/cli_missing"] == pytest.approx(3 / 6) and m["agent/retries"] == 2
 
 
+def test_agent_rollouts_report_the_single_turn_rollout_metrics(monkeypatch):
+    """One collect loop: the agent kind reports the shortest response, the truncated share and the speed too."""
+    def truncated(base: Sample) -> list[Sample]:
+        return [dataclasses.replace(s, tokens=[1, 2, 3], response_length=1, loss_mask=[1], rollout_log_probs=[-0.5],
+                                    status=Status.TRUNCATED) for s in ok(GRADE_NO)(base)]
+
+    result, _ = collect(config(), Script({(3, 0): truncated}), monkeypatch)
+    m = result.metrics
+    assert (m["rollout/samples"], m["rollout/response_len_min"], m["rollout/response_len_max"]) == (4, 1, 2)
+    assert m["rollout/truncated_ratio"] == 0.25 and m["rollout/response_len_mean"] == 1.75
+    assert m["rollout/tokens_per_s"] == pytest.approx(7 / m["rollout/time_s"])
+
+
 def test_no_valid_group_at_all_stops_with_the_reasons(monkeypatch):
     cfg = config("rollout.batch_size=1", "trainer.global_batch_size=2", "agent.max_retries=0")
     with pytest.raises(RuntimeError, match="valid agent runs"):
@@ -265,7 +278,7 @@ def test_rank0_puts_the_agent_service_in_front_of_the_first_engine(monkeypatch, 
 
     monkeypatch.setattr(service_mod, "AgentService", FakeService)
     side = RolloutCoordinator(config("rollout.port=30100", "rollout.num_engines=2"), tmp_path, tokenizer=None)
-    assert isinstance(side.driver, agent_rollout.AgentRollout) and side.driver.service is side.service
+    assert isinstance(side.driver, agent_rollout.AgentRollout) and isinstance(side.driver.service, FakeService)
     assert side.driver.archive is not None and side.driver.archive.root == tmp_path / "agent"
     side.watch(4, print)
     assert side.driver.step == 4 and side.driver.on_progress is print

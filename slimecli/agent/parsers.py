@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from slimecli.config.import_path import load
 
 
 @dataclass
@@ -173,8 +174,9 @@ def get_parser(name: str) -> ToolParser:
 
 
 def load_object(path: str) -> Any:
-    module, _, attr = path.replace(":", ".").rpartition(".") if ":" not in path else path.partition(":")
+    """A class or function by import path: `package.module:Class` (the one loader's form) or `package.module.Class`."""
+    spec = path if ":" in path else ":".join(path.rsplit(".", 1))
     try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError, ValueError) as exc:
+        return load(spec)
+    except (ImportError, AttributeError, TypeError, ValueError) as exc:
         raise ValueError(f"cannot import {path!r}: {exc}") from exc

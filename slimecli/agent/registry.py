@@ -1,35 +1,34 @@
 """Agent name -> (harness class, adapter class). SWE_AGENT is resolved into agent.name while the config is
-composed; a third pair comes from config (agent.harness / agent.adapter import paths) or from `register()`."""
+composed; the names live in the one plugin registry (declared in agent/plugins.py, or by `register()`), and a
+custom pair comes from the config (agent.harness / agent.adapter import paths)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from slimecli.agent.parsers import load_object
-
-_PAIRS: dict[str, tuple[str, str]] = {
-    "claude_code": ("slimecli.agent.harness:ClaudeCodeHarness", "slimecli.agent.anthropic:AnthropicAdapter"),
-    "codex": ("slimecli.agent.harness:CodexHarness", "slimecli.agent.responses:ResponsesAdapter"),
-}
+from slimecli.config.registry import AGENTS, UnknownPluginError
 
 
 def register(name: str, harness: str | type, adapter: str | type) -> None:
-    _PAIRS[name] = (harness, adapter)  # type: ignore[assignment]
+    """Make agent.name=`name` run `harness` with `adapter` (classes, or import paths loaded when resolved)."""
+    AGENTS.register(name, _load(harness), adapter=adapter)
 
 
 def names() -> list[str]:
-    return sorted(_PAIRS)
+    return sorted(AGENTS.names())
 
 
 def resolve(name: str, harness: str | None = None, adapter: str | None = None) -> tuple[str, type, type]:
     """(name, harness class, adapter class); a clear error that lists the valid names otherwise."""
     if harness and adapter:
         return name, _load(harness), _load(adapter)
-    if name not in _PAIRS:
+    try:
+        entry = AGENTS.get(name)
+    except UnknownPluginError:
         raise ValueError(f"unknown agent {name!r}; valid: {', '.join(names())} "
-                         f"(or set agent.harness and agent.adapter to import paths)")
-    h, a = _PAIRS[name]
-    return name, _load(harness or h), _load(adapter or a)
+                         f"(or set agent.harness and agent.adapter to import paths)") from None
+    return name, _load(harness or entry.obj), _load(adapter or entry.options["adapter"])
 
 
 def _load(ref: str | type) -> Any:

@@ -1,5 +1,6 @@
 """The agent rollout kind (rollout.generate=agent): each SWE task of a step is worked by n agent runs, each in
-its own sandbox and graded by the task's tests; the result has the single-turn driver's shape (RolloutResult).
+its own sandbox and graded by the task's tests. Its group runner feeds the one collect loop (rollout/collect.py),
+which a group must pass with at least 2 valid runs; the result has the single-turn driver's shape.
 
 It lives with the agent back-end rather than in slimecli.rollout because it drives agent runs (run_task); the
 rollout layer below it knows nothing of agents.
@@ -18,14 +19,15 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from slimecli.agent.archive import RunArchive
 from slimecli.agent.jobs import AgentJob, SweJob
 from slimecli.agent.runner import run_task
 from slimecli.config.schema import SlimeConfig
+from slimecli.rollout.collect import Filters, RolloutResult, Run, collect
 from slimecli.rollout.data import PromptSource
-from slimecli.rollout.driver import MAX_OVERSAMPLING, RolloutResult, sample_std
 from slimecli.rollout.sample import Sample
 
 log = logging.getLogger("slimecli.rollout")
@@ -36,6 +38,9 @@ INFRA_PREFIXES = ("exception:",)
 # Ends the model caused: agent.on_timeout decides.
 MODEL_REASONS = frozenset({"wall_clock_timeout", "context_limit", "turn_limit"})
 MIN_VALID = 2  # runs a group needs for a group-relative advantage
+FILTERS = Filters(min_valid_runs=MIN_VALID, top_up=True,  # later rounds ask only for the groups still missing
+                  exhausted_hint=f"a group needs {MIN_VALID} valid agent runs: see agent/abort_rate/* in the "
+                                 "metrics and the runs' abort reasons")
 
 
 def abort_kind(reason: str) -> str:
@@ -87,6 +92,7 @@ class AgentRollout:
         self._next_index = 0
         self._rollout_ids = itertools.count(1)
         self._live = {"done": 0, "running": 0, "resolved": 0, "graded": 0}
+        self._groups: dict[int, list[AgentRun]] = {}  # this collect's runs by group, kept or dropped: metrics, archive
 
     def _swe_job(self, task: Any) -> AgentJob:
         from slimecli.swe.env.resolve import resolve
@@ -139,68 +145,41 @@ class AgentRollout:
         self._next_index += n
         return list(await asyncio.gather(*(self._run(record, group_index, i) for i in indices)))
 
+    async def _runs(self, record: dict[str, Any], group_index: int) -> list[Run]:
+        runs = self._groups[group_index] = await self._group(record, group_index)
+        return [run.samples for run in runs]
+
     # ---- one rollout ------------------------------------------------------------------------------------
     async def collect(self) -> RolloutResult:
         """Pull tasks until rollout.batch_size groups have >= 2 valid runs (and pass the filters)."""
-        from slimecli.reward import apply_invalid_policy, assign_rewards, reward_metrics
-
-        r = self.cfg.rollout
-        start = time.perf_counter()
         self._live = {"done": 0, "running": 0, "resolved": 0, "graded": 0}
-        kept: list[tuple[list[Sample], list[float]]] = []
-        drops: dict[str, int] = {}
-        every_run: list[AgentRun] = []
-        scored_samples: list[Sample] = []
-        groups_seen = 0
-        while len(kept) < r.batch_size:
-            if groups_seen >= MAX_OVERSAMPLING * r.batch_size:
-                raise RuntimeError(f"only {len(kept)} of rollout.batch_size={r.batch_size} task groups had "
-                                   f"{MIN_VALID} valid agent runs after {groups_seen} tasks (dropped: {drops}); "
-                                   "see agent/abort_rate/* in the metrics and the runs' abort reasons")
-            wanted = (r.over_sampling_batch_size or r.batch_size) if groups_seen == 0 else r.batch_size - len(kept)
-            records = self.source.next(wanted)
-            groups = await asyncio.gather(*(self._group(rec, groups_seen + i) for i, rec in enumerate(records)))
-            groups_seen += len(groups)
-            flat = [s for runs in groups for run in runs for s in run.samples]
-            await assign_rewards(flat, self.cfg.reward, log)
-            scored = apply_invalid_policy(flat, self.cfg.reward.key, self.cfg.reward.on_invalid)
-            dropped = set(scored.dropped)
-            scored_samples.extend(flat)
-            pos = 0
-            for runs in groups:
-                every_run.extend(runs)
-                samples = [s for run in runs for s in run.samples]
-                rewards = scored.rewards[pos:pos + len(samples)]
-                positions = range(pos, pos + len(samples))
-                pos += len(samples)
-                valid_rewards = [scored.rewards[p] for p, s in zip(positions, samples, strict=True)
-                                 if not s.remove_sample and s.metadata.get("branch", 0) == 0]
-                if dropped.intersection(positions):
-                    drops["invalid_reward"] = drops.get("invalid_reward", 0) + 1
-                elif sum(run.valid for run in runs) < MIN_VALID:
-                    drops["few_valid_runs"] = drops.get("few_valid_runs", 0) + 1
-                elif r.dynamic_filter == "zero_std" and sample_std(valid_rewards) <= 1e-6:
-                    drops["zero_std"] = drops.get("zero_std", 0) + 1
-                else:
-                    kept.append((samples, rewards))
-        kept = sorted(kept[: r.batch_size], key=lambda item: item[0][0].index)
-        samples = [s for g, _ in kept for s in g]
-        rewards = [x for _, rs in kept for x in rs]
-        lengths = [s.response_length for s in samples]
-        metrics: dict[str, Any] = {
-            "rollout/time_s": time.perf_counter() - start,
-            "rollout/groups_generated": groups_seen,
-            "rollout/samples": len(samples),
-            "rollout/response_len_mean": sum(lengths) / max(len(lengths), 1),
-            "rollout/response_len_max": max(lengths, default=0),
-            **{f"rollout/dropped_{k}": v for k, v in drops.items()},
-        }
-        metrics.update(reward_metrics(scored_samples, self.cfg.reward.key, filter_drops=drops))
-        metrics.update(run_metrics(every_run))
+        self._groups = {}
+        result = await collect(self.cfg, self.source, self._runs, FILTERS)
+        every_run = [run for _, runs in sorted(self._groups.items()) for run in runs]
+        result.metrics.update(run_metrics(every_run))
         if self.archive is not None:
             self.archive.record(self.step, every_run)
         self.step += 1
-        return RolloutResult(samples, rewards, metrics)
+        return result
+
+    # ---- as a rollout.generate kind ---------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.service.start()
+        log.info("agent %s: adapter on %s", self.service.name, self.service.base_url)
+
+    async def stop(self) -> None:
+        await self.service.stop()
+
+
+def agent_collector(cfg: SlimeConfig, tokenizer: Any, engines: list[Any], source: PromptSource, *,
+                    run_dir: Path) -> AgentRollout:
+    """rollout.generate=agent: the CLI's adapter on a free port, over the managed engines (weights pushed there
+    reach the agent; each agent session sticks to one engine, whose prefix cache then holds its context)."""
+    from slimecli.agent.service import AgentService
+
+    service = AgentService(cfg, port=0, engine_urls=[e.base_url for e in engines])
+    archive = RunArchive(run_dir / "agent", cfg.agent.keep_runs, decode=service.renderer.decode_all)
+    return AgentRollout(cfg, service, source, archive=archive)
 
 
 # ---- metrics -------------------------------------------------------------------------------------------

@@ -2,16 +2,22 @@
 
 A config names user functions this way (reward.path, rollout.generate, trainer.advantage_estimator,
 trainer.policy_loss). `check_import_path` validates such a path for the config rules without importing
-(or executing) anything, so `slimecli config` stays fast and never pulls in torch through a user module.
-The packages that call the functions import them (slimecli.reward.python_fn.load_reward_fn).
+(or executing) anything, so `slimecli config` stays fast and never pulls in torch through a user module;
+`load` imports the function when the package that calls it needs it (the project's one loader).
 """
 
 from __future__ import annotations
 
 import ast
+import hashlib
+import importlib
 import importlib.machinery
+import importlib.util
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 FORMAT_HINT = "use package.module:function or /path/to/file.py:function"
 # The hint after the allowed names of a registry-backed field (trainer.advantage_estimator, ...).
@@ -128,3 +134,39 @@ def check_import_path(spec: str) -> str | None:
     if origin and str(origin).endswith(".py") and Path(origin).is_file():
         return _check_defined(Path(origin), attr, f"module {target}")
     return None
+
+
+_LOADED: dict[str, Callable[..., Any]] = {}
+_LOADING = threading.Lock()
+
+
+def load(spec: str) -> Callable[..., Any]:
+    """Import the function (or class) `spec` names, once per spec; raises ImportError/AttributeError/TypeError/
+    ValueError. A file is imported as a module of its own name, so two files may hold the same function name."""
+    with _LOADING:
+        if spec in _LOADED:
+            return _LOADED[spec]
+        target, attr, is_file = split_path(spec)
+        if is_file:
+            path = Path(target).expanduser().resolve()
+            name = f"slimecli_user_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"
+            module_spec = importlib.util.spec_from_file_location(name, path)
+            if module_spec is None or module_spec.loader is None:
+                raise ImportError(f"cannot load file {path}")
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[name] = module
+            try:
+                module_spec.loader.exec_module(module)
+            except BaseException:
+                sys.modules.pop(name, None)
+                raise
+        else:
+            module = importlib.import_module(target)
+        found = getattr(module, attr, None)
+        if found is None:
+            raise AttributeError(f"{spec!r}: {target} has no attribute {attr!r}")
+        if not callable(found):
+            raise TypeError(f"{spec!r}: {attr} is a {type(found).__name__}, not a function")
+        fn: Callable[..., Any] = found
+        _LOADED[spec] = fn
+        return fn

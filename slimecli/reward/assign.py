@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from slimecli.config.groups.reward import RewardConfig
-from slimecli.reward.python_fn import load_reward_fn
+from slimecli.config.import_path import load as load_reward_fn
 from slimecli.reward.registry import get_reward
 
 if TYPE_CHECKING:

@@ -1,28 +1,18 @@
-"""Rank 0's rollout: prompts -> engine samples -> rewards -> filtered groups, ready for training."""
+"""The single-turn rollout kind (rollout.generate=single_turn): each prompt's group sampled from the engines, fed
+to the one collect loop (collect.py) for rewards and filters."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import logging
-import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from slimecli.config.schema import SlimeConfig
+from slimecli.rollout.collect import RolloutResult, Run, collect
 from slimecli.rollout.data import PromptSource
 from slimecli.rollout.sample import Sample, Status
 
-log = logging.getLogger("slimecli.rollout")
-MAX_OVERSAMPLING = 20  # give up after this many batches worth of groups fail the filters
 MAX_COPIES = 64  # samples of one prompt asked for in one request (sampling_params.n); more go in several
-
-
-@dataclass
-class RolloutResult:
-    samples: list[Sample]  # batch_size groups x n_samples_per_prompt, sorted by index
-    train_rewards: list[float]  # one training value per sample (invalid rewards already resolved)
-    metrics: dict[str, Any] = field(default_factory=dict)
 
 
 class RolloutDriver:
@@ -89,59 +79,13 @@ class RolloutDriver:
         await asyncio.gather(*(self._generate(chunk) for chunk in chunks))
         return group
 
+    async def _runs(self, record: dict[str, Any], group_index: int) -> list[Run]:
+        return [[sample] for sample in await self._group(record, group_index)]  # each sample is a run of its own
+
     # ---- one rollout ----------------------------------------------------------------------
     async def collect(self) -> RolloutResult:
         """Pull groups until `rollout.batch_size` of them pass the filters; extras are discarded."""
-        from slimecli.reward import apply_invalid_policy, assign_rewards, reward_metrics
-
-        r = self.cfg.rollout
-        start = time.perf_counter()
-        kept: list[tuple[list[Sample], list[float]]] = []
-        drops: dict[str, int] = {}
-        all_scored: list[Sample] = []
-        groups_seen = 0
-        per_round = r.over_sampling_batch_size or r.batch_size
-        while len(kept) < r.batch_size:
-            if groups_seen >= MAX_OVERSAMPLING * r.batch_size:
-                raise RuntimeError(f"only {len(kept)} of rollout.batch_size={r.batch_size} groups passed the filters "
-                                   f"after {groups_seen} groups (dropped: {drops}); relax rollout.dynamic_filter "
-                                   "or reward.on_invalid")
-            records = self.source.next(per_round)
-            groups = await asyncio.gather(*(self._group(rec, groups_seen + i) for i, rec in enumerate(records)))
-            groups_seen += len(groups)
-            flat = [s for g in groups for s in g]
-            await assign_rewards(flat, self.cfg.reward, log)
-            scored = apply_invalid_policy(flat, self.cfg.reward.key, self.cfg.reward.on_invalid)
-            all_scored.extend(flat)
-            dropped = set(scored.dropped)
-            pos = 0
-            for group in groups:
-                rewards = scored.rewards[pos:pos + len(group)]
-                positions = range(pos, pos + len(group))
-                pos += len(group)
-                if dropped.intersection(positions):
-                    drops["invalid_reward"] = drops.get("invalid_reward", 0) + 1
-                elif r.dynamic_filter == "zero_std" and sample_std(rewards) <= 1e-6:
-                    drops["zero_std"] = drops.get("zero_std", 0) + 1
-                else:
-                    kept.append((group, rewards))
-        kept = sorted(kept[: r.batch_size], key=lambda item: item[0][0].index)
-        samples = [s for g, _ in kept for s in g]
-        rewards = [x for _, rs in kept for x in rs]
-        elapsed = time.perf_counter() - start
-        lengths = [s.response_length for s in samples]
-        metrics: dict[str, Any] = {
-            "rollout/time_s": elapsed,
-            "rollout/groups_generated": groups_seen,
-            "rollout/response_len_mean": sum(lengths) / max(len(lengths), 1),
-            "rollout/response_len_max": max(lengths, default=0),
-            "rollout/response_len_min": min(lengths, default=0),
-            "rollout/truncated_ratio": sum(s.status == Status.TRUNCATED for s in samples) / max(len(samples), 1),
-            "rollout/tokens_per_s": sum(lengths) / elapsed if elapsed > 0 else 0.0,
-            **{f"rollout/dropped_{k}": v for k, v in drops.items()},
-        }
-        metrics.update(reward_metrics(all_scored, self.cfg.reward.key, filter_drops=drops))
-        return RolloutResult(samples, rewards, metrics)
+        return await collect(self.cfg, self.source, self._runs)
 
 
 def record_reply(sample: Sample, out: dict[str, Any]) -> None:
@@ -154,11 +98,3 @@ def record_reply(sample: Sample, out: dict[str, Any]) -> None:
     sample.response = out.get("text", "")
     sample.status = Status.from_finish_reason((meta.get("finish_reason") or {}).get("type", "stop"))
     sample.weight_versions.append(str(meta.get("weight_version", "")))
-
-
-def sample_std(values: list[float]) -> float:
-    """Unbiased standard deviation; 0 for fewer than two values."""
-    if len(values) < 2:
-        return 0.0
-    mean = sum(values) / len(values)
-    return (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5

@@ -20,7 +20,7 @@ import torch
 
 from slimecli.config.groups.trainer import TrainerConfig
 from slimecli.rollout.sample import Sample
-from slimecli.train.registry import get_advantage_estimator, register_advantage_estimator, resolve_deprecated
+from slimecli.train.registry import get_advantage_estimator, resolve_deprecated
 
 STD_EPS = 1e-6  # grpo: reward / (unbiased std + STD_EPS)
 WHITEN_EPS = 1e-8  # whitening: (A - mean) / sqrt(var + WHITEN_EPS)
@@ -158,7 +158,6 @@ def _kl_or_zeros(batch: AdvantageBatch, kl_coef: float) -> torch.Tensor:
     return batch.kl
 
 
-@register_advantage_estimator("grpo")
 def grpo(batch: AdvantageBatch, cfg: TrainerConfig) -> torch.Tensor:
     """Group-relative: (r - group mean) / (group std + eps), the same value on every token of a response."""
     scores = _centre(batch, cfg.scale_by_std and batch.n_samples_per_prompt > 1)
@@ -175,7 +174,6 @@ def discounted_returns(token_rewards: torch.Tensor, gamma: float) -> torch.Tenso
     return out
 
 
-@register_advantage_estimator("reinforce_plus_plus", whiten=True)
 def reinforce_plus_plus(batch: AdvantageBatch, cfg: TrainerConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """Token reward -kl_coef*kl on trainable tokens, plus the scalar reward on the last trainable token, discounted."""
     token_rewards = -cfg.kl_coef * _kl_or_zeros(batch, cfg.kl_coef) * batch.mask
@@ -189,7 +187,6 @@ def reinforce_plus_plus(batch: AdvantageBatch, cfg: TrainerConfig) -> tuple[torc
     return returns.clone(), returns
 
 
-@register_advantage_estimator("reinforce_plus_plus_baseline", whiten=True)
 def reinforce_plus_plus_baseline(batch: AdvantageBatch, cfg: TrainerConfig) -> torch.Tensor:
     """(r - group mean) on every token, minus the per-token kl_coef * kl."""
     centred = _centre(batch, divide_by_std=False).float().unsqueeze(-1)

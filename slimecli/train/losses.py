@@ -18,7 +18,7 @@ import torch
 from slimecli.config.groups.trainer import TrainerConfig
 from slimecli.model.softmax import LN2, log2_weights
 from slimecli.rollout.sample import Sample
-from slimecli.train.registry import get_policy_loss, register_policy_loss, resolve_deprecated
+from slimecli.train.registry import get_policy_loss, resolve_deprecated
 
 LOW_VAR_KL_CLAMP = 10.0
 
@@ -203,7 +203,6 @@ def ppo_clip_loss(log_ratio: torch.Tensor, advantages: torch.Tensor, eps_clip: f
     return loss, clipped, dual
 
 
-@register_policy_loss("ppo_clip")
 def ppo_clip(log_ratio: torch.Tensor, advantages: torch.Tensor, cfg: TrainerConfig
              ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO's clipped surrogate (dual clip with trainer.eps_clip_c), with its clip indicators as metrics."""

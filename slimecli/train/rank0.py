@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import threading
 import time
@@ -15,8 +16,8 @@ import torch
 
 from slimecli.config.layout import engine_slots
 from slimecli.config.schema import SlimeConfig
+from slimecli.rollout.collect import RolloutResult
 from slimecli.rollout.data import PromptSource
-from slimecli.rollout.driver import RolloutDriver, RolloutResult
 
 if TYPE_CHECKING:
     from slimecli.train.weight_sync import WeightSync
@@ -30,6 +31,14 @@ class Collector(Protocol):
     """What rollout.generate makes: RolloutDriver, AgentRollout, or a factory's object."""
 
     async def collect(self) -> RolloutResult: ...
+
+
+class Lifecycle(Protocol):
+    """A collector with something to start once the engines are up and to stop at the end (AgentRollout)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 class ProgressReporter(Protocol):
@@ -62,7 +71,6 @@ class RolloutCoordinator:
         self.engines = [EngineClient(slot.url, timeout_s=r.request_timeout_s, api_key=r.api_key)
                         for slot in engine_slots(cfg)]  # every node's engines (config/layout.py)
         self.source = PromptSource(cfg.task, cfg.run.seed)
-        self.service: Any = None  # rollout.generate=agent: the agent back-end in front of the first engine
         self.driver = self._collector(tokenizer)
         self.evaluator = None  # eval.datasets on the engines, with the weights they serve now
         if cfg.eval.datasets:
@@ -81,25 +89,15 @@ class RolloutCoordinator:
             self.teacher = TeacherPool(cfg.teacher, teacher_urls(cfg), temperature=cfg.rollout.temperature)
 
     def _collector(self, tokenizer: Any) -> Collector:
-        """What rollout.generate names: the single-turn driver, the agent rollout, or a factory
-        fn(cfg, tokenizer, engines, source) of an object whose async collect() returns a RolloutResult."""
-        cfg = self.cfg
-        kind = cfg.rollout.generate
-        if kind == "single_turn":
-            return RolloutDriver(cfg, tokenizer, self.engines, self.source)
-        if kind == "agent":
-            from slimecli.agent.archive import RunArchive
-            from slimecli.agent.rollout import AgentRollout
-            from slimecli.agent.service import AgentService
+        """What rollout.generate names (a registered kind, or an import path): a factory fn(cfg, tokenizer, engines,
+        source) of an object whose async collect() returns a RolloutResult, and whose async start() and stop(),
+        where it has them, run once the engines are up and at the end. A factory that takes `run_dir` gets the run
+        directory (the agent kind keeps its run archive there)."""
+        from slimecli.config.registry import GENERATE_KINDS
 
-            # the CLI's adapter on a free port, over the managed engines (weights pushed there reach the agent);
-            # each agent session sticks to one engine, whose prefix cache then holds its context
-            self.service = AgentService(cfg, port=0, engine_urls=[e.base_url for e in self.engines])
-            archive = RunArchive(self.run_dir / "agent", cfg.agent.keep_runs, decode=self.service.renderer.decode_all)
-            return AgentRollout(cfg, self.service, self.source, archive=archive)
-        from slimecli.reward.python_fn import load_reward_fn  # the project's one loader for user functions
-
-        collector: Collector = load_reward_fn(kind)(cfg, tokenizer, self.engines, self.source)
+        factory = GENERATE_KINDS.get(self.cfg.rollout.generate).obj
+        extra = {"run_dir": self.run_dir} if "run_dir" in inspect.signature(factory).parameters else {}
+        collector: Collector = factory(self.cfg, tokenizer, self.engines, self.source, **extra)
         return collector
 
     def run(self, coro: Awaitable[_T]) -> _T:
@@ -114,9 +112,8 @@ class RolloutCoordinator:
     def wait_ready(self) -> None:
         async def all_ready() -> None:
             await asyncio.gather(*(e.wait_ready(self.cfg.rollout.start_timeout_s) for e in self.engines))
-            if self.service is not None:
-                await self.service.start()
-                log.info("agent %s: adapter on %s", self.service.name, self.service.base_url)
+            if hasattr(self.driver, "start"):
+                await cast(Lifecycle, self.driver).start()  # the agent kind's adapter
 
         self.run(all_ready())
 
@@ -235,8 +232,8 @@ class RolloutCoordinator:
                 log.warning("the engines did not take the last weights: %s", exc)
         if self.weight_sync is not None:
             self.weight_sync.close()
-        if self.service is not None:
-            self.run(self.service.stop())
+        if hasattr(self.driver, "stop"):
+            self.run(cast(Lifecycle, self.driver).stop())
         for engine in self.engines:
             close = getattr(engine, "close", None)
             if close is not None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from slimecli.config.errors import ConfigError, allowed_hint
+from slimecli.config.registry import AGENTS
 from slimecli.config.schema import SlimeConfig
 
-KNOWN_AGENTS = ("none", "claude_code", "codex")
 KNOWN_PARSERS = ("qwen", "hermes")
 CONSTRAIN_MODES = ("none", "tool_calls", "choices")  # slimecli.agent.constrain.MODES
 CHOICES_THEN = ("final", "none", "tool_calls")
@@ -16,8 +16,8 @@ def pair(cfg: SlimeConfig) -> list[ConfigError]:
     if bool(a.harness) != bool(a.adapter):
         missing = "agent.adapter" if a.harness else "agent.harness"
         return [ConfigError(missing, None, "a custom agent needs both agent.harness and agent.adapter (import paths)")]
-    if a.name not in KNOWN_AGENTS and not a.harness:
-        return [ConfigError("agent.name", a.name, f"unknown agent; valid: {', '.join(KNOWN_AGENTS[1:])}, or set "
+    if a.name != "none" and a.name not in AGENTS.names() and not a.harness:
+        return [ConfigError("agent.name", a.name, f"unknown agent; valid: {', '.join(AGENTS.names())}, or set "
                             "agent.harness and agent.adapter to import paths")]
     return []
 

@@ -74,22 +74,15 @@ def _engine_args(cfg: SlimeConfig) -> list[ConfigError]:
     return errors
 
 
-GENERATE_KINDS = ("single_turn", "agent")
-
-
 def generate(cfg: SlimeConfig) -> list[ConfigError]:
-    """rollout.generate: a built-in kind or an import path; agent rollouts need SWE tasks, an agent and the
+    """rollout.generate: a registered kind or an import path; agent rollouts need SWE tasks, an agent and the
     per-rollout loss (a run forked into several samples must weigh as much as one that did not)."""
-    from slimecli.config.errors import allowed_hint
-    from slimecli.config.import_path import check_import_path
+    from slimecli.config.registry import GENERATE_KINDS
 
     g = cfg.rollout.generate
-    if ":" in str(g):
-        problem = check_import_path(g)
-        return [ConfigError("rollout.generate", g, f"cannot find the rollout function: {problem}")] if problem else []
-    if g not in GENERATE_KINDS:
-        return [ConfigError("rollout.generate", g, "not an allowed value",
-                            f"{allowed_hint(g, GENERATE_KINDS)}, or an import path package.module:function")]
+    error = GENERATE_KINDS.config_error(g)
+    if error is not None:
+        return [error]
     if g != "agent":
         return []
     errors = []
@@ -135,25 +128,13 @@ def batches(cfg: SlimeConfig) -> list[ConfigError]:
 
 
 def losses(cfg: SlimeConfig) -> list[ConfigError]:
-    from slimecli.config import names
-    from slimecli.config.errors import allowed_hint
-    from slimecli.config.import_path import PATH_HINT, check_import_path, is_import_path
+    from slimecli.config.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
 
     t = cfg.trainer
-    errors = []
     # trainer.advantage_estimator=gspo still works (deprecated): the trainer reads it as grpo advantages with
     # trainer.importance_level=sequence. It is accepted here but no longer listed.
-    checked: list[tuple[str, str, dict[str, str]]] = [
-        (names.ADVANTAGE_ESTIMATOR, t.advantage_estimator, names.DEPRECATED_ADVANTAGE_ESTIMATORS),
-        (names.POLICY_LOSS, t.policy_loss, {})]
-    for key, value, aliases in checked:
-        if is_import_path(value):
-            problem = check_import_path(value)
-            if problem:
-                errors.append(ConfigError(key, value, f"cannot find the {names.KINDS[key]}: {problem}"))
-        elif value not in names.names(key) and value not in aliases:
-            errors.append(ConfigError(key, value, "not an allowed value",
-                                      f"{allowed_hint(value, names.names(key))}, {PATH_HINT}"))
+    checked = [ADVANTAGE_ESTIMATORS.config_error(t.advantage_estimator), POLICY_LOSSES.config_error(t.policy_loss)]
+    errors = [error for error in checked if error is not None]
     if t.eps_clip < 0:
         errors.append(ConfigError("trainer.eps_clip", t.eps_clip, "must be >= 0"))
     if t.eps_clip_high is not None and t.eps_clip_high < t.eps_clip:

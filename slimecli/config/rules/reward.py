@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from urllib.parse import urlparse
 
-from slimecli.config import names as registry_names
 from slimecli.config.errors import ConfigError, allowed_hint
 from slimecli.config.import_path import FORMAT_HINT, check_import_path
+from slimecli.config.registry import REWARDS
 from slimecli.config.schema import SlimeConfig
 
 
 def known(cfg: SlimeConfig) -> list[ConfigError]:
-    names = sorted(registry_names.names(registry_names.REWARD))
+    names = sorted(REWARDS.names())
     if cfg.reward.name not in names:
         return [ConfigError("reward.name", cfg.reward.name, "unknown reward", allowed_hint(cfg.reward.name, names))]
     return []

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from slimecli.config.errors import ConfigError, allowed_hint
+from slimecli.config.registry import SANDBOXES
 from slimecli.config.schema import SlimeConfig
 
-KINDS = ("auto", "bwrap", "local", "docker", "podman")  # slimecli.sandbox.factory builds each
 LIMITS = ("max_processes", "max_file_mb", "memory_mb", "disk_mb", "tmp_mb", "max_concurrent_boots", "start_timeout_s")
 
 
 def kind(cfg: SlimeConfig) -> list[ConfigError]:
     name = cfg.sandbox.name
-    if name not in KINDS:
-        return [ConfigError("sandbox.name", name, "unknown sandbox", allowed_hint(name, KINDS))]
+    kinds = ["auto", *SANDBOXES.names()]  # auto: bwrap where it starts, else local (slimecli.sandbox.factory)
+    if name not in kinds:
+        return [ConfigError("sandbox.name", name, "unknown sandbox", allowed_hint(name, kinds))]
     return []
 
 

@@ -1,0 +1,183 @@
+"""The one plugin registry: what a config names by a short name (a reward, an advantage estimator, a policy loss,
+an agent, a rollout generate kind, a sandbox) -> the object that implements it.
+
+Each package declares its built-ins in its own `plugins.py` as lazy ``package.module:attr`` strings, importing
+nothing but this module, so config validation learns every name (`names()`) without importing torch or the
+implementations; the first `get()` of a name imports its module. User code registers objects at run time
+(`register`), and a kind that allows it also takes an import path (``pkg.mod:attr`` or ``/path/file.py:attr``),
+loaded by the one loader, `slimecli.config.import_path.load`. The layer test checks that every built-in points
+to a module its declaring package may import.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from slimecli.config.errors import ConfigError, allowed_hint
+from slimecli.config.import_path import PATH_HINT, check_import_path, is_import_path, load
+
+# The packages whose plugins.py declares built-ins, imported before the first lookup (each imports only this
+# module: declaring stays cheap and torch-free). The layer test keeps this list equal to the files.
+DECLARED_IN = ("slimecli.reward.plugins", "slimecli.sandbox.plugins", "slimecli.swe.plugins",
+               "slimecli.rollout.plugins", "slimecli.agent.plugins", "slimecli.train.plugins")
+_discovery = threading.Lock()
+_discovered = False
+
+
+def discover() -> None:
+    """Import every package's declarations once per process."""
+    global _discovered
+    with _discovery:
+        if not _discovered:
+            for module in DECLARED_IN:
+                importlib.import_module(module)
+            _discovered = True
+
+
+class UnknownPluginError(KeyError):
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else "unknown name"
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    obj: Any  # the function or class
+    options: dict[str, Any] = field(default_factory=dict)  # e.g. whiten=True for an advantage estimator
+
+    @property
+    def fn(self) -> Any:
+        return self.obj
+
+
+@dataclass(frozen=True)
+class _Lazy:
+    target: str  # package.module:attr, imported by the first get()
+    options: dict[str, Any]
+
+
+class Registry:
+    """One kind of plugin: built-ins declared lazily, objects registered at run time, import paths if allowed.
+
+    reserved: names a config may use that are built elsewhere from the config (reward=remote), never registered.
+    aliases: deprecated names, accepted and resolved but not listed (gspo -> grpo).
+    """
+
+    def __init__(self, kind: str, config_key: str, *, paths: bool = False, reserved: tuple[str, ...] = (),
+                 aliases: dict[str, str] | None = None):
+        self.kind = kind
+        self.config_key = config_key
+        self.paths = paths
+        self.reserved = reserved
+        self.aliases = dict(aliases or {})
+        self._entries: dict[str, Entry | _Lazy] = {}
+        self._declared: dict[str, _Lazy] = {}  # the built-ins as declared, for the layer test
+        self._lock = threading.Lock()
+
+    # ---- declaring --------------------------------------------------------------------------------------------
+    def builtin(self, name: str, target: str, **options: Any) -> None:
+        """Declare a built-in from a package's plugins.py: ``target`` is imported by the first get()."""
+        self._check_name(name)
+        if not is_import_path(target) or not target.startswith("slimecli."):
+            raise ValueError(f"{self.kind} {name!r}: a built-in is a 'slimecli.module:attr' string, got {target!r}")
+        self._entries[name] = self._declared[name] = _Lazy(target, dict(options))
+
+    def register(self, name: str, obj: Any, **options: Any) -> Any:
+        """Make ``name`` resolve to ``obj`` (a later call replaces it); returns obj, so it can decorate."""
+        self._check_name(name)
+        if not callable(obj):
+            raise TypeError(f"{self.kind} {name!r}: {obj!r} is not callable")
+        self._entries[name] = Entry(name, obj, dict(options))
+        return obj
+
+    def decorator(self, name: str, **options: Any) -> Callable[[Any], Any]:
+        self._check_name(name)
+        return lambda obj: self.register(name, obj, **options)
+
+    def _check_name(self, name: str) -> None:
+        if not name or not isinstance(name, str) or is_import_path(name):
+            raise ValueError(f"{self.kind} name must be a non-empty string without ':', got {name!r}")
+        if name in self.reserved:
+            raise ValueError(f"{self.kind} {name!r} is built from the config and cannot be registered")
+
+    # ---- looking up -------------------------------------------------------------------------------------------
+    def names(self) -> list[str]:
+        """Every name a config may give (built-ins first, in declaration order), without importing any of them."""
+        discover()
+        return list(dict.fromkeys([*self._entries, *self.reserved]))
+
+    def declared(self) -> dict[str, tuple[str, dict[str, Any]]]:
+        """The built-ins: name -> (its module:attr string, its options)."""
+        discover()
+        return {name: (lazy.target, dict(lazy.options)) for name, lazy in self._declared.items()}
+
+    def knows(self, name: str) -> bool:
+        return name in self.names() or name in self.aliases
+
+    def get(self, name: str) -> Entry:
+        """The entry for a name (or an import path, where the kind takes one); unknown names get a did-you-mean."""
+        if is_import_path(name) and self.paths:
+            try:
+                return Entry(name, load(name))
+            except (ImportError, AttributeError, TypeError, ValueError) as exc:
+                raise ValueError(f"{self.config_key}={name!r}: cannot load the {self.kind}: {exc}") from exc
+        discover()
+        name = self.aliases.get(name, name)
+        with self._lock:
+            found = self._entries.get(name)
+            if isinstance(found, _Lazy):
+                module, _, attr = found.target.partition(":")
+                found = self._entries[name] = Entry(name, getattr(importlib.import_module(module), attr), found.options)
+        if found is not None:
+            return found
+        if name in self.reserved:
+            raise UnknownPluginError(f"{self.kind} {name!r} is built from the config, not looked up by name")
+        hint = allowed_hint(name, self.names()) + (f", {PATH_HINT}" if self.paths else "")
+        raise UnknownPluginError(f"{self.config_key}: unknown {self.kind} {name!r}; {hint}")
+
+    def config_error(self, value: str, what: str = "not an allowed value") -> ConfigError | None:
+        """The config rule for a field this registry backs: a known name, or a loadable-looking import path."""
+        if is_import_path(value) and self.paths:
+            problem = check_import_path(value)
+            return ConfigError(self.config_key, value, f"cannot find the {self.kind}: {problem}") if problem else None
+        if self.knows(value):
+            return None
+        hint = allowed_hint(value, self.names()) + (f", {PATH_HINT}" if self.paths else "")
+        return ConfigError(self.config_key, value, what, hint)
+
+    # ---- tests ------------------------------------------------------------------------------------------------
+    @contextmanager
+    def scoped(self) -> Iterator[Registry]:
+        """What is registered inside the with-block is gone after it, and what it replaced comes back."""
+        discover()
+        saved, declared = dict(self._entries), dict(self._declared)
+        try:
+            yield self
+        finally:
+            self._entries.clear()
+            self._entries.update(saved)
+            self._declared.clear()
+            self._declared.update(declared)
+
+    @contextmanager
+    def override(self, **objs: Any) -> Iterator[Registry]:
+        """``name=obj`` entries for the duration of a with-block."""
+        with self.scoped():
+            for name, obj in objs.items():
+                self.register(name, obj)
+            yield self
+
+
+REWARDS = Registry("reward", "reward.name", reserved=("python", "remote"))
+ADVANTAGE_ESTIMATORS = Registry("advantage estimator", "trainer.advantage_estimator", paths=True,
+                                aliases={"gspo": "grpo"})  # gspo: grpo with trainer.importance_level=sequence
+POLICY_LOSSES = Registry("policy loss", "trainer.policy_loss", paths=True)
+GENERATE_KINDS = Registry("rollout function", "rollout.generate", paths=True)
+AGENTS = Registry("agent", "agent.name")  # a harness class, with its adapter class as the option `adapter`
+SANDBOXES = Registry("sandbox", "sandbox.name")  # a Sandbox class
+KINDS = (REWARDS, ADVANTAGE_ESTIMATORS, POLICY_LOSSES, GENERATE_KINDS, AGENTS, SANDBOXES)

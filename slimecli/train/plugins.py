@@ -1,0 +1,11 @@
+"""The advantage estimators and policy losses this package provides, declared lazily (slimecli.config.registry):
+nothing is imported here, so validating a config never imports torch."""
+
+from slimecli.config.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
+
+# whiten: the trainer whitens the advantages over the batch's valid tokens after the OPD term
+ADVANTAGE_ESTIMATORS.builtin("grpo", "slimecli.train.advantages:grpo", whiten=False)
+ADVANTAGE_ESTIMATORS.builtin("reinforce_plus_plus", "slimecli.train.advantages:reinforce_plus_plus", whiten=True)
+ADVANTAGE_ESTIMATORS.builtin("reinforce_plus_plus_baseline", "slimecli.train.advantages:reinforce_plus_plus_baseline",
+                             whiten=True)
+POLICY_LOSSES.builtin("ppo_clip", "slimecli.train.losses:ppo_clip")
