@@ -37,10 +37,10 @@ def task_env_errors(cfg: SlimeConfig) -> list[ConfigError]:
         return []
     from slimecli.swe.env.build import installer_problem
     from slimecli.swe.env.resolve import EnvUnavailable, host_spec, plan_task, store_for
-    from slimecli.swe.task import TaskFileError, load
+    from slimecli.swe.task import TaskFileError, load_for
 
     try:
-        tasks = [t for t in load(cfg.task.path).tasks if cfg.task.instance in (None, t.instance_id)]
+        tasks = [t for t in load_for(cfg.task).tasks if cfg.task.instance in (None, t.instance_id)]
     except TaskFileError:
         return []  # the task rules said so already
     store = store_for(cfg.task)
@@ -94,16 +94,9 @@ def sandbox_errors(cfg: SlimeConfig) -> list[ConfigError]:
 
 
 def sandbox_problem(cfg: SlimeConfig) -> str | None:
-    kind = cfg.sandbox.name
-    if kind == "bwrap":
-        from slimecli.sandbox.bwrap import available
+    from slimecli.sandbox.factory import unavailable
 
-        return available()
-    if kind in ("docker", "podman"):
-        from slimecli.sandbox.container import runtime_missing
-
-        return runtime_missing(kind, cfg.sandbox.binary)
-    return None
+    return unavailable(cfg.sandbox)
 
 
 def context_len(cfg: SlimeConfig) -> int | None:

@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, ClassVar
+from typing import IO, Any, ClassVar
 
 from slimecli.config.groups.sandbox import SandboxConfig
 from slimecli.process import exit_status, kill_group, wait_gone
@@ -64,11 +64,13 @@ class _Job:
 
 
 def launcher_spec(argv: Sequence[str], env: dict[str, str], cwd: str | Path, limits: dict[str, int],
-                  drop: int | None = None, relays: Sequence[tuple[int, str]] = ()) -> str:
-    import json
-
-    return json.dumps({"argv": list(argv), "env": env, "cwd": str(cwd), "limits": limits, "drop": drop,
-                       "relays": [list(r) for r in relays]})
+                  drop: int | None = None, relays: Sequence[tuple[int, str]] = ()) -> list[str]:
+    """The launcher's arguments (inner.py parses them): flags with one value each, then `--` and the command."""
+    args = [f for name, value in limits.items() for f in ("--limit", f"{name}={value}")]
+    args += ["--drop", str(drop)] if drop is not None else []
+    args += [f for port, path in relays for f in ("--relay", f"{port}={path}")]
+    args += ["--cwd", str(cwd), *(f for item in env.items() for f in ("--env", "=".join(item)))]
+    return [*args, "--", *argv]
 
 
 def base_python() -> str:
@@ -79,6 +81,13 @@ def base_python() -> str:
 class Sandbox(ABC):
     kind: ClassVar[str] = "base"
     tmpdir: ClassVar[str | None] = "/tmp"  # TMPDIR inside; None: a private directory of the host
+    leaves_strays: ClassVar[bool] = True  # whether a process may outlive its command's kill (no pid namespace)
+    runs_images: ClassVar[bool] = False  # takes `image=` (a container image the commands run in)
+
+    @classmethod
+    def unavailable(cls, settings: SandboxConfig, **options: Any) -> str | None:
+        """Why this kind cannot run on this machine (None: it can); options are its registry entry's."""
+        return None
 
     def __init__(self, workdir: str | Path | None = None, *, allow_ports: Sequence[int] = (),
                  settings: SandboxConfig | None = None, ro_paths: Sequence[str | Path] = (),
@@ -321,7 +330,7 @@ class Sandbox(ABC):
         for pid in list(self._running):
             self._kill_tree(pid, 0.0)
         self._release()
-        strays.remove_root(self.root)
+        strays.remove_root(self.root, strays=self.leaves_strays)
 
     def __enter__(self) -> Sandbox:
         return self

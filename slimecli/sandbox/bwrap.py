@@ -22,7 +22,7 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from slimecli.config.groups.sandbox import SandboxConfig
 from slimecli.process import children
@@ -72,6 +72,11 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
 
 class BwrapSandbox(Sandbox):
     kind = "bwrap"
+    leaves_strays = False  # its pid namespace: when the namespace's init dies, the kernel kills everything inside
+
+    @classmethod
+    def unavailable(cls, settings: SandboxConfig, **options: Any) -> str | None:
+        return available()
 
     def __init__(self, workdir: str | Path | None = None, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(workdir, **kwargs)
@@ -162,7 +167,7 @@ class BwrapSandbox(Sandbox):
         spec = launcher_spec(argv, env, cwd, self.limits(), self.uid if self._userns is not None else None, relays)
         args = [self.binary, *self._namespaces(), "--die-with-parent", "--new-session", "--hostname", "sandbox",
                 "--clearenv", *self._mounts(), "--chdir", "/", "--",
-                base_python(), "-I", "-S", f"{INNER_DIR}/inner.py", spec]
+                base_python(), "-I", "-S", f"{INNER_DIR}/inner.py", *spec]
         fds = (self._userns,) if self._userns is not None else ()
         return Launch(args, {"PATH": "/usr/bin:/bin"}, str(self.root), fds)
 

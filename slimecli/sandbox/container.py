@@ -21,7 +21,9 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from slimecli.config.groups.sandbox import SandboxConfig
 from slimecli.sandbox.base import INNER, Launch, Sandbox, base_python, launcher_spec
 from slimecli.sandbox.relay import HostRelay
 
@@ -45,6 +47,11 @@ def runtime_missing(runtime: str, binary: str | None = None) -> str | None:
 
 class ContainerSandbox(Sandbox):
     kind = "docker"
+    runs_images = True
+
+    @classmethod
+    def unavailable(cls, settings: SandboxConfig, *, runtime: str = "docker", **options: Any) -> str | None:
+        return runtime_missing(runtime, settings.binary)
 
     def __init__(self, workdir: str | Path | None = None, *, runtime: str = "docker", image: str,
                  **kwargs) -> None:  # type: ignore[no-untyped-def]
@@ -87,7 +94,7 @@ class ContainerSandbox(Sandbox):
             args += ["-v", f"{self.relay.directory}:{self.relay.directory}:ro"]
         relays = self.relay.targets() if self.relay is not None else []
         spec = launcher_spec(argv, env, cwd, {}, None, relays)
-        return [*args, self.image, base_python(), "-I", "-S", INNER_PATH, spec]
+        return [*args, self.image, base_python(), "-I", "-S", INNER_PATH, *spec]
 
     def _shadows(self, destinations: list[str]) -> list[str]:
         """Mounts replacing each closed top-level directory (/root) by one holding only the mount points."""

@@ -6,8 +6,10 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, cast
 
 from slimecli.config.groups.sandbox import SandboxConfig
+from slimecli.config.registry import SANDBOXES
 from slimecli.sandbox.base import Sandbox
 
 log = logging.getLogger(__name__)
@@ -37,30 +39,29 @@ def resolve_kind(settings: SandboxConfig) -> str:
     return "local"
 
 
+def unavailable(settings: SandboxConfig) -> str | None:
+    """Why the configured sandbox kind cannot run on this machine, or None (auto always can: local is its floor)."""
+    if settings.name == "auto":
+        return None
+    entry = SANDBOXES.get(settings.name)
+    return cast(str | None, entry.obj.unavailable(settings, **entry.options))
+
+
 def make_sandbox(settings: SandboxConfig, workdir: str | Path | None = None, *, allow_ports: Sequence[int] = (),
                  ro_paths: Sequence[str | Path] = (), path_dirs: Sequence[str] = (),
                  image: str | None = None) -> Sandbox:
+    """A sandbox of the kind the settings name (one of the registry's, slimecli.config.registry.SANDBOXES)."""
     kind = resolve_kind(settings)
-    kwargs = {"allow_ports": allow_ports, "settings": settings, "ro_paths": ro_paths, "path_dirs": path_dirs}
-    if kind == "bwrap":
-        from slimecli.sandbox.bwrap import BwrapSandbox, available
-
-        why = available()
-        if why is not None:
-            raise SandboxUnavailable(f"sandbox=bwrap: {why}")
-        return BwrapSandbox(workdir, **kwargs)
-    if kind == "local":
-        from slimecli.sandbox.local import LocalSandbox
-
-        return LocalSandbox(workdir, **kwargs)
-    if kind in ("docker", "podman"):
-        from slimecli.sandbox.container import ContainerSandbox, runtime_missing
-
-        why = runtime_missing(kind, settings.binary)
-        if why is not None:
-            raise SandboxUnavailable(f"sandbox={kind}: {why}")
-        return ContainerSandbox(workdir, runtime=kind, image=image or settings.image, **kwargs)
-    raise ValueError(f"unknown sandbox kind {kind!r}")
+    entry = SANDBOXES.get(kind)
+    cls: type[Sandbox] = entry.obj
+    why = cls.unavailable(settings, **entry.options)
+    if why is not None:
+        raise SandboxUnavailable(f"sandbox={kind}: {why}")
+    kwargs: dict[str, Any] = {"allow_ports": allow_ports, "settings": settings, "ro_paths": ro_paths,
+                              "path_dirs": path_dirs, **entry.options}
+    if cls.runs_images:
+        kwargs["image"] = image or settings.image
+    return cls(workdir, **kwargs)
 
 
 def grader_factory(settings: SandboxConfig, *, path_dirs: Sequence[str] | None = None,
