@@ -63,9 +63,9 @@ def _job(cfg):
 
     if cfg.task.name != "swe":
         return AgentJob(cfg.task.prompt, cfg.task.workdir)
-    from slimecli.swe.task import load
+    from slimecli.swe.task import load_for
 
-    task = load(cfg.task.path).get(cfg.task.instance)
+    task = load_for(cfg.task).get(cfg.task.instance)
     assert task is not None  # the task rules checked it
     return SweJob(task, environment=lambda t: resolve(t, cfg.task, cfg.sandbox), sandbox_settings=cfg.sandbox,
                   eval_budget_s=cfg.agent.eval_budget_s, partial=cfg.reward.partial)

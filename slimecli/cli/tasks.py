@@ -1,4 +1,4 @@
-"""`slimecli tasks list|check|grade`: SWE task sets, their validation, and grading one patch."""
+"""`slimecli tasks list|check|grade|env|synth|stats`: SWE task sets, their validation, and grading one patch."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from slimecli.cli import tasks_make
 from slimecli.cli.common import OVERRIDES, RecipeDirOption, echo_err, fail, load_config_or_exit, split_overrides
 
 if TYPE_CHECKING:
@@ -28,6 +29,10 @@ EPILOG = """[bold]Examples[/]
   slimecli tasks env list                                         # the cached environments and their sizes
 
   slimecli tasks env prune                                        # remove them all (or: prune KEY ...)
+
+  slimecli tasks synth toolz-1.0.0.tar.gz --out toolz.jsonl --max 20     # tasks made from a repository
+
+  slimecli tasks stats swe-gym.parquet task.repos_dir=~/mirrors   # repositories, test counts, environments
 """
 
 tasks_app = typer.Typer(help="SWE task sets: list them, check every task, grade a patch.", no_args_is_help=True,
@@ -43,9 +48,9 @@ def _config(args: list[str], recipe_dir: list[str]) -> SlimeConfig:
 
 
 def _tasks(cfg: SlimeConfig):
-    from slimecli.swe.task import load
+    from slimecli.swe.task import load_for
 
-    tasks = load(cfg.task.path or "")
+    tasks = load_for(cfg.task)
     if tasks.errors:
         echo_err(f"{len(tasks.errors)} bad row(s) skipped (task.on_invalid=skip)")
     return tasks
@@ -195,6 +200,7 @@ def env_prune(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> No
 
 
 tasks_app.add_typer(env_app, name="env")
+tasks_make.register(tasks_app, EPILOG)
 
 
 def register(app: typer.Typer) -> None:

@@ -25,7 +25,7 @@ class PromptSource:
         if task.name == "jsonl":
             self._rows = _read_jsonl(Path(task.path or ""), task.prompt_key, task.label_key)
         elif task.name == "swe":
-            self._rows = _read_swe(task.path or "", task.on_invalid)
+            self._rows = _read_swe(task.path or "", task.on_invalid, task.format, task.repos_dir)
 
     def next(self, n: int) -> list[dict[str, Any]]:
         out = [self._record(self.position + i) for i in range(n)]
@@ -75,7 +75,8 @@ def _read_jsonl(path: Path, prompt_key: str, label_key: str) -> list[dict[str, A
     return rows
 
 
-def _read_swe(path: str, on_invalid: str = "error") -> list[dict[str, Any]]:
+def _read_swe(path: str, on_invalid: str = "error", format: str = "auto",
+              repos_dir: str | None = None) -> list[dict[str, Any]]:
     """SWE task rows as records: the problem statement is the prompt, the task itself rides along.
 
     Bad rows (task.on_invalid): `error` refuses the file (the task rules did so before launch; this catches a
@@ -83,7 +84,7 @@ def _read_swe(path: str, on_invalid: str = "error") -> list[dict[str, Any]]:
     """
     from slimecli.swe.task import load
 
-    loaded = load(path)
+    loaded = load(path, format, repos_dir)
     tasks = loaded.tasks
     bad_rows = len({e.source for e in loaded.errors})  # a row may have several bad fields
     if bad_rows and on_invalid == "error":

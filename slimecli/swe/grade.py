@@ -71,7 +71,7 @@ RESTORE_SCRIPT = _SH_GIT + """tp=$1; shift
 for p; do [ "$p" = -- ] && break; g cat-file -e "HEAD:$p" 2>/dev/null ||
   { g rm -rfq --cached --ignore-unmatch -- "$p" >/dev/null && rm -rf -- "$p"; } || exit 3; done
 for p; do [ "$p" = -- ] && break; ! g cat-file -e "HEAD:$p" 2>/dev/null || g checkout -q HEAD -- "$p" || exit 3; done
-g apply --whitespace=nowarn "$tp" || exit 4
+[ ! -s "$tp" ] || g apply --whitespace=nowarn "$tp" || exit 4
 seen=; miss=; for f; do if [ -n "$seen" ]; then [ -f "$f" ] || { echo "@missing=$f" >&2; miss=1; }
   elif [ "$f" = -- ]; then seen=1; fi; done
 [ -z "$miss" ] || exit 5
@@ -312,7 +312,7 @@ async def _grade_in(sandbox: Sandbox, task: SweTask, diff: str, deadline: float,
     run = _Run(sandbox, deadline)
     ignored_before = await _setup(run, task) if task.setup_commands else set()
     diff_file, tp_file = f"{GRADER_DIR}/agent.diff", f"{GRADER_DIR}/test.diff"
-    sandbox.write_file(sandbox.workdir / tp_file, task.test_patch.rstrip("\n") + "\n")
+    sandbox.write_file(sandbox.workdir / tp_file, task.test_patch.rstrip("\n") + "\n" if task.test_patch.strip() else "")
     if diff.strip():
         sandbox.write_file(sandbox.workdir / diff_file, diff.rstrip("\n") + "\n")
     method, why, listing = await _apply(run, diff_file if diff.strip() else "")

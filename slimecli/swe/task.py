@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from slimecli.config.groups.task import TaskConfig
 
 REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch",
             "FAIL_TO_PASS", "PASS_TO_PASS")
@@ -25,7 +28,7 @@ class SweTask:
     base_commit: str
     problem_statement: str
     patch: str  # the gold patch: never shown to the agent
-    test_patch: str  # adds the FAIL_TO_PASS tests: never shown to the agent, applied last when grading
+    test_patch: str  # adds the FAIL_TO_PASS tests: never shown to the agent, applied last when grading ("": none)
     fail_to_pass: tuple[str, ...]
     pass_to_pass: tuple[str, ...]
     workdir: str | None = None  # a local git repository holding base_commit, or builtin:NAME
@@ -79,7 +82,10 @@ def parse_row(row: Any, source: str) -> SweTask | list[RowError]:
     for key in REQUIRED:
         if key not in row:
             errors.append(RowError(source, key, "missing (required)"))
-        elif key not in ("FAIL_TO_PASS", "PASS_TO_PASS") and not (isinstance(row[key], str) and row[key].strip()):
+        elif key == "test_patch" and not isinstance(row[key], str):  # "": the tests are in the base already
+            errors.append(RowError(source, key, "expected a string (a diff, or empty)"))
+        elif key not in ("FAIL_TO_PASS", "PASS_TO_PASS", "test_patch") and not (isinstance(row[key], str)
+                                                                               and row[key].strip()):
             errors.append(RowError(source, key, "expected a non-empty string"))
     tests: dict[str, tuple[str, ...]] = {}
     for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
@@ -130,6 +136,8 @@ class TaskSet:
     path: str
     tasks: list[SweTask]
     errors: list[RowError]
+    layouts: dict[str, int] = field(default_factory=dict)  # the rows of each layout read (task.format)
+    unknown_fields: dict[str, int] = field(default_factory=dict)  # fields no layout knows: rows that have each
 
     def get(self, instance_id: str) -> SweTask | None:
         return next((t for t in self.tasks if t.instance_id == instance_id), None)
@@ -153,28 +161,40 @@ def resolve_path(path: str) -> Path:
     return p
 
 
-def load(path: str) -> TaskSet:
-    """Every row of a JSONL task file; bad rows are collected (with line and field), not raised."""
+def load(path: str, format: str = "auto", repos_dir: str | None = None) -> TaskSet:
+    """Every row of a task file (JSONL, or parquet with pyarrow) in any published layout (`format`, see
+    slimecli.swe.formats); bad rows are collected (with line and field), not raised."""
+    from collections import Counter
+
+    from slimecli.swe.datafile import read_rows
+    from slimecli.swe.formats import FIELDS, FORMATS, detect, to_task_row
+
+    if format not in FORMATS:
+        raise TaskFileError(f"task.format={format}: not one of {', '.join(FORMATS)}")
     file = resolve_path(path)
     tasks: list[SweTask] = []
     errors: list[RowError] = []
     seen: dict[str, str] = {}
-    try:
-        lines = file.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TaskFileError(f"{path}: cannot read ({exc})") from None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
+    layouts: Counter[str] = Counter()
+    unknown: Counter[str] = Counter()
+    for source, row in read_rows(file, path):
+        if isinstance(row, RowError):
+            errors.append(row)
             continue
-        source = f"{path}:{number}"
-        try:
-            row = json.loads(line)
-        except (json.JSONDecodeError, RecursionError, ValueError) as exc:
-            errors.append(RowError(source, "<row>", f"not valid JSON ({exc})"))
+        if not isinstance(row, dict):
+            errors.append(RowError(source, "<row>", f"expected a JSON object, got {type(row).__name__}"))
             continue
-        parsed = parse_row(row, source)
-        if isinstance(parsed, list):
-            errors.extend(parsed)
+        layout = detect(row) if format == "auto" else format
+        if layout is None:
+            errors.append(RowError(source, "<row>", f"no known layout has these fields ({', '.join(sorted(row)[:12])})"
+                                   f"; set task.format to one of {', '.join(FORMATS[1:])}"))
+            continue
+        layouts[layout] += 1
+        unknown.update(k for k in row if k not in FIELDS[layout])
+        mapped, layout_errors = to_task_row(row, layout, source, repos_dir)
+        parsed = parse_row(mapped, source)
+        if layout_errors or isinstance(parsed, list):
+            errors.extend(layout_errors + (parsed if isinstance(parsed, list) else []))
             continue
         if parsed.instance_id in seen:
             errors.append(RowError(source, "instance_id", f"duplicate {parsed.instance_id!r} (first at "
@@ -184,4 +204,9 @@ def load(path: str) -> TaskSet:
         tasks.append(parsed)
     if not tasks and not errors:
         errors.append(RowError(f"{path}:1", "<file>", "no tasks in the file"))
-    return TaskSet(path, tasks, errors)
+    return TaskSet(path, tasks, errors, dict(layouts), dict(sorted(unknown.items())))
+
+
+def load_for(settings: TaskConfig) -> TaskSet:
+    """The task file of a config: task.path read as task.format, repositories found under task.repos_dir."""
+    return load(settings.path or "", settings.format, settings.repos_dir)

@@ -23,5 +23,8 @@ class TaskConfig:
     environment: Literal["auto", "host", "venv", "image"] = "auto"
     env_installer: Literal["pip", "uv"] = "pip"  # swe: what installs a venv's packages
     env_dir: str | None = None  # swe: the environment cache; None -> ~/.cache/slimecli/envs ($SLIMECLI_CACHE/envs)
+    # swe: the layout of task.path's rows (slimecli.swe.formats): auto detects it per row from its fields
+    format: Literal["auto", "slimecli", "swebench", "swegym", "swesmith", "r2egym"] = "auto"
+    repos_dir: str | None = None  # swe: local mirrors of the rows' repositories (owner__name, owner/name or name)
     apply_chat_template: bool = True
     shuffle: bool = True

@@ -23,7 +23,7 @@ def jsonl(cfg: SlimeConfig) -> list[ConfigError]:
 
 def swe(cfg: SlimeConfig) -> list[ConfigError]:
     from slimecli.swe.builtin import SETS
-    from slimecli.swe.task import BUILTIN_PREFIX, TaskFileError, load
+    from slimecli.swe.task import BUILTIN_PREFIX, TaskFileError, load_for
 
     t = cfg.task
     if t.name != "swe":
@@ -31,8 +31,11 @@ def swe(cfg: SlimeConfig) -> list[ConfigError]:
     if not t.path:
         return [ConfigError("task.path", None, "task=swe needs task.path: a SWE-bench JSONL file or builtin:NAME",
                             f"built-in sets: {', '.join(BUILTIN_PREFIX + s for s in SETS)}")]
+    if t.repos_dir and not Path(t.repos_dir).expanduser().is_dir():
+        return [ConfigError("task.repos_dir", t.repos_dir, "no such directory",
+                            "a directory of the rows' git repositories, named owner__name, owner/name or name")]
     try:
-        tasks = load(t.path)
+        tasks = load_for(t)
     except TaskFileError as exc:
         return [ConfigError("task.path", t.path, str(exc), "`slimecli tasks list` shows the built-in sets")]
     errors = []
