@@ -97,14 +97,18 @@ def _swebench(row: dict[str, Any], source: str, repos_dir: str | None, errors: l
 def reverse_patch(diff: str) -> str:
     """The diff that undoes `diff` (unified, git style), without a repository."""
     out = []
+    minus: str | None = None  # the "--- " line waiting for its "+++ "
     for line in diff.splitlines(keepends=True):
         if line.startswith("diff --git "):
             m = re.match(r"diff --git a/(\S+) b/(\S+)", line)
             out.append(f"diff --git a/{m.group(2)} b/{m.group(1)}\n" if m else line)
         elif line.startswith("--- "):
-            out.append("+++ " + line[4:].replace("a/", "b/", 1))
-        elif line.startswith("+++ "):
-            out.append("--- " + line[4:].replace("b/", "a/", 1))
+            minus = line[4:]
+        elif line.startswith("+++ ") and minus is not None:
+            plus = line[4:]
+            out.append("--- " + (plus.replace("b/", "a/", 1) if plus.startswith("b/") else plus))
+            out.append("+++ " + (minus.replace("a/", "b/", 1) if minus.startswith("a/") else minus))
+            minus = None
         elif line.startswith("@@"):
             out.append(re.sub(r"^@@ -(\S+) \+(\S+) @@", r"@@ -\2 +\1 @@", line))
         elif line.startswith("new file mode"):
@@ -234,8 +238,9 @@ def _r2egym(row: dict[str, Any], source: str, repos_dir: str | None, errors: lis
 
     paths = [n if "/" in n else f"{R2E_TESTS}/{n}" for n in names]
     out["test_patch"] = "".join(file_diff(p, None, c) for p, c in zip(paths, codes, strict=False))
-    if not isinstance(expected, dict):
+    if not isinstance(expected, dict) and "expected_output_json" not in {e.field for e in errors}:
         errors.append(RowError(source, "expected_output_json", "expected a JSON object of test -> status"))
+    if not isinstance(expected, dict):
         expected = {}
     after, before = _summary(execution.get("new_commit_res_stdout", "")), _summary(
         execution.get("old_commit_res_stdout", ""))

@@ -193,8 +193,8 @@ def load(path: str, format: str = "auto", repos_dir: str | None = None) -> TaskS
         unknown.update(k for k in row if k not in FIELDS[layout])
         mapped, layout_errors = to_task_row(row, layout, source, repos_dir)
         parsed = parse_row(mapped, source)
-        if layout_errors or isinstance(parsed, list):
-            errors.extend(layout_errors + (parsed if isinstance(parsed, list) else []))
+        if layout_errors or isinstance(parsed, list):  # the layout's own errors first: the rest may follow from them
+            errors.extend(layout_errors or (parsed if isinstance(parsed, list) else []))
             continue
         if parsed.instance_id in seen:
             errors.append(RowError(source, "instance_id", f"duplicate {parsed.instance_id!r} (first at "
