@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("config", "net", "process"),  # the schema and its rules; HTTP plumbing; process groups
     ("model", "observe", "reward", "sandbox"),
     ("swe",),  # SWE tasks, workspaces and grading (in sandboxes)
-    ("rollout",),  # samples, the engine and its client, the rollout driver (SWE task data)
+    ("rollout",),  # samples, the engine and its client, the collect loop and the single-turn driver
     ("teacher", "agent"),  # the teacher server and client; agent CLIs, adapters, trajectories
     ("launch",),  # the process plan, preflight checks (agent, teacher, sandbox) and the supervisor
     ("eval",),  # held-out evaluation: the evaluator the trainer and `slimecli eval` run (launch's watchdog)
