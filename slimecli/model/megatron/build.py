@@ -2,7 +2,7 @@
 
 Every rank builds its own part (its pipeline stage's layers, its tensor-parallel slices) with CPU
 initialisation, then loads the HF weights converted (convert.py) and sliced for it. ``gather_hf_state`` is the
-way back: TP slices all-gathered, PP stages collected on rank 0, converted to HF names. Shared by the trainer
+way back: TP slices all-gathered, PP stages sent to rank 0 tensor by tensor, converted to HF names. Shared by the trainer
 (trainer=megatron) and the teacher server (teacher.backend=megatron).
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -187,28 +188,74 @@ def load_hf_state(model: torch.nn.Module, hf: dict[str, torch.Tensor], arch: Arc
             param.copy_(part.to(param.dtype))
 
 
-def gather_hf_state(model: torch.nn.Module, arch: Arch, is_main: bool) -> dict[str, torch.Tensor] | None:
-    """The whole model in HF names on global rank 0's CPU (None elsewhere); every rank must call it."""
+def _whole_tensors(model: torch.nn.Module, arch: Arch) -> Iterator[tuple[str, torch.Tensor]]:
+    """This stage's parameters one at a time, each whole (its TP slices all-gathered), in global names.
+
+    Every rank of the TP group must iterate in step (each all-gather is a collective of the group)."""
     from megatron.core import parallel_state as ps
 
     tp_group = ps.get_tensor_model_parallel_group()
     tp_size = ps.get_tensor_model_parallel_world_size()
     offset = _layer_offset(arch)
-    stage: dict[str, torch.Tensor] = {}
+    tied_copy = arch.tied and not ps.is_pipeline_first_stage()  # the first stage sends the embedding itself
     for name, param in model.named_parameters():
+        if tied_copy and name == "output_layer.weight":
+            continue
         local = param.detach().contiguous()
         parts = [local]
         if tp_size > 1 and _tp_dim(param) is not None:
             parts = [torch.empty_like(local) for _ in range(tp_size)]
             dist.all_gather(parts, local, group=tp_group)
-        stage[_global_name(name, offset)] = unshard(name, [p.cpu() for p in parts], _tp_dim(param))
-    speaks = ps.get_data_parallel_rank() == 0 and ps.get_tensor_model_parallel_rank() == 0
-    stages: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
-    dist.gather_object(stage if speaks else None, stages, dst=0)
-    if not is_main or stages is None:
-        return None
+        yield _global_name(name, offset), unshard(name, parts, _tp_dim(param))
+
+
+def _whole_shape(param: torch.Tensor, tp_size: int) -> list[int]:
+    shape = list(param.shape)
+    dim = _tp_dim(param)
+    if dim is not None and tp_size > 1:
+        shape[dim] *= tp_size
+    return shape
+
+
+def gather_hf_state(model: torch.nn.Module, arch: Arch, is_main: bool) -> dict[str, torch.Tensor] | None:
+    """The whole model in HF names on global rank 0's CPU (None elsewhere); every rank must call it.
+
+    Tensor by tensor, never a stage as one object (which under NCCL costs rank 0 the largest stage times the
+    world size in device memory): the first replica all-gathers each parameter's TP slices, and the first rank
+    of each later pipeline stage sends its whole parameters to rank 0 one at a time (send/recv), after a
+    gather of their names, shapes and dtypes. The largest message is one whole parameter. Other data-parallel
+    replicas hold the same weights and only take part in that small gather.
+    """
+    from megatron.core import parallel_state as ps
+
+    first_replica = ps.get_data_parallel_rank() == 0
+    tp_rank, tp_size = ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size()
+    speaks = first_replica and tp_rank == 0
+    meta: list[tuple[str, list[int], torch.dtype]] | None = None
+    if speaks:
+        offset = _layer_offset(arch)
+        tied_copy = arch.tied and not ps.is_pipeline_first_stage()
+        meta = [(_global_name(n, offset), _whole_shape(p, tp_size), p.dtype) for n, p in model.named_parameters()
+                if not (tied_copy and n == "output_layer.weight")]
+    rank = dist.get_rank()
+    metas: list[Any] | None = [None] * dist.get_world_size() if rank == 0 else None
+    dist.gather_object(meta, metas, dst=0)  # names and shapes only: a few bytes per parameter
     whole: dict[str, torch.Tensor] = {}
-    for part in stages:
-        for name, tensor in (part or {}).items():
-            whole.setdefault(name, tensor)  # a tied output_layer copy never overrides the embedding
+    if first_replica:
+        for name, tensor in _whole_tensors(model, arch):
+            if rank == 0:
+                whole[name] = tensor.cpu()
+            elif speaks:
+                dist.send(tensor.contiguous(), dst=0)
+    if rank == 0 and metas is not None:
+        device = next(model.parameters()).device
+        for src, stage in enumerate(metas):
+            if src == 0 or not stage:
+                continue
+            for name, shape, dtype in stage:
+                buffer = torch.empty(shape, dtype=dtype, device=device)
+                dist.recv(buffer, src=src)
+                whole.setdefault(name, buffer.cpu())
+    if not is_main or rank != 0:
+        return None
     return megatron_to_hf(whole, arch)
