@@ -25,7 +25,7 @@ from slimecli.config.import_path import PATH_HINT, check_import_path, is_import_
 # module: declaring stays cheap and torch-free). The layer test keeps this list equal to the files.
 DECLARED_IN = ("slimecli.reward.plugins", "slimecli.sandbox.plugins", "slimecli.swe.plugins",
                "slimecli.rollout.plugins", "slimecli.agent.plugins", "slimecli.train.plugins")
-_discovery = threading.Lock()
+_discovery = threading.RLock()
 _discovered = False
 
 
@@ -77,7 +77,6 @@ class Registry:
         self.aliases = dict(aliases or {})
         self._entries: dict[str, Entry | _Lazy] = {}
         self._declared: dict[str, _Lazy] = {}  # the built-ins as declared, for the layer test
-        self._lock = threading.Lock()
 
     # ---- declaring --------------------------------------------------------------------------------------------
     def builtin(self, name: str, target: str, **options: Any) -> None:
@@ -128,11 +127,12 @@ class Registry:
                 raise ValueError(f"{self.config_key}={name!r}: cannot load the {self.kind}: {exc}") from exc
         discover()
         name = self.aliases.get(name, name)
-        with self._lock:
-            found = self._entries.get(name)
-            if isinstance(found, _Lazy):
-                module, _, attr = found.target.partition(":")
-                found = self._entries[name] = Entry(name, getattr(importlib.import_module(module), attr), found.options)
+        found = self._entries.get(name)
+        if isinstance(found, _Lazy):  # imported outside any lock: the module may itself look names up
+            lazy, (module, _, attr) = found, found.target.partition(":")
+            found = Entry(name, getattr(importlib.import_module(module), attr), lazy.options)
+            if self._entries.get(name) is lazy:  # unless a registration replaced it meanwhile
+                self._entries[name] = found
         if found is not None:
             return found
         if name in self.reserved:
