@@ -50,7 +50,7 @@ class FakeContainer(ContainerSandbox):
 
         inner = str(Path(strays.__file__).with_name("inner.py"))
         return [self.binary, "run", "--name", name, "IMAGE", base_python(), "-I", "-S", inner,
-                launcher_spec(argv, env, cwd, {})]
+                *launcher_spec(argv, env, cwd, {})]
 
 
 def make(kind: str, tmp_path: Path, workdir: Path | None):

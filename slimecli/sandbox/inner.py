@@ -1,16 +1,15 @@
 """The launcher every sandboxed command starts through: limits, the uid drop, the relay, then exec.
 
-Stdlib only and no slimecli import: it runs as `python3 -I -S inner.py SPEC` with the base interpreter,
-inside the sandbox. Limits are set here, after the namespaces exist, because RLIMIT_NPROC is counted per
+Stdlib only and no slimecli import: it runs as `python3 -I -S inner.py [FLAG VALUE]... -- ARGV` with the base
+interpreter, inside the sandbox. It starts every sandboxed command, so it imports next to nothing: the spec is
+plain arguments (json's import alone cost more than the rest of the start-up), the relay's modules load only
+where a relay runs. Limits are set here, after the namespaces exist, because RLIMIT_NPROC is counted per
 (user namespace, uid): set inside, it bounds this sandbox alone. The relay is one thread with a selector
 (threads count as processes too). The host side of the relay (relay.py) reuses `Relay`.
 """
 
-import json
 import os
 import resource
-import selectors
-import socket
 import sys
 
 CHUNK = 1 << 16
@@ -20,15 +19,18 @@ class Relay:
     """Accept on each listener, connect upstream with `connect(target)`, copy both ways until either side ends."""
 
     def __init__(self, listeners, connect, stop_fd=None):
+        import selectors  # here, not at the top: most commands have no relay
+
         self.sel = selectors.DefaultSelector()
+        self.readable = selectors.EVENT_READ
         self.peers = {}
         self.connect = connect
         self.stop_fd = stop_fd
         for server, target in listeners:
             server.setblocking(False)
-            self.sel.register(server, selectors.EVENT_READ, target)
+            self.sel.register(server, self.readable, target)
         if stop_fd is not None:
-            self.sel.register(stop_fd, selectors.EVENT_READ, None)
+            self.sel.register(stop_fd, self.readable, None)
 
     def run(self):
         while True:
@@ -54,7 +56,7 @@ class Relay:
         for a, b in ((client, upstream), (upstream, client)):
             a.setblocking(False)
             self.peers[a] = b
-            self.sel.register(a, selectors.EVENT_READ, None)
+            self.sel.register(a, self.readable, None)
 
     def copy(self, src):
         dst = self.peers.get(src)
@@ -84,6 +86,8 @@ class Relay:
                 s.close()
 
     def close_all(self):
+        import socket
+
         for s in list(self.peers):
             self.drop(s)
         for key in list(self.sel.get_map().values()):
@@ -93,6 +97,8 @@ class Relay:
 
 
 def _unix(path):
+    import socket
+
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         s.connect(path)
@@ -102,20 +108,37 @@ def _unix(path):
     return s
 
 
+def parse(args):
+    """(spec, argv) from `[FLAG VALUE]... -- ARGV`: --limit NAME=N, --drop UID, --relay PORT=PATH (repeatable),
+    --cwd DIR, --env NAME=VALUE (repeatable: the whole environment)."""
+    spec = {"limit": [], "relay": [], "env": [], "drop": None, "cwd": "/"}
+    end = args.index("--")
+    for i in range(0, end, 2):
+        flag, value = args[i][2:], args[i + 1]
+        if isinstance(spec[flag], list):
+            spec[flag].append(value)
+        else:
+            spec[flag] = value
+    return spec, args[end + 1:]
+
+
 def main():
-    spec = json.loads(sys.argv[1])
-    for name, value in spec.get("limits", {}).items():
-        limit = getattr(resource, "RLIMIT_" + name.upper())
-        resource.setrlimit(limit, (value, value))
-    drop = spec.get("drop")
-    if drop is not None:  # root inside a namespace made for us: become the sandbox uid for good
+    spec, argv = parse(sys.argv[1:])
+    for item in spec["limit"]:
+        name, value = item.split("=", 1)
+        resource.setrlimit(getattr(resource, "RLIMIT_" + name.upper()), (int(value), int(value)))
+    if spec["drop"] is not None:  # root inside a namespace made for us: become the sandbox uid for good
+        drop = int(spec["drop"])
         os.setgroups([])
         os.setresgid(drop, drop, drop)
         os.setresuid(drop, drop, drop)
     listeners = []
-    for port, path in spec.get("relays", []):
+    for item in spec["relay"]:
+        import socket
+
+        port, path = item.split("=", 1)
         server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        server.bind(("127.0.0.1", port))
+        server.bind(("127.0.0.1", int(port)))
         server.listen(64)
         listeners.append((server, path))
     if listeners and os.fork() == 0:  # listening before the command starts: no connect-before-ready race
@@ -127,9 +150,9 @@ def main():
     for server, _ in listeners:
         server.close()
     os.chdir(spec["cwd"])
-    argv = spec["argv"]
+    env = dict(item.split("=", 1) for item in spec["env"])
     try:
-        os.execvpe(argv[0], argv, spec["env"])
+        os.execvpe(argv[0], argv, env)
     except OSError as exc:
         sys.stderr.write(f"sandbox: cannot run {argv[0]}: {exc.strerror}\n")
         os._exit(127 if isinstance(exc, FileNotFoundError) else 126)

@@ -22,4 +22,4 @@ class LocalSandbox(Sandbox):
 
     def _launch(self, argv: Sequence[str], env: dict[str, str], cwd: Path) -> Launch:
         spec = launcher_spec(argv, env, cwd, self.limits())
-        return Launch([base_python(), "-I", "-S", str(Path(__file__).with_name("inner.py")), spec], env, str(cwd))
+        return Launch([base_python(), "-I", "-S", str(Path(__file__).with_name("inner.py")), *spec], env, str(cwd))

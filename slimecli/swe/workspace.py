@@ -4,6 +4,7 @@ The agent may run any git command in the workspace, so it holds one commit and o
 no remotes, no other branches, no reflog, no FETCH_HEAD naming where it came from. Every git call here runs
 hermetically (`git_env`): the caller's GIT_* variables and global/system config could otherwise change
 object hashes (init.defaultObjectFormat), sign commits, rewrite line endings or redirect the repository.
+The git directory of one commit is made once per process and copied for each workspace (dircache.py).
 """
 
 from __future__ import annotations
@@ -15,13 +16,16 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from slimecli.swe.dircache import DirCache
 from slimecli.swe.task import BUILTIN_PREFIX, SweTask
 
 GIT_FLAGS = ("-c", "commit.gpgsign=false", "-c", "init.defaultBranch=main", "-c", "core.autocrlf=false",
              "-c", "core.fsmonitor=false", "-c", "advice.detachedHead=false")
 AGENT_NAME = "slimecli agent"
 AGENT_EMAIL = "agent@slimecli.invalid"
+LOCAL_CONFIG = f"[user]\n\tname = {AGENT_NAME}\n\temail = {AGENT_EMAIL}\n[commit]\n\tgpgsign = false\n"
 IGNORED = ("__pycache__/", "*.pyc", ".pytest_cache/")  # what running the tests leaves: not the agent's change
+GIT_DIRS = DirCache(max_entries=8, prefix="slimecli-git-dirs-")  # per (source repository, commit)
 
 
 class WorkspaceError(Exception):
@@ -104,27 +108,33 @@ def _source(task: SweTask, home: str) -> tuple[Path, str]:
     return _local_git_dir(path, home), f"workdir {path}"
 
 
-def _check_out(dest: Path, git_dir: Path, sha: str, home: str) -> None:
+def _make_git_dir(template: Path, git_dir: Path, sha: str, home: str) -> None:
+    """`template`/.git: the repository of exactly `sha`, nothing checked out (copied for each workspace)."""
     def git(*args: str) -> str:
-        return run_git(*args, home=home, cwd=dest)
+        return run_git(*args, home=home, cwd=template)
 
-    git("init", "-q", ".")
-    for key, value in (("user.name", AGENT_NAME), ("user.email", AGENT_EMAIL), ("commit.gpgsign", "false")):
-        git("config", key, value)
-    # Only this commit's objects come over: depth 1, no tags, straight into the branch the work tree is on.
+    # No template (no sample hooks to copy) and the identity written at once: each git process costs start-up.
+    git("init", "-q", "--template=", ".")
+    dot_git = template / ".git"
+    with (dot_git / "config").open("a") as config:
+        config.write(LOCAL_CONFIG)
+    # Only this commit's objects come over: depth 1, no tags, straight into the branch HEAD names.
     git("fetch", "-q", "--depth", "1", "--no-tags", "--update-head-ok", str(git_dir), f"{sha}:refs/heads/main")
-    git("reset", "-q", "--hard", "main")
-    dot_git = dest / ".git"
     header = git("cat-file", "commit", sha).split("\n\n", 1)[0]
     if not any(line.startswith("parent ") for line in header.splitlines()):
         (dot_git / "shallow").unlink(missing_ok=True)  # a root commit: nothing was cut off
-    for name in ("FETCH_HEAD", "ORIG_HEAD"):  # FETCH_HEAD names the source repository
-        (dot_git / name).unlink(missing_ok=True)
-    shutil.rmtree(dot_git / "logs", ignore_errors=True)
-    exclude = dot_git / "info" / "exclude"
-    exclude.parent.mkdir(exist_ok=True)
-    with exclude.open("a") as f:
-        f.write("".join(f"{pattern}\n" for pattern in IGNORED))
+    (dot_git / "FETCH_HEAD").unlink(missing_ok=True)  # it names the source repository
+    (dot_git / "info").mkdir(exist_ok=True)
+    (dot_git / "info" / "exclude").write_text("".join(f"{pattern}\n" for pattern in IGNORED))
+
+
+def _check_out(dest: Path, git_dir: Path, sha: str, home: str) -> None:
+    key = (str(git_dir.resolve()), sha)
+    with GIT_DIRS.use(key, lambda template: _make_git_dir(template, git_dir, sha, home)) as template:
+        shutil.copytree(template / ".git", dest / ".git", symlinks=True)
+    run_git("reset", "-q", "--hard", "main", home=home, cwd=dest)
+    (dest / ".git" / "ORIG_HEAD").unlink(missing_ok=True)
+    shutil.rmtree(dest / ".git" / "logs", ignore_errors=True)
 
 
 def prepare(task: SweTask, dest: Path) -> None:
@@ -140,7 +150,7 @@ def prepare(task: SweTask, dest: Path) -> None:
         sha = _resolve_commit(git_dir, task.base_commit, home, where)
         try:
             _check_out(dest, git_dir, sha, home)
-        except GitError as exc:
+        except (GitError, OSError) as exc:
             for child in dest.iterdir():  # leave dest as it was given: empty
                 if child.is_dir() and not child.is_symlink():
                     shutil.rmtree(child)
