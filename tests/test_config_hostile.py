@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from slimecli.config.compose import load
-from slimecli.config.convert import NON_FINITE, build, field_types
+from slimecli.config.convert import build, field_types
+from slimecli.config.decode import spec, spec_of
 from slimecli.config.errors import ConfigError, ConfigErrors
 from slimecli.config.io import load_frozen
 from slimecli.config.schema import SlimeConfig
@@ -69,7 +70,7 @@ def every_float_field(cls: type = SlimeConfig, prefix: str = "") -> list[tuple[s
         if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             out += every_float_field(tp, path + ".")
         elif tp is float or (typing.get_origin(tp) in (typing.Union, types.UnionType) and float in typing.get_args(tp)):
-            out.append((path, bool(f.metadata.get(NON_FINITE))))
+            out.append((path, spec_of(f).non_finite))
     return out
 
 
@@ -84,7 +85,7 @@ def test_every_float_field_refuses_infinity_unless_it_says_otherwise():
 def test_a_field_may_allow_infinity_explicitly():
     @dataclasses.dataclass(frozen=True)
     class Limits:
-        timeout_s: float = dataclasses.field(default=math.inf, metadata={NON_FINITE: True})
+        timeout_s: float = spec(math.inf, non_finite=True)
         lr: float = 1e-6
 
     errors: list[ConfigError] = []

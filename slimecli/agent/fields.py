@@ -1,9 +1,12 @@
 """Request fields the adapters read the same way: text blocks, integer limits, strings the reply echoes.
-Every violation is an ApiError 400 naming the field."""
+Every violation is an ApiError 400 naming the field; types and bounds go through the one decoder."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from slimecli.config.decode import NO_SPEC, REQUEST, Spec, decode_value, message
+from slimecli.config.errors import FieldError
 
 
 class ApiError(Exception):
@@ -24,8 +27,7 @@ def echoed(body: dict[str, Any], key: str, default: str) -> str:
     value = body.get(key)
     if value is None:
         return default
-    if not isinstance(value, str):
-        raise ApiError(400, f"`{key}` must be a string")
+    value = _decoded(value, str, key, NO_SPEC)
     if len(value) > MAX_ECHO:
         raise ApiError(400, f"`{key}` is longer than {MAX_ECHO} characters")
     try:
@@ -64,8 +66,13 @@ def text_of(content: Any, what: str) -> str:
 
 def int_field(body: dict[str, Any], key: str, minimum: int = 1) -> int | None:
     value = body.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ApiError(400, f"`{key}` must be an integer >= {minimum}")
-    return value
+    return None if value is None else _decoded(value, int, key, Spec(ge=minimum))  # type: ignore[no-any-return]
+
+
+def _decoded(value: Any, tp: Any, key: str, fs: Spec) -> Any:
+    """One field through the decoder; an ApiError 400 naming it."""
+    errors: list[FieldError] = []
+    out = decode_value(value, tp, key, errors, fs, REQUEST)
+    if errors:
+        raise ApiError(400, message(errors))
+    return out

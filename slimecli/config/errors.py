@@ -39,17 +39,24 @@ NO_VALUE: Any = type("NoValue", (), {"__repr__": lambda self: "NO_VALUE"})()  # 
 
 
 @dataclass(frozen=True)
-class ConfigError:
+class FieldError:
+    """A problem with one field of a config or a request: where, the bad value, what is wrong, a hint."""
+
     path: str
     value: Any
     reason: str
     hint: str = ""
 
+    def line(self) -> str:
+        """One line without the hint: `sampling_params.top_p: must be in (0, 1] (got 1.5)`."""
+        text = f"{short_text(self.path)}: {self.reason}"
+        return text if self.value is NO_VALUE else f"{text} (got {short_repr(self.value)})"
+
     def render(self) -> str:
-        line = f"{short_text(self.path)}: {self.reason}"
-        if self.value is not NO_VALUE:
-            line += f" (got {short_repr(self.value)})"
-        return f"{line}\n    hint: {self.hint}" if self.hint else line
+        return f"{self.line()}\n    hint: {self.hint}" if self.hint else self.line()
+
+
+ConfigError = FieldError  # the config layer's name for it
 
 
 class ConfigErrors(Exception):

@@ -6,10 +6,9 @@ nothing else holds (slimecli/launch/free_ports.py) and records them in its plan.
 
 from __future__ import annotations
 
-from dataclasses import field
 from typing import Any, Literal, Union
 
-from slimecli.config.convert import ALLOWED
+from slimecli.config.decode import spec
 
 AUTO: Literal["auto"] = "auto"
 MAX_PORT = 65535
@@ -19,7 +18,7 @@ PORT_ALLOWED = f"a TCP port in 1..{MAX_PORT}, or auto"
 
 def port_field(default: Port = AUTO) -> Any:
     """A port field of the schema; a value of the wrong type is reported as "expected a TCP port in 1..65535, or auto"."""
-    return field(default=default, metadata={ALLOWED: PORT_ALLOWED})
+    return spec(default, allowed=PORT_ALLOWED)
 
 
 def is_auto(port: object) -> bool:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slimecli.config.decode import finite
 from slimecli.observe.metrics import METRICS_FILE, read_metrics
 
 CONFIG_FILE = "config.yaml"
@@ -44,15 +45,15 @@ class Run:
         return self.path.name
 
     def keys(self) -> set[str]:
-        return {k for row in self.rows for k, v in row.items() if _finite(v) is not None}
+        return {k for row in self.rows for k, v in row.items() if finite(v) is not None}
 
     def series(self, key: str, x: str = "step") -> tuple[list[float], list[float]]:
         """(steps, values) of every row where ``key`` is a finite number; the step is the row's ``x`` (e.g.
         eval/weight_version: the training steps behind the weights evaluated), else its step."""
         steps, values = [], []
         for row in self.rows:
-            value = _finite(row.get(key))
-            step = _finite(row.get(x)) if x in row else _finite(row.get("step"))
+            value = finite(row.get(key))
+            step = finite(row.get(x)) if x in row else finite(row.get("step"))
             if value is not None and step is not None:
                 steps.append(step)
                 values.append(value)
@@ -65,12 +66,6 @@ class Run:
     @property
     def seed(self) -> Any:
         return flatten(self.config).get(SEED_KEY)
-
-
-def _finite(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def is_run_dir(path: Path) -> bool:
@@ -89,7 +84,7 @@ def load_run(path: str | Path) -> Run:
     for row in read_metrics(p):
         if isinstance(row, dict):
             by_step[row.get("step")] = row  # a step logged twice (a resume): the later line wins
-    rows = sorted(by_step.values(), key=lambda r: _finite(r.get("step")) or 0.0)
+    rows = sorted(by_step.values(), key=lambda r: finite(r.get("step")) or 0.0)
     command_path = p / COMMAND_FILE
     command = command_path.read_text(encoding="utf-8", errors="replace").strip() if command_path.is_file() else ""
     return Run(p.resolve(), rows, _read_config(p / CONFIG_FILE), command)

@@ -7,12 +7,12 @@ report/), so that it reads the same for a run that just ended, a resumed one, or
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slimecli.config.decode import finite
 from slimecli.observe.report import HTML_FILE, REPORT_DIR
 from slimecli.observe.runs import load_run
 
@@ -59,12 +59,6 @@ class RunSummary:
         return [f"trainer.max_steps={self.max_steps * 2}"] if self.finished and self.max_steps else []
 
 
-def _finite(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
 def summarize(run_dir: str | Path, wall_s: float | None = None) -> RunSummary:
     """The summary of the run in ``run_dir``; ``wall_s``: the caller's own clock (else the metrics' times)."""
     run = load_run(run_dir)
@@ -73,7 +67,7 @@ def summarize(run_dir: str | Path, wall_s: float | None = None) -> RunSummary:
     if isinstance(trainer, dict) and isinstance(trainer.get("max_steps"), int):
         out.max_steps = trainer["max_steps"]
     rewards = [(int(row["step"]), value) for row in run.rows if isinstance(row.get("step"), int)
-               and (value := _finite(row.get(REWARD_KEY))) is not None]
+               and (value := finite(row.get(REWARD_KEY))) is not None]
     out.steps = max((row["step"] for row in run.rows if isinstance(row.get("step"), int)), default=0)
     if rewards:
         out.final_reward = rewards[-1][1]
@@ -91,18 +85,18 @@ def summarize(run_dir: str | Path, wall_s: float | None = None) -> RunSummary:
 
 def _metrics_wall_s(rows: list[dict[str, Any]]) -> float | None:
     """From the start of the first logged step to the last row's time (a resume's gap included)."""
-    times = [(t, row) for row in rows if (t := _finite(row.get("time"))) is not None]
+    times = [(t, row) for row in rows if (t := finite(row.get("time"))) is not None]
     if not times:
         return None
     first_time, first = times[0]
-    return times[-1][0] - (first_time - (_finite(first.get("time/step_s")) or 0.0))
+    return times[-1][0] - (first_time - (finite(first.get("time/step_s")) or 0.0))
 
 
 def _stage_share(rows: list[dict[str, Any]]) -> dict[str, float]:
     totals: dict[str, float] = {}
     for row in rows:
         for key, value in row.items():
-            seconds = _finite(value)
+            seconds = finite(value)
             if key.startswith("time/") and key.endswith("_s") and key not in STAGE_TOTALS and seconds is not None:
                 name = key[len("time/"):-len("_s")]
                 totals[name] = totals.get(name, 0.0) + max(seconds, 0.0)
@@ -135,7 +129,7 @@ def _eval_changes(run_dir: Path) -> list[EvalChange]:
         for ds in data.get("datasets", []) if isinstance(data, dict) else []:
             if not isinstance(ds, dict) or ds.get("error") or not isinstance(ds.get("metrics"), dict):
                 continue
-            value = _finite(ds["metrics"].get("reward_mean"))
+            value = finite(ds["metrics"].get("reward_mean"))
             if value is not None and isinstance(ds.get("name"), str):
                 seen.setdefault(ds["name"], []).append((step, value))
     return [EvalChange(name, points[0][1], points[0][0], points[-1][1], points[-1][0])

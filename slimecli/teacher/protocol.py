@@ -6,10 +6,17 @@ TP rank, which hangs its peers); here nothing reaches a worker before it has bee
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from slimecli.config.decode import REQUEST, decode, decode_value, field_specs, finite, is_int, message, request, spec
+from slimecli.config.errors import FieldError
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 
 MAX_SAMPLE_N = 4096
 MAX_SAMPLED = 1 << 24  # (len(input_ids) - 1) x sample_n: sampled ids one reply may carry
@@ -17,6 +24,8 @@ MAX_LABEL_WIDTH = 256  # label_token_ids per position
 # Where log-softmax(logits / T) stays finite in every dtype a teacher runs in (fp16 included); the issue
 # that a 1e-40 temperature showed: logits / T overflow to inf, and the log-probs turn to NaN.
 TEMPERATURE_RANGE = (1e-2, 1e2)
+VOCAB = "vocab_size"  # a bound known per server: request(vocab_size=...)
+VOCAB_NOTE = "token ids of the vocabulary"
 # timeout_s: THUDM/slime's teacher warm-up sends it to /generate; its server accepts it there and bounds nothing
 # with it (it is the deadline of an update_weights_from_disk), so it is checked and accepted, as there.
 GENERATE_KEYS = frozenset({"input_ids", "sample_n", "label_token_ids", "temperature", "timeout_s"})
@@ -42,34 +51,20 @@ def _check_keys(body: dict[str, Any], allowed: frozenset[str],
         raise RequestError(400, f"unsupported field(s) {names}; known: {', '.join(sorted(allowed))}")
 
 
-def _finite(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return None
-    try:
-        f = float(v)
-    except OverflowError:
-        return None
-    return f if math.isfinite(f) else None
-
-
-def _show(v: Any) -> str:
-    text = repr(v) if not isinstance(v, int) or abs(v) < 10 ** 30 else f"an integer of {len(str(abs(v)))} digits"
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def test_delay(body: dict[str, Any]) -> float:
+def injected_delay(body: dict[str, Any]) -> float:
+    """The test hook's delay in seconds (0 unless TEST_HOOKS_ENV is set)."""
     if not _hooks():
         return 0.0
-    value = body.get("test_delay_s", 0.0)
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else 0.0
+    value = finite(body.get("test_delay_s", 0.0))
+    return value if value is not None and value > 0 else 0.0
 
 
-def test_fault(body: dict[str, Any]) -> tuple[int, str] | None:
+def injected_fault(body: dict[str, Any]) -> tuple[int, str] | None:
     """The test hook's (tp_rank, stage) at which one rank raises, or None."""
     value = body.get("test_fail") if _hooks() else None
     if value is None:
         return None
-    if not (isinstance(value, dict) and _is_int(value.get("tp_rank")) and value.get("at") in TEST_FAULTS):
+    if not (isinstance(value, dict) and is_int(value.get("tp_rank")) and value.get("at") in TEST_FAULTS):
         raise RequestError(400, f'test_fail must be {{"tp_rank": int, "at": one of {TEST_FAULTS}}}')
     return value["tp_rank"], value["at"]
 
@@ -97,16 +92,43 @@ class GenerateRequest:
         return len(self.input_ids)
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+@dataclass(frozen=True)
+class GenerateBody:
+    """/generate's JSON body: THUDM/slime's teacher API, plus `temperature` (the server's when unset)."""
+
+    input_ids: list[int] = spec(ge=0, lt=VOCAB, note=VOCAB_NOTE)
+    sample_n: int = spec(0, ge=0, le=MAX_SAMPLE_N)
+    label_token_ids: list[list[int]] | None = spec(None, ge=0, lt=VOCAB, note=VOCAB_NOTE)
+    temperature: float | None = spec(None, ge=TEMPERATURE_RANGE[0], le=TEMPERATURE_RANGE[1])
+    timeout_s: float | None = spec(None, gt=0, le=MAX_TIMEOUT_S)
 
 
-def _check_ids(values: list[Any], vocab_size: int, what: str) -> None:
-    for i, v in enumerate(values):
-        if not _is_int(v):
-            raise RequestError(400, f"{what}[{i}] must be an integer token id, got {_show(v)}")
-        if not 0 <= v < vocab_size:
-            raise RequestError(400, f"{what}[{i}] = {v} is outside the vocabulary [0, {vocab_size})")
+@dataclass(frozen=True)
+class UpdateBody:
+    """/update_weights_from_disk's JSON body; `path` and `load` are aliases of model_path."""
+
+    model_path: str | None = spec(None, nonempty=True)
+    path: str | None = spec(None, nonempty=True)
+    load: str | None = spec(None, nonempty=True)
+    timeout_s: float | None = spec(None, gt=0, le=MAX_TIMEOUT_S)
+
+
+def _decoded(cls: type[T], body: dict[str, Any], vocab_size: int = 0) -> T:
+    errors: list[FieldError] = []
+    hooks = ("test_delay_s", "test_fail")
+    out = decode(cls, {k: v for k, v in body.items() if k not in hooks}, "", errors, request(vocab_size=vocab_size))
+    if errors or out is None:
+        raise RequestError(400, message(errors))
+    return out
+
+
+def _default(cls: type[T], key: str, value: float) -> float:
+    """The server's own value for an unset field, checked as a request's would be (a bad setting is a 400)."""
+    errors: list[FieldError] = []
+    decode_value(value, float, key, errors, field_specs(cls)[key], REQUEST)
+    if errors:
+        raise RequestError(400, message(errors))
+    return value
 
 
 def parse_generate(body: Any, vocab_size: int, max_length: int, default_temperature: float) -> GenerateRequest:
@@ -123,44 +145,26 @@ def parse_generate(body: Any, vocab_size: int, max_length: int, default_temperat
     if max_length and len(ids) > max_length:
         raise RequestError(413, f"input of {len(ids)} tokens is longer than max_length={max_length}",
                            input_length=len(ids), max_length=max_length)
-    _check_ids(ids, vocab_size, "input_ids")
-
-    sample_n = body.get("sample_n", 0)
-    if sample_n is None:
-        sample_n = 0
-    if not _is_int(sample_n) or not 0 <= sample_n <= MAX_SAMPLE_N:
-        raise RequestError(400, f"sample_n must be an integer in [0, {MAX_SAMPLE_N}], got {_show(sample_n)}")
-    if sample_n * (len(ids) - 1) > MAX_SAMPLED:
-        raise RequestError(400, f"sample_n: {sample_n} samples at each of {len(ids) - 1} positions is more than "
+    req = _decoded(GenerateBody, body, vocab_size)
+    positions = len(ids) - 1
+    if req.sample_n * positions > MAX_SAMPLED:
+        raise RequestError(400, f"sample_n: {req.sample_n} samples at each of {positions} positions is more than "
                                 f"{MAX_SAMPLED} sampled ids in one reply; send shorter or fewer")
-
-    labels = body.get("label_token_ids")
+    labels = req.label_token_ids
     if labels is not None:
-        if not isinstance(labels, list) or len(labels) != len(ids) - 1:
-            raise RequestError(400, f"label_token_ids must be a list of len(input_ids)-1 = {len(ids) - 1} rows")
-        width = None
+        if len(labels) != positions:
+            raise RequestError(400, f"label_token_ids must be a list of len(input_ids)-1 = {positions} rows")
+        width = len(labels[0]) if labels else 0
+        if width > MAX_LABEL_WIDTH:
+            raise RequestError(400, f"label_token_ids rows have {width} ids, at most {MAX_LABEL_WIDTH}")
         for r, row in enumerate(labels):
-            if not isinstance(row, list):
-                raise RequestError(400, f"label_token_ids[{r}] must be a list of token ids")
-            if width is None:
-                width = len(row)
-                if width > MAX_LABEL_WIDTH:
-                    raise RequestError(400, f"label_token_ids rows have {width} ids, at most {MAX_LABEL_WIDTH}")
-            elif len(row) != width:
+            if len(row) != width:
                 raise RequestError(400, f"label_token_ids rows must have equal width: row 0 has {width}, "
                                         f"row {r} has {len(row)}")
-            _check_ids(row, vocab_size, f"label_token_ids[{r}]")
-
-    raw_timeout = body.get("timeout_s")
-    if raw_timeout is not None and not 0 < (_finite(raw_timeout) or 0) <= MAX_TIMEOUT_S:
-        raise RequestError(400, f"timeout_s must be a number in (0, {MAX_TIMEOUT_S:g}], got {_show(raw_timeout)}")
-
-    raw_t = body.get("temperature", default_temperature)  # an extension: THUDM/slime's teacher API has no field
-    temperature = _finite(default_temperature if raw_t is None else raw_t)
-    lo, hi = TEMPERATURE_RANGE
-    if temperature is None or not lo <= temperature <= hi:
-        raise RequestError(400, f"temperature must be a number in [{lo:g}, {hi:g}], got {_show(raw_t)}")
-    return GenerateRequest(list(ids), sample_n, labels, temperature, test_delay(body), test_fault(body))
+    temperature = _default(GenerateBody, "temperature", default_temperature) if req.temperature is None \
+        else req.temperature
+    return GenerateRequest(req.input_ids, req.sample_n, labels, temperature, injected_delay(body),
+                           injected_fault(body))
 
 
 def parse_update(body: Any, default_timeout_s: float) -> tuple[str, float, float]:
@@ -168,11 +172,9 @@ def parse_update(body: Any, default_timeout_s: float) -> tuple[str, float, float
     if not isinstance(body, dict):
         raise RequestError(400, "the body must be a JSON object")
     _check_keys(body, UPDATE_KEYS)
-    path = next((body[k] for k in ("model_path", "path", "load") if body.get(k) is not None), None)
-    if not isinstance(path, str) or not path:
+    req = _decoded(UpdateBody, body)
+    path = req.model_path or req.path or req.load
+    if path is None:
         raise RequestError(400, "model_path (a checkpoint directory) is required")
-    raw = body.get("timeout_s", default_timeout_s)
-    timeout = _finite(raw)
-    if timeout is None or not 0 < timeout <= MAX_TIMEOUT_S:
-        raise RequestError(400, f"timeout_s must be a number in (0, {MAX_TIMEOUT_S:g}], got {_show(raw)}")
-    return path, timeout, test_delay(body)
+    timeout = _default(UpdateBody, "timeout_s", default_timeout_s) if req.timeout_s is None else req.timeout_s
+    return path, timeout, injected_delay(body)

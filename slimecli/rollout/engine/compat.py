@@ -30,6 +30,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from slimecli.config.decode import is_int
+
 try:
     import re._parser as sre_parse  # type: ignore[import-not-found]  # Python >= 3.11
 except ImportError:  # pragma: no cover
@@ -60,10 +62,6 @@ INERT_KEYS = {"image_data", "audio_data", "video_data", "input_embeds", "mm_hash
 
 class CompatError(ValueError):
     """A field SGLang would refuse (protocol.py turns it into its BadRequest)."""
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _regex_window(pattern: str) -> int:
@@ -100,14 +98,14 @@ def sampling_extras(where: str, raw: dict[str, Any], vocab_size: int) -> dict[st
     if (bias := raw.get("logit_bias")) is not None:
         kw["logit_bias"] = _logit_bias(f"{where}.logit_bias", bias, vocab_size)
     if (si := raw.get("stream_interval")) is not None:
-        if not _is_int(si) or si < 0:
+        if not is_int(si) or si < 0:
             raise CompatError(f"{where}.stream_interval: must be an integer >= 0 (got {si!r})")
         kw["stream_interval"] = si or None
     check_custom_params(f"{where}.custom_params", raw.get("custom_params"), vocab_size)
     check_watermark(f"{where}.watermark", raw.get("watermark"))
     bw = raw.get("beam_width")
     if bw is not None:
-        if not _is_int(bw) or bw < 1:
+        if not is_int(bw) or bw < 1:
             raise CompatError(f"{where}.beam_width: must be an integer >= 1 (got {bw!r})")
         if bw > 1:
             raise CompatError(f"{where}.beam_width: beam search is not supported by the embedded engine "
@@ -145,7 +143,7 @@ def check_custom_params(where: str, value: Any, vocab_size: int) -> None:
         return
     ids = value[REASONING_END_KEY]
     if (not isinstance(ids, list) or not ids or len(ids) > MAX_STOP
-            or not all(_is_int(t) and 0 <= t < vocab_size for t in ids)):
+            or not all(is_int(t) and 0 <= t < vocab_size for t in ids)):
         raise CompatError(f"{where}.{REASONING_END_KEY}: must be a non-empty list of at most {MAX_STOP} token ids "
                           f"in [0, {vocab_size})")
 
@@ -162,7 +160,7 @@ def check_watermark(where: str, value: Any) -> None:
     enabled, key, window = value.get("enabled"), value.get("key"), value.get("context_window")
     if enabled is not None and not isinstance(enabled, bool):
         raise CompatError(f"{where}.enabled: must be true or false")
-    if window is not None and (not _is_int(window) or window < 1):
+    if window is not None and (not is_int(window) or window < 1):
         raise CompatError(f"{where}.context_window: must be a positive integer")
     if enabled is False and key is None:
         return
@@ -176,7 +174,7 @@ def token_ids_logprob(value: Any, count: int, parallel: bool, vocab_size: int) -
     of lists = one per prompt (not with n > 1), a bare id = [id]."""
     if value is None or value == []:
         return [None] * count
-    if _is_int(value):
+    if is_int(value):
         value = [value]
     if not isinstance(value, list):
         raise CompatError("token_ids_logprob: must be a list of token ids (or one list per batch entry)")
@@ -189,7 +187,7 @@ def token_ids_logprob(value: Any, count: int, parallel: bool, vocab_size: int) -
     out: list[tuple[int, ...] | None] = []
     for i, ids in enumerate(per):
         where = f"token_ids_logprob[{i}]" if per is value else "token_ids_logprob"
-        if not isinstance(ids, list) or not all(_is_int(t) and 0 <= t < vocab_size for t in ids):
+        if not isinstance(ids, list) or not all(is_int(t) and 0 <= t < vocab_size for t in ids):
             raise CompatError(f"{where}: must be a flat list of token ids in [0, {vocab_size})")
         out.append(tuple(ids) if ids else None)
     return out

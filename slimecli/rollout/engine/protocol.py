@@ -6,14 +6,33 @@ Every rule names the offending field, so a client sees `sampling_params[1].top_p
 from __future__ import annotations
 
 import itertools
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from slimecli.config.decode import (
+    MISSING,
+    NO_SPEC,
+    REQUEST,
+    Spec,
+    decode,
+    decode_value,
+    field_specs,
+    field_types,
+    message,
+    request,
+    spec,
+)
+from slimecli.config.errors import FieldError
 from slimecli.rollout.engine import compat
 from slimecli.rollout.engine.compat import CompatError
 
 MAX_N = 256
+SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # what a torch generator's manual_seed takes
+MIN_REPETITION = 1e-6
+VOCAB = "vocab_size"  # a bound known per engine: decode(..., request(vocab_size=...))
+VOCAB_NOTE = "token ids of the vocabulary"
+TOKEN_ID = Spec(ge=0, lt=VOCAB, note=VOCAB_NOTE)
+NONEMPTY = Spec(nonempty=True)
 
 # Top-level /generate keys we honour; compat.py lists the other fields SGLang knows and what happens to them.
 GENERATE_KEYS = {"text", "input_ids", "sampling_params", "return_logprob", "logprob_start_len", "top_logprobs_num",
@@ -40,23 +59,27 @@ class Constraint:
 
 @dataclass(frozen=True)
 class SamplingParams:
-    max_new_tokens: int = 128
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    min_p: float = 0.0
-    stop: tuple[str, ...] = ()
-    stop_token_ids: frozenset[int] = frozenset()
-    min_new_tokens: int = 0
+    """`sampling_params` of /generate, decoded by the one decoder; the fields from `constraint` on are built by
+    compat.py and the constraint check (they need more than a type and bounds)."""
+
+    max_new_tokens: int = spec(128, ge=0)
+    temperature: float = spec(1.0, ge=0)
+    top_p: float = spec(1.0, gt=0, le=1)
+    top_k: int = spec(-1, ge=1, also=(-1,), note="-1: all")
+    min_p: float = spec(0.0, ge=0, le=1)
+    stop: tuple[str, ...] = spec((), one_or_many=True, nonempty=True)
+    stop_token_ids: frozenset[int] = spec(frozenset(), ge=0, lt=VOCAB, note=VOCAB_NOTE)
+    min_new_tokens: int = spec(0, ge=0)
     ignore_eos: bool = False
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
     no_stop_trim: bool = False
-    n: int = 1
-    repetition_penalty: float = 1.0
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    sampling_seed: int | None = None
+    n: int = spec(1, ge=1, le=MAX_N)
+    # logits / penalty must stay finite in float32 (below ~1e-20 a seen token's logit overflows)
+    repetition_penalty: float = spec(1.0, ge=MIN_REPETITION, le=2)
+    frequency_penalty: float = spec(0.0, ge=-2, le=2)
+    presence_penalty: float = spec(0.0, ge=-2, le=2)
+    sampling_seed: int | None = spec(None, ge=SEED_RANGE[0], le=SEED_RANGE[1])  # what a torch generator takes
     constraint: Constraint | None = None
     stop_regex: tuple[str, ...] = ()
     stop_regex_window: int = 0  # characters a stop_regex match can span; 0 = unbounded
@@ -99,53 +122,27 @@ class GenerateRequest:
     stream: bool
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+@dataclass(frozen=True)
+class PromptOptions:
+    """The per-prompt fields of /generate: one value for every prompt or, in a batch, a list of one each."""
+
+    return_logprob: bool = False
+    logprob_start_len: int = spec(-1, ge=-1)
+    top_logprobs_num: int = spec(0, ge=0)
+    return_text_in_logprobs: bool = False
 
 
-def _is_num(v: Any) -> bool:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return False
-    try:
-        return math.isfinite(v)
-    except OverflowError:  # an integer too large for a float
-        return False
+def _check(errors: list[FieldError]) -> None:
+    if errors:
+        raise BadRequest(message(errors))
 
 
-def _show(v: Any) -> str:
-    """A value for an error message, cut short (a 4000-digit integer, a megabyte string)."""
-    text = repr(v) if not isinstance(v, int) or abs(v) < 10 ** 30 else f"an integer of {len(str(abs(v)))} digits"
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _num(where: str, v: Any, lo: float | None = None, hi: float | None = None, lo_open: bool = False) -> float:
-    if not _is_num(v):
-        raise BadRequest(f"{where}: must be a finite number (got {_show(v)})")
-    if lo is not None and (v < lo or (lo_open and v == lo)):
-        raise BadRequest(f"{where}: must be {'>' if lo_open else '>='} {lo} (got {_show(v)})")
-    if hi is not None and v > hi:
-        raise BadRequest(f"{where}: must be <= {hi} (got {_show(v)})")
-    return float(v)
-
-
-def _int(where: str, v: Any, lo: int | None = None, hi: int | None = None) -> int:
-    if not _is_int(v):
-        raise BadRequest(f"{where}: must be an integer (got {_show(v)})")
-    if lo is not None and v < lo:
-        raise BadRequest(f"{where}: must be >= {lo} (got {_show(v)})")
-    if hi is not None and v > hi:
-        raise BadRequest(f"{where}: must be <= {hi} (got {_show(v)})")
-    return v
-
-
-SEED_RANGE = (-(1 << 63), (1 << 64) - 1)
-MIN_REPETITION = 1e-6  # what a torch generator's manual_seed takes
-
-
-def _bool(where: str, v: Any) -> bool:
-    if not isinstance(v, bool):
-        raise BadRequest(f"{where}: must be true or false (got {v!r})")
-    return v
+def _decoded(value: Any, tp: Any, where: str, fs: Spec = NO_SPEC, vocab_size: int = 0) -> Any:
+    """One value through the decoder; BadRequest naming every problem."""
+    errors: list[FieldError] = []
+    out = decode_value(value, tp, where, errors, fs, request(vocab_size=vocab_size))
+    _check(errors)
+    return out
 
 
 def token_ids(where: str, v: Any, vocab_size: int) -> list[int]:
@@ -153,12 +150,7 @@ def token_ids(where: str, v: Any, vocab_size: int) -> list[int]:
         raise BadRequest(f"{where}: must be a list of token ids")
     if not v:
         raise BadRequest(f"{where}: is empty")
-    for i, t in enumerate(v):
-        if not _is_int(t):
-            raise BadRequest(f"{where}[{i}]: token ids must be integers (got {t!r})")
-        if not 0 <= t < vocab_size:
-            raise BadRequest(f"{where}[{i}]: token id {t} is outside the vocabulary [0, {vocab_size})")
-    return v
+    return _decoded(v, list[int], where, TOKEN_ID, vocab_size)  # type: ignore[no-any-return]
 
 
 def parse_sampling(where: str, raw: Any, vocab_size: int) -> SamplingParams:
@@ -176,55 +168,14 @@ def parse_sampling(where: str, raw: Any, vocab_size: int) -> SamplingParams:
         raise BadRequest(str(exc)) from None
     if (constraint := _constraint(where, raw)) is not None:
         kw["constraint"] = constraint
-    g = {k: v for k, v in raw.items() if k in SAMPLING_KEYS and v is not None}
-    if "max_new_tokens" in g:
-        kw["max_new_tokens"] = _int(f"{where}.max_new_tokens", g["max_new_tokens"], 0)
-    if "temperature" in g:
-        kw["temperature"] = _num(f"{where}.temperature", g["temperature"], 0.0)
-    if "top_p" in g:
-        kw["top_p"] = _num(f"{where}.top_p", g["top_p"], 0.0, 1.0, lo_open=True)
-    if "top_k" in g:
-        k = _int(f"{where}.top_k", g["top_k"])
-        if k == 0 or k < -1:
-            raise BadRequest(f"{where}.top_k: must be -1 (all) or >= 1 (got {k})")
-        kw["top_k"] = k
-    if "min_p" in g:
-        kw["min_p"] = _num(f"{where}.min_p", g["min_p"], 0.0, 1.0)
-    if "stop" in g:
-        stop = g["stop"]
-        stops = [stop] if isinstance(stop, str) else stop
-        if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
-            raise BadRequest(f"{where}.stop: must be a string or a list of strings")
-        if any(s == "" for s in stops):
-            raise BadRequest(f"{where}.stop: stop strings must not be empty")
-        kw["stop"] = tuple(stops)
-    if "stop_token_ids" in g:
-        ids = g["stop_token_ids"]
-        if not isinstance(ids, list):
-            raise BadRequest(f"{where}.stop_token_ids: must be a list of token ids")
-        kw["stop_token_ids"] = frozenset(token_ids(f"{where}.stop_token_ids", ids, vocab_size) if ids else [])
-    for key in ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim"):
-        if key in g:
-            kw[key] = _bool(f"{where}.{key}", g[key])
-    if "n" in g:
-        n = _int(f"{where}.n", g["n"], 1)
-        if n > MAX_N:
-            raise BadRequest(f"{where}.n: at most {MAX_N} (got {n})")
-        kw["n"] = n
-    if "min_new_tokens" in g:
-        kw["min_new_tokens"] = _int(f"{where}.min_new_tokens", g["min_new_tokens"], 0)
-    if "repetition_penalty" in g:
-        # logits / penalty must stay finite in float32 (below ~1e-20 a seen token's logit overflows)
-        kw["repetition_penalty"] = _num(f"{where}.repetition_penalty", g["repetition_penalty"], MIN_REPETITION, 2.0)
-    for key in ("frequency_penalty", "presence_penalty"):
-        if key in g:
-            kw[key] = _num(f"{where}.{key}", g[key], -2.0, 2.0)
-    if "sampling_seed" in g:
-        kw["sampling_seed"] = _int(f"{where}.sampling_seed", g["sampling_seed"], *SEED_RANGE)
-    params = SamplingParams(**kw)
+    errors: list[FieldError] = []
+    params = decode(SamplingParams, {k: v for k, v in raw.items() if k in SAMPLING_KEYS}, where, errors,
+                    request(vocab_size=vocab_size))
+    _check(errors)
+    assert params is not None  # every field has a default
     if params.min_new_tokens > params.max_new_tokens:
         raise BadRequest(f"{where}.min_new_tokens: larger than max_new_tokens")
-    return params
+    return replace(params, **kw)
 
 
 def _constraint(where: str, raw: dict[str, Any]) -> Constraint | None:
@@ -278,17 +229,11 @@ def parse_generate(body: Any, vocab_size: int) -> GenerateRequest:
         else:
             prompts = [(token_ids("input_ids", ids, vocab_size), None)]
     else:
-        assert text is not None  # checked above: one of text / input_ids is given
         batched = isinstance(text, list)
-        texts = text if batched else [text]
-        if batched and not texts:
+        if batched and not text:
             raise BadRequest("text: the batch is empty")
-        for i, t in enumerate(texts):
-            if not isinstance(t, str):
-                raise BadRequest(f"text{f'[{i}]' if batched else ''}: must be a string")
-            if not t:
-                raise BadRequest(f"text{f'[{i}]' if batched else ''}: is empty")
-        prompts = [(None, t) for t in texts]
+        texts = _decoded(text, list[str] if batched else str, "text", NONEMPTY)
+        prompts = [(None, t) for t in (texts if batched else [texts])]
     count = len(prompts)
 
     raw_sp = body.get("sampling_params")
@@ -298,17 +243,9 @@ def parse_generate(body: Any, vocab_size: int) -> GenerateRequest:
     else:
         sps = [parse_sampling("sampling_params", raw_sp, vocab_size)] * count
 
-    def opt(name: str, default: Any, check: Any) -> list[Any]:
-        raw = body.get(name)
-        vals = _per_item(name, default if raw is None else raw, count, batched)
-        return [default if v is None else check(f"{name}[{i}]" if isinstance(raw, list) else name, v)
-                for i, v in enumerate(vals)]
-
-    return_logprob = opt("return_logprob", False, _bool)
-    start_len = opt("logprob_start_len", -1, lambda w, v: _int(w, v, -1))
-    top_n = opt("top_logprobs_num", 0, lambda w, v: _int(w, v, 0))
-    text_in_lp = opt("return_text_in_logprobs", False, _bool)
-    prompt_ids_back = _bool("return_prompt_token_ids", body.get("return_prompt_token_ids") or False)
+    options = _prompt_options(body, count, batched)
+    flags = {key: _decoded(body[key], bool, key) if body.get(key) is not None else False
+             for key in ("return_prompt_token_ids", "stream")}
     try:
         compat.check_watermark("watermark", body.get("watermark"))
         if body.get("watermark") is not None and any(isinstance(s, dict) and s.get("watermark") is not None
@@ -317,21 +254,15 @@ def parse_generate(body: Any, vocab_size: int) -> GenerateRequest:
         tids = compat.token_ids_logprob(body.get("token_ids_logprob"), count, any(s.n > 1 for s in sps), vocab_size)
     except CompatError as exc:
         raise BadRequest(str(exc)) from None
-    stream = body.get("stream", False)
-    stream = False if stream is None else _bool("stream", stream)
-
     rid = body.get("rid")
     if rid is None:
         rids = [None] * count
     elif batched:
         if not isinstance(rid, list) or len(rid) != count:
             raise BadRequest(f"rid: must be a list of {count} strings for this batch")
-        rids = rid
+        rids = _decoded(rid, list[str | None], "rid", NONEMPTY)
     else:
-        rids = [rid]
-    for i, r in enumerate(rids):
-        if r is not None and (not isinstance(r, str) or not r):
-            raise BadRequest(f"rid{f'[{i}]' if batched else ''}: must be a non-empty string")
+        rids = [_decoded(rid, str, "rid", NONEMPTY)]
     given = [r for r in rids if r is not None]
     if len(set(given)) != len(given):
         raise BadRequest("rid: duplicate request ids in one request")
@@ -341,9 +272,28 @@ def parse_generate(body: Any, vocab_size: int) -> GenerateRequest:
         group = rids[i] or f"req-{next(_AUTO_RID)}"
         for j in range(sp.n):
             items.append(Item(index=len(items), rid=group if sp.n == 1 else f"{group}-{j}", prompt_ids=pids,
-                              text=ptext, params=sp, return_logprob=return_logprob[i],
-                              logprob_start_len=start_len[i], top_logprobs_num=top_n[i],
-                              return_text_in_logprobs=text_in_lp[i], token_ids_logprob=tids[i],
-                              return_prompt_token_ids=prompt_ids_back, group=group,
+                              text=ptext, params=sp, return_logprob=options[i].return_logprob,
+                              logprob_start_len=options[i].logprob_start_len,
+                              top_logprobs_num=options[i].top_logprobs_num,
+                              return_text_in_logprobs=options[i].return_text_in_logprobs, token_ids_logprob=tids[i],
+                              return_prompt_token_ids=flags["return_prompt_token_ids"], group=group,
                               extra={"copy": j}))
-    return GenerateRequest(items=items, batched=batched or sps[0].n > 1 or any(s.n > 1 for s in sps), stream=stream)
+    return GenerateRequest(items=items, batched=batched or sps[0].n > 1 or any(s.n > 1 for s in sps),
+                           stream=flags["stream"])
+
+
+def _prompt_options(body: dict[str, Any], count: int, batched: bool) -> list[PromptOptions]:
+    """PromptOptions of each prompt; a list value is one per batch entry, named `field[i]` in errors."""
+    hints, specs = field_types(PromptOptions), field_specs(PromptOptions)
+    errors: list[FieldError] = []
+    columns: dict[str, list[Any]] = {}
+    for name, tp in hints.items():
+        raw = body.get(name)
+        if batched and isinstance(raw, list):
+            values = _per_item(name, raw, count, batched)
+            columns[name] = [MISSING if v is None else decode_value(v, tp, f"{name}[{i}]", errors, specs[name], REQUEST)
+                             for i, v in enumerate(values)]
+        else:
+            columns[name] = [MISSING if raw is None else decode_value(raw, tp, name, errors, specs[name], REQUEST)] * count
+    _check(errors)
+    return [PromptOptions(**{k: col[i] for k, col in columns.items() if col[i] is not MISSING}) for i in range(count)]
