@@ -246,6 +246,8 @@ def _set_path(data: dict[str, Any], path: str, value: Any, errors: list[ConfigEr
     node: Any = data
     parts = path.split(".")
     for i, part in enumerate(parts[:-1]):
+        if isinstance(node, dict) and part not in node and _is_section(".".join(parts[:i + 1])):
+            node[part] = {}  # a nested section (trainer.lora) no YAML file mentions: its defaults are the schema's
         if not isinstance(node, dict) or part not in node:
             where = ".".join(parts[:i])
             keys = list(node) if isinstance(node, dict) else []
@@ -258,6 +260,11 @@ def _set_path(data: dict[str, Any], path: str, value: Any, errors: list[ConfigEr
         return False
     node[parts[-1]] = value
     return True
+
+
+def _is_section(path: str) -> bool:
+    """A nested dataclass of the schema (its keys are paths below it)."""
+    return any(p.startswith(f"{path}.") for p in schema_paths(SlimeConfig))
 
 
 def _implied_groups(data: dict[str, Any], parsed: _Parsed, env_agent: str | None, uses_agent: bool) -> dict[str, str]:

@@ -24,6 +24,7 @@ from slimecli.config.layout import engine_slots
 from slimecli.config.schema import GROUPS, SlimeConfig
 
 FINAL_DIR = "final"
+MERGED_DIR = "final-merged"  # a LoRA run: final/ holds the adapter, final-merged/ the model it makes
 EVALS_DIR = "evals"
 ORDER = ("reward_mean", "resolved_rate", "pass@", "response_len_mean", "invalid", "prompts", "samples")
 
@@ -75,6 +76,8 @@ def from_run(run_dir: Path, overrides: list[str]) -> tuple[SlimeConfig, int]:
         given.add(key)
     if "model.path" not in given:
         final = run_dir / FINAL_DIR
+        if (final / "adapter_config.json").is_file():
+            final = run_dir / MERGED_DIR
         if not (final / "config.json").is_file():
             errors.append(ConfigError("run.dir", str(run_dir), f"the run has no final model ({final})",
                                       "let the run finish, or evaluate a checkpoint with model.path=DIR"))

@@ -80,6 +80,7 @@ class EngineClient:
         self._session = session
         self._own_session = session is None
         self.has_update_session: bool | None = None  # SGLang's /begin_weight_update: None until first asked
+        self.lora_name: str | None = None  # the LoRA adapter loaded last (trainer.lora): generations name it
 
     async def __aenter__(self) -> EngineClient:
         return self
@@ -132,19 +133,26 @@ class EngineClient:
         body.update(extra)
         return body
 
+    def _with_adapter(self, body: dict[str, Any]) -> dict[str, Any]:
+        """SGLang serves a LoRA adapter only to requests that name it: name the one last loaded (trainer.lora)."""
+        if self.lora_name is not None and "lora_path" not in body:
+            body["lora_path"] = self.lora_name
+        return body
+
     async def generate(self, input_ids: list[int] | list[list[int]] | None = None, *,
                        text: str | list[str] | None = None, sampling_params: dict[str, Any] | list[dict] | None = None,
                        return_logprob: bool = False, rid: str | list[str] | None = None, **extra: Any
                        ) -> dict[str, Any] | list[dict[str, Any]]:
         """POST /generate; a single prompt gives a dict, a batch (or n > 1) a list in input order."""
-        body = self._generate_body(input_ids, text, sampling_params, return_logprob, rid, extra)
+        body = self._with_adapter(self._generate_body(input_ids, text, sampling_params, return_logprob, rid, extra))
         return await self._request("POST", "/generate", body)
 
     async def generate_stream(self, input_ids: list[int] | None = None, *, text: str | None = None,
                               sampling_params: dict[str, Any] | None = None, return_logprob: bool = False,
                               rid: str | None = None, **extra: Any) -> AsyncIterator[dict[str, Any]]:
         """POST /generate with stream=true; yields the cumulative reply dicts until the engine sends [DONE]."""
-        body = self._generate_body(input_ids, text, sampling_params, return_logprob, rid, {**extra, "stream": True})
+        body = self._with_adapter(self._generate_body(input_ids, text, sampling_params, return_logprob, rid,
+                                                      {**extra, "stream": True}))
         url = self.base_url + "/generate"
         async with self.session.post(url, json=body, headers=self.headers) as resp:
             if resp.status != 200:
@@ -186,10 +194,26 @@ class EngineClient:
         return await self._update("/update_weights_from_disk", body, weight_version)
 
     async def update_weights_from_shared_memory(self, segment: str, tensors: list[dict[str, Any]],
-                                                weight_version: str | int | None = None) -> dict[str, Any]:
-        """slimecli's engine only: copy the tensors a manifest places in a shared-memory segment."""
-        return await self._update("/update_weights_from_shared_memory", {"segment": segment, "tensors": tensors},
-                                  weight_version)
+                                                weight_version: str | int | None = None,
+                                                lora_config: dict[str, Any] | None = None) -> dict[str, Any]:
+        """slimecli's engine only: copy the tensors a manifest places in a shared-memory segment (``lora_config``:
+        they are a LoRA adapter in peft's names, which the engine merges into its base weights)."""
+        body: dict[str, Any] = {"segment": segment, "tensors": tensors}
+        if lora_config is not None:
+            body["lora_config"] = lora_config
+        return await self._update("/update_weights_from_shared_memory", body, weight_version)
+
+    async def load_lora_adapter(self, name: str, path: str) -> dict[str, Any]:
+        """SGLang's ``/load_lora_adapter {"lora_name", "lora_path"}`` (a peft adapter directory): its
+        {"success", "error_message", "loaded_adapters"}; a refusal does not raise."""
+        return await self._update("/load_lora_adapter", {"lora_name": name, "lora_path": str(path)}, None)
+
+    async def unload_lora_adapter(self, name: str) -> dict[str, Any]:
+        return await self._update("/unload_lora_adapter", {"lora_name": name}, None)
+
+    async def update_weight_version(self, version: str | int) -> dict[str, Any]:
+        """SGLang's ``/update_weight_version {"new_version"}``: the version later generations report."""
+        return await self._update("/update_weight_version", {"new_version": str(version)}, None)
 
     async def init_weights_update_group(self, master_address: str, master_port: int, rank_offset: int,
                                         world_size: int, group_name: str, backend: str) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -47,7 +47,7 @@ class Trainer:
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.policy = make_policy(cfg, self.info)
         needs_ref = cfg.trainer.kl_loss_coef != 0 or cfg.trainer.kl_coef != 0
-        self.ref_policy = make_policy(cfg, self.info, trainable=False) if needs_ref else None
+        self.ref_policy = make_reference(cfg, self.info, self.policy) if needs_ref else None
         self.ctx = RankContext(pad_id, cfg.trainer.micro_batch_size, cfg.rollout.temperature, self.info.device,
                                self.policy.data_rank, self.policy.data_size)
         self.scheduler = build_scheduler(self.policy.lr_optimizer(), cfg.optimizer, cfg.trainer.max_steps)
@@ -171,13 +171,32 @@ class Trainer:
         metrics_log.log(self.step, self.restored_metrics)
 
     def _export_final(self) -> None:
-        """RUN/final: the trained policy as a Hugging Face checkpoint (serve it, distil from it, fine-tune it)."""
+        """RUN/final: the trained policy as a Hugging Face checkpoint (serve it, distil from it, fine-tune it);
+        a LoRA run's final/ is its adapter in peft's format and final-merged/ the model it makes."""
         from slimecli.train.hf_export import export_hf
 
+        if self.cfg.trainer.lora.enabled:
+            self._export_lora()
+            return
         state = self.policy.full_state_dict(self.info.is_main)
         if state is not None:
             path = export_hf(state, self.cfg.model.resolved_path, self.run_dir / "final")
             log.info("final model written to %s", path)
+
+    def _export_lora(self) -> None:
+        from slimecli.train.hf_export import export_hf
+        from slimecli.train.lora import untie_if_head_merged, write_adapter
+        from slimecli.train.policy import TorchPolicy
+
+        policy = cast(TorchPolicy, self.policy)  # validation admits LoRA only on trainer=torch
+        adapter = policy.full_state_dict(self.info.is_main)
+        merged = policy.merged_state_dict(self.info.is_main)
+        if adapter is not None and merged is not None:
+            path = write_adapter(adapter, self.cfg, self.run_dir / "final", with_tokenizer=True)
+            log.info("final adapter written to %s", path)
+            path = export_hf(merged, self.cfg.model.resolved_path, self.run_dir / "final-merged")
+            untie_if_head_merged(path, merged)
+            log.info("final merged model written to %s", path)
 
     def _resume(self) -> bool:
         """Continue from the last complete checkpoint of this run dir, if any."""
@@ -227,7 +246,17 @@ def make_policy(cfg: SlimeConfig, info: dist.DistInfo, trainable: bool = True) -
 
     model = load_policy(cfg, info, trainable=trainable)
     optimizer = build_optimizer(unwrap(model).named_parameters(), cfg.optimizer) if trainable else None
-    return TorchPolicy(model, optimizer, data_rank=info.rank, data_size=info.world_size)
+    return TorchPolicy(model, optimizer, data_rank=info.rank, data_size=info.world_size,
+                       lora=cfg.trainer.lora.enabled and trainable)
+
+
+def make_reference(cfg: SlimeConfig, info: dist.DistInfo, policy: PolicyBackend) -> PolicyBackend:
+    """The frozen reference of the KL terms: a LoRA run's own model with its adapters off (no second copy)."""
+    if cfg.trainer.lora.enabled:
+        from slimecli.train.lora import AdapterOffPolicy
+
+        return cast(PolicyBackend, AdapterOffPolicy(policy))
+    return make_policy(cfg, info, trainable=False)
 
 
 def _logged_steps(path: Path) -> set[int]:

@@ -35,6 +35,10 @@ def load_policy(cfg: SlimeConfig, info: DistInfo, trainable: bool = True) -> tor
         return model
     if cfg.trainer.gradient_checkpointing:
         model.gradient_checkpointing_enable()  # type: ignore[no-untyped-call]  # unannotated in transformers
+    if cfg.trainer.lora.enabled:
+        from slimecli.train.lora import wrap
+
+        model = wrap(model, cfg)  # type: ignore[assignment]  # a PeftModel, which forwards to the HF model
     model.train()
     if info.world_size == 1:
         return model
@@ -48,7 +52,9 @@ def _fully_shard(model: torch.nn.Module) -> torch.nn.Module:
     """FSDP2: shard every decoder layer, then the rest (embeddings, head) at the root."""
     from torch.distributed.fsdp import fully_shard
 
-    layers = getattr(getattr(model, "model", None), "layers", None)
+    from slimecli.train.lora import base_model
+
+    layers = getattr(getattr(base_model(model), "model", None), "layers", None)
     for layer in layers if layers is not None else []:
         fully_shard(layer)
     fully_shard(model)
@@ -76,14 +82,17 @@ def full_state_dict(model: torch.nn.Module, is_main: bool) -> dict[str, torch.Te
     return {k: v.detach().cpu() for k, v in unwrap(model).state_dict().items()}
 
 
-def load_full_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
-    """Counterpart of full_state_dict; every rank passes the whole state."""
+def load_full_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor], strict: bool = True) -> None:
+    """Counterpart of full_state_dict; every rank passes the whole state (``strict=False``: a part of it, such as
+    a LoRA run's adapters, every key of which must still be the model's)."""
     if is_sharded(model):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-        set_model_state_dict(model, dict(state), options=StateDictOptions(full_state_dict=True))
-    else:
-        unwrap(model).load_state_dict(state)
+        set_model_state_dict(model, dict(state), options=StateDictOptions(full_state_dict=True, strict=strict))
+        return
+    result = unwrap(model).load_state_dict(state, strict=strict)
+    if result.unexpected_keys:
+        raise ValueError(f"the checkpoint has tensors the model lacks: {', '.join(result.unexpected_keys[:3])}")
 
 
 def full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -130,7 +139,9 @@ def response_logits(model: torch.nn.Module, batch: PackedBatch) -> torch.Tensor:
 
 
 def _keeps_logits(model: torch.nn.Module) -> bool:
-    inner = model.module if isinstance(model, DistributedDataParallel) else model
+    from slimecli.train.lora import base_model
+
+    inner = base_model(model.module if isinstance(model, DistributedDataParallel) else model)  # peft passes it on
     return "logits_to_keep" in inspect.signature(type(inner).forward).parameters
 
 
@@ -166,15 +177,22 @@ class TorchPolicy:
     """trainer=torch: a Hugging Face model, plain, under DDP or under FSDP2; every rank is a data rank."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
-                 data_rank: int = 0, data_size: int = 1) -> None:
+                 data_rank: int = 0, data_size: int = 1, lora: bool = False) -> None:
         self.model = model
+        self.lora = lora  # a peft model: its weights in and out are the adapters alone
         self.optimizer = optimizer
         self.data_rank = data_rank
         self.data_size = data_size
 
     @torch.no_grad()
     def score(self, chunks: list[PackedBatch], temperature: float) -> list[torch.Tensor]:
-        return [forward_logp(unwrap(self.model), packed, temperature)[0] for packed in chunks]
+        model = unwrap(self.model)
+        training = model.training
+        model.eval()  # scores without dropout (trainer.lora.dropout)
+        try:
+            return [forward_logp(model, packed, temperature)[0] for packed in chunks]
+        finally:
+            model.train(training)
 
     def forward_backward(self, chunks: list[PackedBatch], temperature: float, loss_fn: LossFn, *,
                          entropy_grad: bool) -> list[dict[str, float]]:
@@ -215,10 +233,29 @@ class TorchPolicy:
         return self._optimizer()
 
     def full_state_dict(self, is_main: bool) -> dict[str, torch.Tensor] | None:
-        return full_state_dict(self.model, is_main)
+        if not self.lora:
+            return full_state_dict(self.model, is_main)
+        from slimecli.train.lora import adapter_state
+
+        if is_sharded(self.model):  # the adapters are sharded with their layers: gather, then keep only them
+            state = full_state_dict(self.model, is_main)
+            return adapter_state(state) if state is not None else None
+        return adapter_state(unwrap(self.model).state_dict()) if is_main else None
 
     def load_full_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        load_full_state_dict(self.model, state)
+        if not self.lora:
+            load_full_state_dict(self.model, state)
+            return
+        from slimecli.train.lora import model_keys
+
+        load_full_state_dict(self.model, model_keys(state), strict=False)
+
+    def merged_state_dict(self, is_main: bool) -> dict[str, torch.Tensor] | None:
+        """A LoRA policy's base weights with the adapters merged in, HF names, on rank 0 (a collective)."""
+        from slimecli.train.lora import merged_state
+
+        full = full_state_dict(self.model, is_main) if is_sharded(self.model) else None
+        return merged_state(unwrap(self.model), full) if is_main else None
 
     def optimizer_state(self, is_main: bool) -> dict[str, Any] | None:
         return full_optimizer_state(self.model, self._optimizer(), is_main)

@@ -8,6 +8,10 @@
   protocol, which is how it is tested on a CPU).
 
 Each engine sees pause -> flush -> update -> continue, whichever way the tensors travel.
+
+With trainer.lora the state pushed is the adapter alone (peft's names): ``disk`` writes a peft adapter directory
+that each engine loads with SGLang's ``/load_lora_adapter`` as ``policy-v<N>`` (generations then name it), and
+``shared_memory`` carries the adapter's tensors, which the embedded engine merges into its kept base weights.
 """
 
 from __future__ import annotations
@@ -63,9 +67,18 @@ def make_weight_sync(cfg: SlimeConfig, run_dir: Path, engines: list[Any], run: R
                      policy: torch.nn.Module | None = None) -> WeightSync:
     """``policy``: rank 0's (unsharded) model, which shared_memory may keep in the segment itself."""
     kind = cfg.trainer.weight_sync
+    lora = cfg.trainer.lora.enabled
+    if kind == "disk" and lora:
+        from slimecli.train.adapter_sync import AdapterDiskSync
+
+        return AdapterDiskSync(cfg, run_dir, engines, run)
     if kind == "disk":
         return DiskSync(cfg, run_dir, engines, run)
     if kind == "shared_memory":
+        if lora:
+            from slimecli.train.lora import wire_config
+
+            return SharedMemorySync(engines, run, cfg.model.dtype, None, lora_config=wire_config(cfg))
         return SharedMemorySync(engines, run, cfg.model.dtype, policy)
     if kind == "nccl":
         return GroupSync(engines, run, bucket_bytes=cfg.trainer.weight_sync_bucket_mb << 20,
@@ -75,7 +88,8 @@ def make_weight_sync(cfg: SlimeConfig, run_dir: Path, engines: list[Any], run: R
 
 def _check(engine: Any, result: dict[str, Any], what: str) -> None:
     if not result.get("success", False):
-        raise RuntimeError(f"engine {engine.base_url} refused weights {what}: {result.get('message')}")
+        why = result.get("message") or result.get("error_message")  # SGLang's LoRA replies say error_message
+        raise RuntimeError(f"engine {engine.base_url} refused weights {what}: {why}")
 
 
 class DiskSync:
@@ -123,11 +137,13 @@ class SharedMemorySync:
     push writes the new weights into the segment while the engines are paused.
     """
 
-    def __init__(self, engines: list[Any], run: Runner, dtype: str, policy: torch.nn.Module | None = None) -> None:
+    def __init__(self, engines: list[Any], run: Runner, dtype: str, policy: torch.nn.Module | None = None, *,
+                 lora_config: dict[str, Any] | None = None) -> None:
         from slimecli.rollout.shm import remove_stale_segments
         from slimecli.rollout.weight_transfer import parse_dtype
 
         self.engines, self.run = engines, run
+        self.lora_config = lora_config  # the tensors are a LoRA adapter the engines merge
         self.dtype = parse_dtype(dtype, "model.dtype")  # the engines' dtype: what they can serve from directly
         self.policy = policy if policy is not None and self._can_share(policy) else None
         self.shared = False  # the policy's tensors live in the segment
@@ -162,7 +178,9 @@ class SharedMemorySync:
         engines_free()
 
         tensors, _aliases = dedupe_views(state)  # a tied weight travels once; the engine's alias shares it
-        slots, size = layout((k, self.dtype if t.is_floating_point() else t.dtype, list(t.shape))
+        # an adapter travels in its own dtype (float32): the engine merges it in float32
+        slots, size = layout((k, self.dtype if t.is_floating_point() and self.lora_config is None else t.dtype,
+                              list(t.shape))
                              for k, t in tensors.items())
         manifest = [s.to_json() for s in slots]
         if self.segment is None or manifest != self.manifest:
@@ -187,7 +205,8 @@ class SharedMemorySync:
                 await _gather(e.pause() for e in self.engines)  # mode abort: nothing runs once it answers
             try:
                 write()  # no engine runs a step now, so none reads the segment while it changes
-                results = await _gather(e.update_weights_from_shared_memory(segment.path.name, manifest, str(version))
+                results = await _gather(e.update_weights_from_shared_memory(segment.path.name, manifest, str(version),
+                                                                            lora_config=self.lora_config)
                                         for e in self.engines)
                 for engine, result in zip(self.engines, results, strict=True):
                     _check(engine, result, segment.path.name)

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
+
+from slimecli.config.groups.lora import LoraConfig
 
 # Hugging Face model families that trainer=megatron converts (slimecli/model/megatron/convert.py)
 MEGATRON_ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM")
@@ -55,3 +57,4 @@ class TrainerConfig:
     # weights are pushed once that rollout is in, so no sequence mixes two weight versions
     async_rollout: bool = False
     max_staleness: int = 1  # async_rollout: samples more weight versions behind than this are not trained on
+    lora: LoraConfig = field(default_factory=LoraConfig)  # trainer.lora.rank > 0: train adapters only (docs/lora.md)

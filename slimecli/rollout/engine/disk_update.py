@@ -108,6 +108,7 @@ async def _update(self: EngineServer, request: web.Request) -> web.Response:
             await asyncio.wrap_future(sch.call(lambda: sch.abort(lambda s: True, "Aborted: weight update.")))
         paused = len(sch.running) if sch.paused else 0
         new_version = None if version is None else str(version)
+        self.weight_routes.lora.forget()  # whole-model weights: the new base, no adapter merged
         if install is not None:
             await asyncio.wrap_future(sch.call(lambda: sch.load_weights(install, new_version)))
         else:

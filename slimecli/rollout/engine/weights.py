@@ -80,6 +80,9 @@ class WeightRoutes:
         self.groups: dict[str, Any] = {}
         self.segment: SharedSegment | None = None  # the one the served tensors are views of, if any
         self.session_open = False  # between /begin_weight_update and /end_weight_update
+        from slimecli.rollout.engine.adapters import AdapterRoutes
+
+        self.lora = AdapterRoutes(server)  # LoRA adapters (SGLang's /load_lora_adapter), merged into the weights
 
     def add_to(self, router: web.UrlDispatcher) -> None:
         router.add_post("/update_weights_from_shared_memory", self.from_shared_memory)
@@ -88,6 +91,7 @@ class WeightRoutes:
         router.add_post("/destroy_weights_update_group", self.destroy_group)
         router.add_post("/begin_weight_update", self.begin_session)
         router.add_post("/end_weight_update", self.end_session)
+        self.lora.add_to(router)
 
     # ---- the weight-update session (SGLang's) -------------------------------------------------
     async def begin_session(self, request: web.Request) -> web.Response:
@@ -122,9 +126,11 @@ class WeightRoutes:
         if (resp := self.server._not_ready()) is not None:
             return resp
         body = await read_json(request)
-        _known(body, {"segment", "tensors", "weight_version", "flush_cache", "abort_all_requests"})
+        _known(body, {"segment", "tensors", "weight_version", "flush_cache", "abort_all_requests", "lora_config"})
         version = _version(body)
         name = body.get("segment")
+        if body.get("lora_config") is not None:
+            return await self._adapter_from_shared_memory(body, version)
         reuse = self.segment is not None and self.segment.path.name == name
         try:
             segment = self.segment if reuse and self.segment is not None else SharedSegment.open(name)
@@ -148,6 +154,30 @@ class WeightRoutes:
                  segment.path.name, len(slots), self.server._sched.weight_version)
         return web.json_response({"success": True, "message": "Succeeded to update model weights.",
                                   "num_paused_requests": paused})
+
+    async def _adapter_from_shared_memory(self, body: dict[str, Any], version: str | None) -> web.Response:
+        """``lora_config`` given: the segment holds a LoRA adapter (peft's names), merged onto the base weights."""
+        from slimecli.rollout.engine.adapters import wire_config
+
+        config = wire_config(body.get("lora_config"))
+        try:
+            segment = SharedSegment.open(body.get("segment"))
+        except (ValueError, FileNotFoundError) as exc:
+            raise BadRequest(str(exc)) from None
+        try:
+            slots = parse_manifest(body.get("tensors"), segment.size)
+            if bool(body.get("abort_all_requests")):
+                sch = self.server._sched
+                await asyncio.wrap_future(sch.call(lambda: sch.abort(lambda s: True, "Aborted: weight update.")))
+            await self.lora.merge(config, {s.name: segment.view(s) for s in slots}, f"shm-v{version}", version)
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        finally:
+            segment.close()  # the merged weights are copies: nothing serves from the segment
+        log.info("LoRA adapter merged from shared memory %s (%d tensors, weight_version=%s)",
+                 segment.path.name, len(slots), self.server._sched.weight_version)
+        return web.json_response({"success": True, "message": "Succeeded to update model weights.",
+                                  "num_paused_requests": 0})
 
     # ---- the weight-update process group ----------------------------------------------------
     async def init_group(self, request: web.Request) -> web.Response:
@@ -250,6 +280,7 @@ class WeightRoutes:
     # ---- shared ---------------------------------------------------------------------------
     async def _apply(self, install: Any, version: str | None, abort_all: bool) -> int:
         sch = self.server._sched
+        self.lora.forget()  # whole-model tensors: the served weights are the new base
         async with self.server._update_lock:
             if abort_all:
                 await asyncio.wrap_future(sch.call(lambda: sch.abort(lambda s: True, "Aborted: weight update.")))
