@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from slimecli.config.decode import CONFIG, decode, field_types
+from slimecli.config.decode import CONFIG, decode, field_specs, field_types
 from slimecli.config.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -66,3 +66,14 @@ def schema_paths(cls: type, prefix: str = "") -> list[str]:
         else:
             out.append(path)
     return out
+
+
+def is_resumable(cls: type, key: str) -> bool:
+    """Whether the dotted key may change when a run resumes: its field's spec, or a group's above it, says so."""
+    for name in key.split("."):
+        if not (dataclasses.is_dataclass(cls) and name in field_types(cls)):
+            return False
+        if field_specs(cls)[name].resumable:
+            return True
+        cls = field_types(cls)[name]
+    return False

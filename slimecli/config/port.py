@@ -18,7 +18,7 @@ PORT_ALLOWED = f"a TCP port in 1..{MAX_PORT}, or auto"
 
 def port_field(default: Port = AUTO) -> Any:
     """A port field of the schema; a value of the wrong type is reported as "expected a TCP port in 1..65535, or auto"."""
-    return spec(default, allowed=PORT_ALLOWED)
+    return spec(default, allowed=PORT_ALLOWED, resumable=True)  # where a server listens is no part of the run
 
 
 def is_auto(port: object) -> bool:

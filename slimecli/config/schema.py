@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from slimecli.config.decode import spec
 from slimecli.config.groups.agent import AgentConfig
 from slimecli.config.groups.cluster import ClusterConfig
 from slimecli.config.groups.eval import EvalConfig
@@ -21,8 +22,14 @@ from slimecli.config.groups.trainer import TrainerConfig
 
 @dataclass(frozen=True)
 class SlimeConfig:
+    """A field's spec says what a resume may change (run.resume=auto): how long the run is, how often it saves,
+    how it logs, where its servers listen, how long it waits, how the same maths is laid out over the ranks
+    (checkpoints hold full weights and optimizer state, or megatron-core's re-shardable format), and whole
+    groups (observe, eval, cluster). Anything else (model, task, optimizer, batch shape, algorithm, seed)
+    would make the checkpoints belong to another run."""
+
     run: RunConfig = field(default_factory=RunConfig)
-    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    cluster: ClusterConfig = spec(default_factory=ClusterConfig, resumable=True)
     model: ModelConfig = field(default_factory=ModelConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
@@ -32,8 +39,8 @@ class SlimeConfig:
     agent: AgentConfig = field(default_factory=AgentConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
-    observe: ObserveConfig = field(default_factory=ObserveConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
+    observe: ObserveConfig = spec(default_factory=ObserveConfig, resumable=True)
+    eval: EvalConfig = spec(default_factory=EvalConfig, resumable=True)
     recipe: str = "quickstart"  # the recipe this run was composed from
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slimecli.config.convert import to_plain
+from slimecli.config.convert import is_resumable, to_plain
 from slimecli.config.errors import ConfigError, ConfigErrors
 from slimecli.config.io import dump_yaml, load_frozen, save_frozen
 from slimecli.config.layout import node_dir
@@ -41,16 +41,6 @@ class RunDir:
         return self.path / "logs"
 
 
-# What a resume may change without run.resume=force: how long, how often it saves, how it logs, where
-# its servers listen, how long it waits, and how the same maths is laid out over the ranks (checkpoints hold
-# full weights and optimizer state, or megatron-core's re-shardable format). Anything else (model, task,
-# optimizer, batch shape, algorithm, seed) would make the checkpoints belong to another run.
-RESUMABLE_KEYS = ("trainer.max_steps", "trainer.save_interval", "run.log_level", "run.resume", "run.name",
-                  "run.root", "trainer.nproc", "trainer.tensor_parallel_size", "trainer.pipeline_parallel_size",
-                  "trainer.sequence_parallel", "trainer.micro_batch_size", "trainer.gradient_checkpointing",
-                  "trainer.weight_sync", "trainer.weight_sync_bucket_mb", "rollout.engines_per_node")
-RESUMABLE_PREFIXES = ("observe.", "eval.", "cluster.")
-RESUMABLE_LEAVES = ("port", "host", "log_interval_s")
 
 
 def default_path(cfg: SlimeConfig) -> Path:
@@ -92,8 +82,8 @@ def _diff(old: object, new: object, prefix: str = "") -> list[tuple[str, Any, An
 
 
 def resumable(key: str) -> bool:
-    return (key in RESUMABLE_KEYS or key.startswith(RESUMABLE_PREFIXES)
-            or key.rsplit(".", 1)[-1] in RESUMABLE_LEAVES or key.endswith("timeout_s"))
+    """What a resume may change without run.resume=force: the schema's field specs say (see SlimeConfig)."""
+    return is_resumable(SlimeConfig, key)
 
 
 def resume_command(path: Path, overrides: list[str], then: list[str] | tuple[str, ...] = ()) -> str:

@@ -3,6 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from slimecli.config.decode import spec
 from slimecli.config.port import Port, port_field
 
 
@@ -11,7 +12,7 @@ class AgentConfig:
     """Coding-agent back-end: the CLI harness and the LLM API adapter it talks to."""
 
     name: str = "none"  # none | claude_code | codex | an entry of `registry`
-    host: str = "127.0.0.1"
+    host: str = spec("127.0.0.1", resumable=True)
     port: Port = port_field()  # the adapter's; auto (or 0): a free port, printed when it listens
     max_turns: int = 64
     tool_parser: str = "qwen"

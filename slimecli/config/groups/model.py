@@ -3,6 +3,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+Dtype = Literal["float32", "bfloat16", "float16"]  # the weights' dtype (model.dtype, teacher.dtype)
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -11,7 +13,7 @@ class ModelConfig:
     name: str = "tiny"
     path: str | None = None
     tokenizer_path: str | None = None  # defaults to `path`
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Dtype = "float32"
     cache_dir: str | None = None  # where model=tiny is created; None -> ~/.cache/slimecli
     seed: int = 0  # seed of the tiny model's random weights
     hidden_size: int = 64

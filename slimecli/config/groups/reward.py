@@ -3,6 +3,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from slimecli.config.decode import spec
+
 
 @dataclass(frozen=True)
 class RewardConfig:
@@ -13,7 +15,7 @@ class RewardConfig:
     path: str | None = None  # reward=python: package.module:function or /file.py:function
     group: bool = False  # the python function scores a whole group at once
     url: str | None = None  # reward=remote
-    timeout_s: float = 60.0  # per reward call (per HTTP request for reward=remote)
+    timeout_s: float = spec(60.0, resumable=True)  # per reward call (per HTTP request for reward=remote)
     max_retries: int = 3  # reward=remote: retries after the first attempt
     backoff_s: float = 0.5  # reward=remote: first retry delay, doubled each retry, with jitter
     concurrency: int = 32  # reward calls (HTTP requests) in flight at once

@@ -3,6 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from slimecli.config.decode import spec
 from slimecli.config.port import Port, port_field
 
 
@@ -19,14 +20,18 @@ class RolloutConfig:
     max_new_tokens: int = 64
     max_prompt_len: int = 1024
     num_engines: int = 1  # all on node 0 (with rollout.engines_per_node = 0)
-    engines_per_node: int = 0  # N > 0: N engines on every node of a multi-node run (cluster.node_hosts)
-    host: str = "127.0.0.1"
+    # N > 0: N engines on every node of a multi-node run (cluster.node_hosts)
+    engines_per_node: int = spec(0, resumable=True)
+    host: str = spec("127.0.0.1", resumable=True)
     # auto: a free port for every engine when the run starts (recorded in RUN/plan.json); N: engine i on N + i
     port: Port = port_field()
-    start_timeout_s: float = 300.0
-    request_timeout_s: float = 600.0
+    start_timeout_s: float = spec(300.0, resumable=True)
+    request_timeout_s: float = spec(600.0, resumable=True)
     max_running_requests: int = 64  # embedded engine batch limit
     device: str = "auto"  # embedded engine: auto (the first GPU when there is one, else the CPU) | cpu | cuda | cuda:N
+    # the engines' weights: auto = SGLang's own choice from the checkpoint (--dtype auto); the embedded engine
+    # bfloat16 on a GPU, model.dtype on the CPU. fp32 serving on a GPU costs twice the memory for nothing.
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     prefix_cache_mb: int = 1024  # embedded engine: memory for cached prompt prefixes (KV), in MiB; 0 turns it off
     dynamic_filter: Literal["none", "zero_std"] = "none"
     over_sampling_batch_size: int | None = None  # prompts pulled per round when filtering
@@ -39,8 +44,16 @@ class RolloutConfig:
     # update_weights_from_disk loads only directories under these (symlinks resolved), for every client.
     # () = clients on this host load any directory (as from SGLang); others the run directory or model.path's
     weight_roots: tuple[str, ...] = ()
-    read_timeout_s: float = 60.0  # embedded engine: a request head or body that stalls longer is dropped / 408
+    # embedded engine: a request head or body that stalls longer is dropped / 408
+    read_timeout_s: float = spec(60.0, resumable=True)
     max_connections: int = 1024  # embedded engine: open connections at most; more are answered 503
     # single_turn: one engine completion per sample; agent: an agent CLI works each SWE task (task=swe);
     # or package.module:function, a factory fn(cfg, tokenizer, engines, source) of an object with async collect()
     generate: str = "single_turn"
+
+
+def engine_dtype(r: RolloutConfig, model_dtype: str, on_gpu: bool) -> str:
+    """The embedded engine's dtype (rollout.dtype resolved for its device)."""
+    if r.dtype != "auto":
+        return r.dtype
+    return "bfloat16" if on_gpu else model_dtype

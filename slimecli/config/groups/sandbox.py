@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from slimecli.config.decode import spec
+
 
 @dataclass(frozen=True)
 class SandboxConfig:
@@ -20,4 +22,5 @@ class SandboxConfig:
     # docker/podman: the OCI runtime (`--runtime`), e.g. runc where the default crun cannot run (hybrid cgroups)
     container_runtime: str | None = None
     max_concurrent_boots: int = 16  # agent runs whose sandbox is being created and set up at the same time
-    start_timeout_s: float = 30.0  # how long a sandbox may take to start (probe, image pull excluded)
+    # how long a sandbox may take to start (probe, image pull excluded)
+    start_timeout_s: float = spec(30.0, resumable=True)

@@ -3,6 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from slimecli.config.decode import spec
 from slimecli.config.groups.lora import LoraConfig
 
 # Hugging Face model families that trainer=megatron converts (slimecli/model/megatron/convert.py)
@@ -14,14 +15,14 @@ class TrainerConfig:
     """Policy-gradient training: back-end, parallelism, loss and advantage settings."""
 
     name: Literal["torch", "megatron"] = "torch"
-    nproc: int = 1  # ranks per node
-    max_steps: int = 100
+    nproc: int = spec(1, resumable=True)  # ranks per node
+    max_steps: int = spec(100, resumable=True)
     global_batch_size: int = 8  # samples per optimizer step
-    micro_batch_size: int = 4
+    micro_batch_size: int = spec(4, resumable=True)
     strategy: Literal["ddp", "fsdp"] = "ddp"  # torch back-end: DDP, or FSDP2 (fully_shard) sharding
     dist_backend: Literal["auto", "gloo", "nccl"] = "auto"
-    tensor_parallel_size: int = 1
-    pipeline_parallel_size: int = 1
+    tensor_parallel_size: int = spec(1, resumable=True)
+    pipeline_parallel_size: int = spec(1, resumable=True)
     # a registered estimator (grpo, reinforce_plus_plus, reinforce_plus_plus_baseline) or package.module:function;
     # gspo (deprecated) = grpo + importance_level=sequence
     advantage_estimator: str = "grpo"
@@ -43,16 +44,16 @@ class TrainerConfig:
     loss_reduction: Literal["per_rollout", "per_token"] = "per_rollout"
     opd_kl_coef: float = 0.0  # on-policy distillation strength
     reward_coef: float = 1.0  # scale of the task reward in the advantages; 0 = pure distillation (still logged)
-    save_interval: int = 0  # 0 -> only at the end
+    save_interval: int = spec(0, resumable=True)  # 0 -> only at the end
     keep_checkpoints: int = 2
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = spec(False, resumable=True)
     # trainer=megatron with tensor_parallel_size > 1: norms, dropout and residuals split along the sequence over
     # the TP ranks too (activation memory / tp outside attention and MLP; inputs padded to a multiple of tp)
-    sequence_parallel: bool = False
+    sequence_parallel: bool = spec(False, resumable=True)
     # how new weights reach the engines: disk (an HF dir + update_weights_from_disk; any engine),
     # shared_memory (a tmpfs segment; embedded engines on this host), nccl (SGLang's weight-update group)
-    weight_sync: Literal["disk", "shared_memory", "nccl"] = "disk"
-    weight_sync_bucket_mb: int = 512  # nccl: tensors per broadcast request, in MiB
+    weight_sync: Literal["disk", "shared_memory", "nccl"] = spec("disk", resumable=True)
+    weight_sync_bucket_mb: int = spec(512, resumable=True)  # nccl: tensors per broadcast request, in MiB
     # one-step off-policy: the engines generate step k+1's rollout while the trainer trains on step k; the
     # weights are pushed once that rollout is in, so no sequence mixes two weight versions
     async_rollout: bool = False

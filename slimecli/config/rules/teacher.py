@@ -1,4 +1,4 @@
-"""Teacher rules: where the teacher comes from, and the server's limits."""
+"""Teacher rules: where the teacher comes from and where it runs (its limits are in its schema's field specs)."""
 
 from __future__ import annotations
 
@@ -32,24 +32,6 @@ def model_dir(cfg: SlimeConfig) -> list[ConfigError]:
     return []
 
 
-def limits(cfg: SlimeConfig) -> list[ConfigError]:
-    t = cfg.teacher
-    errors = []
-    for key in ("tp", "dp", "warmup_timeout_s", "update_timeout_s", "start_timeout_s", "sample_chunk_size",
-                "label_chunk_size", "concurrency", "request_timeout_s", "temperature", "log_interval_s",
-                "keepalive_s"):
-        value = getattr(t, key)
-        if value <= 0:
-            errors.append(ConfigError(f"teacher.{key}", value, "must be > 0"))
-    if t.max_length < 0:
-        errors.append(ConfigError("teacher.max_length", t.max_length, "must be >= 0 (0 = no limit)"))
-    if t.dtype is not None and t.dtype not in ("float32", "bfloat16", "float16"):
-        errors.append(ConfigError("teacher.dtype", t.dtype, "must be float32, bfloat16 or float16 (or unset)"))
-    if t.max_retries < 0:
-        errors.append(ConfigError("teacher.max_retries", t.max_retries, "must be >= 0"))
-    return errors
-
-
 def sglang_temperature(cfg: SlimeConfig) -> list[ConfigError]:
     """SGLang applies the temperature to sampled tokens only: its input-token log-probs, which teacher=sglang
     scores with, are always at temperature 1, and no reply holds the full distribution to rescale them."""
@@ -72,4 +54,4 @@ def placement(cfg: SlimeConfig) -> list[ConfigError]:
     return []
 
 
-RULES = [source, model_dir, limits, sglang_temperature, placement]
+RULES = [source, model_dir, sglang_temperature, placement]
