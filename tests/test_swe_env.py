@@ -205,15 +205,20 @@ def test_list_and_prune(tmp_path):
 
 
 # ---- building, and failing to, for real -------------------------------------------------------------------------
+@pytest.mark.slow  # a built-in task checked beside it
 def test_a_row_whose_requirement_cannot_be_installed_is_unevaluatable_env_with_its_log(tmp_path, monkeypatch):
     from slimecli.swe.check import check_all
     from slimecli.swe.env.resolve import grading_sandboxes
 
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # nothing is fetched: the requirement is a path that is not there
+    from slimecli.swe.task import load as load_tasks
+
     missing = str(tmp_path / "no-such-package")
     task = make_task(make_repo(tmp_path / "r", {}), install=[missing])
     settings = TaskConfig(name="swe", env_dir=str(tmp_path / "envs"))
-    [result] = asyncio.run(check_all([task], sandboxes_for=lambda t: grading_sandboxes(t, settings, BWRAP)))
+    good = load_tasks("builtin:swe_tiny").tasks[0]  # checked in the same run: it goes on
+    result, other = asyncio.run(check_all([task, good], sandboxes_for=lambda t: grading_sandboxes(t, settings, BWRAP)))
+    assert other.ok, other.why
     assert not result.ok and [c.name for c in result.checks] == ["env"]
     assert result.why.startswith("env: unevaluatable:env:install: ") and "build log: " in result.why
     log = Path(result.why.rsplit("build log: ", 1)[1].rstrip(")"))
@@ -290,3 +295,32 @@ def test_tasks_env_list_and_prune_commands(tmp_path):
     assert invoke_cli("tasks", "env", "prune", "venv-a", where).returncode == 0
     assert [e.key for e in store.entries()] == ["venv-b"]
     assert invoke_cli("tasks", "env", "prune", where).returncode == 0 and store.entries() == []
+
+
+FAKE_RUNTIME = """#!/bin/sh
+case "$1 $2" in
+  "info --format") echo amd64 ;;
+  "image inspect") [ "$3" = localhost/there:1 ] ;;
+  "pull -q") echo "Error: initializing source docker://$3: no registry reachable" >&2; exit 125 ;;
+  *) exit 2 ;;
+esac
+"""
+
+
+def test_a_missing_image_and_a_missing_runtime_name_the_task_and_the_field(tmp_path):
+    client = tmp_path / "podman"
+    client.write_text(FAKE_RUNTIME)
+    client.chmod(0o755)
+    repo = make_repo(tmp_path / "r", {})
+    settings, sandbox = TaskConfig(name="swe", environment="image"), SandboxConfig(name="podman", binary=str(client))
+    assert resolve(make_task(repo, image="localhost/there:1"), settings, sandbox).image == "localhost/there:1"
+    with pytest.raises(EnvUnavailable) as caught:
+        resolve(make_task(repo, instance_id="t-2", image="localhost/gone:1"), settings, sandbox)
+    assert caught.value.instance_id == "t-2" and caught.value.reason == "image"
+    assert "field image: the image localhost/gone:1 is not among podman's local images" in str(caught.value)
+    assert "cannot be pulled: Error: initializing source" in str(caught.value)
+    absent = SandboxConfig(name="podman", binary=str(tmp_path / "no-podman"))
+    with pytest.raises(EnvUnavailable) as caught:
+        resolve(make_task(repo, instance_id="t-3", image="localhost/there:1"), settings, absent)
+    assert caught.value.instance_id == "t-3" and f"sandbox=podman: {tmp_path}/no-podman is not installed" in str(
+        caught.value)

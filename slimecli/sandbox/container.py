@@ -45,6 +45,22 @@ def runtime_missing(runtime: str, binary: str | None = None) -> str | None:
     return None
 
 
+def image_missing(runtime: str, image: str, binary: str | None = None) -> str | None:
+    """None when `image` is among the runtime's local images or can be pulled now, else why not: a run must not
+    find out at its first sandbox."""
+    found = shutil.which(binary or runtime) or binary or runtime
+    try:
+        if subprocess.run([found, "image", "inspect", image], capture_output=True, timeout=60).returncode == 0:
+            return None
+        pull = subprocess.run([found, "pull", "-q", image], capture_output=True, text=True, timeout=1800)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{runtime} cannot look for the image {image}: {exc}"
+    if pull.returncode == 0:
+        return None
+    last = (pull.stderr.strip().splitlines() or [f"exit {pull.returncode}"])[-1]
+    return f"the image {image} is not among {runtime}'s local images and cannot be pulled: {last[-300:]}"
+
+
 class ContainerSandbox(Sandbox):
     kind = "docker"
     runs_images = True

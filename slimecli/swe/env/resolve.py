@@ -97,10 +97,28 @@ def _build(store: Store, task: SweTask, spec: EnvSpec, commit: str, retry: bool)
     return store.path(spec.key())
 
 
+_images: dict[tuple[str, str, str], str | None] = {}
+
+
+def _check_image(task: SweTask, sandbox: SandboxConfig) -> None:
+    """The runtime answers and the row's image is there (or pulled): once per (runtime, image) per process."""
+    from slimecli.sandbox.container import image_missing, runtime_missing
+
+    assert task.image is not None  # plan_task refused an image environment without one
+    key = (sandbox.name, sandbox.binary or "", task.image)
+    if key not in _images:
+        runtime = runtime_missing(sandbox.name, sandbox.binary)
+        _images[key] = (f"sandbox={sandbox.name}: {runtime}" if runtime
+                        else image_missing(sandbox.name, task.image, sandbox.binary))
+    if _images[key] is not None:
+        raise EnvUnavailable(task.instance_id, "image", f"field image: {_images[key]}")
+
+
 def resolve(task: SweTask, settings: TaskConfig, sandbox: SandboxConfig, *, retry: bool = False) -> TaskEnv:
     """The environment of `task`, built (once per key, whoever asks first) when missing. EnvUnavailable."""
     chosen = plan_task(task, settings, sandbox)
     if chosen.kind == "image":
+        _check_image(task, sandbox)
         return TaskEnv("image", chosen.why, image=task.image)
     spec = chosen.spec if chosen.kind == "venv" else host_spec(settings)
     if spec is None:  # host, and slimecli's own interpreter has the runner
