@@ -32,9 +32,10 @@ def engine_specs(cfg: SlimeConfig, config_path: str) -> list[ProcessSpec]:
             args = sglang_engine_args(cfg, slot.index)
             placed = [] if _flag(args, "--base-gpu-id") is not None else ["--base-gpu-id", str(gpus[slot.index][0])]
             argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(cfg.model.path or "<model=tiny>"),
-                    "--host", slot.host, "--port", str(slot.port), "--dtype", cfg.model.dtype,
+                    "--host", slot.host, "--port", str(slot.port), "--dtype", r.dtype,
                     *(["--trust-remote-code"] if cfg.model.trust_remote_code else []),
-                    "--skip-server-warmup", *_api_key_args(r), *placed, *_grammar_args(cfg, args), *args]
+                    "--skip-server-warmup", *_api_key_args(r), *placed, *_grammar_args(cfg, args),
+                    *_lora_args(cfg, args), *args]
         specs.append(ProcessSpec(name=f"engine-{slot.index}", argv=argv, kind="server", ports=[slot.port],
                                  probe=Probe(f"{slot.url}/health_generate"), start_timeout_s=r.start_timeout_s,
                                  env=env))
@@ -87,6 +88,17 @@ def engine_gpus(cfg: SlimeConfig) -> dict[int, list[int]]:
         out[slot.index] = list(range(first, first + size))
         first += size
     return out
+
+
+def _lora_args(cfg: SlimeConfig, args: list[str]) -> list[str]:
+    """trainer.lora: SGLang loads the trainer's adapters at run time (/load_lora_adapter), so it must reserve LoRA
+    memory up front for their rank and modules; two adapters at once, as the new version loads before the old one
+    is dropped. LoRA flags in rollout.sglang_args win."""
+    lo = cfg.trainer.lora
+    if not lo.enabled or _flag(args, "--enable-lora") is not None:
+        return []
+    return ["--enable-lora", "--max-lora-rank", str(lo.rank), "--lora-target-modules", *lo.targets(cfg.model.name),
+            "--max-loras-per-batch", "2"]
 
 
 def _grammar_args(cfg: SlimeConfig, args: list[str]) -> list[str]:

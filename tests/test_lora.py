@@ -1,0 +1,124 @@
+"""trainer.lora: validation, the engine's LoRA API on bad input, and one short LoRA run end to end (adapter-only
+weight sync, adapter checkpoints and their resume, final/ in peft's format, final-merged/ for transformers)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.helpers import invoke_cli
+from tests.helpers.train_e2e import run_train
+
+
+def _validate(*overrides: str) -> tuple[int, str]:
+    out = invoke_cli("config", "validate", *overrides)
+    return out.returncode, out.stdout + out.stderr
+
+
+def test_lora_config_errors_are_reported_together_with_a_did_you_mean():
+    code, text = _validate("trainer.lora.rank=8", "trainer.lora.alpha=0", "trainer.lora.target_modules=[q_prj]",
+                           "trainer=megatron", "trainer.weight_sync=nccl")
+    assert code == 2, text
+    assert "trainer.lora.alpha: must be > 0" in text
+    assert "did you mean 'q_proj'?" in text
+    assert "trainer=megatron has no LoRA" in text
+    assert "trainer.weight_sync: with trainer.lora" in text
+    assert "Traceback" not in text
+    code, text = _validate("trainer.lora.rank=-1")
+    assert code == 2 and "trainer.lora.rank: must be >= 0" in text
+    code, text = _validate("trainer.lora.rnk=8")
+    assert code == 2 and "did you mean 'trainer.lora.rank'?" in text
+    assert _validate("trainer.lora.rank=8")[0] == 0
+
+
+def test_sglang_engines_are_launched_with_lora_flags(tiny):
+    from slimecli.config.compose import load
+    from slimecli.launch.plan import engine_specs
+
+    cfg = load(["rollout=sglang", "trainer.lora.rank=16", "trainer.lora.target_modules=[q_proj,v_proj]",
+                f"model.path={tiny}", "rollout.port=30000"])
+    argv = engine_specs(cfg, "config.yaml")[0].argv
+    i = argv.index("--enable-lora")
+    assert argv[i:i + 8] == ["--enable-lora", "--max-lora-rank", "16", "--lora-target-modules", "q_proj", "v_proj",
+                             "--max-loras-per-batch", "2"]
+
+
+def test_engine_lora_api_refuses_bad_requests_with_4xx(engine, tmp_path):
+    assert engine.post("/load_lora_adapter", {"lora_path": str(tmp_path)}).status_code == 400  # no name
+    resp = engine.post("/load_lora_adapter", {"lora_name": "x", "lora_path": str(tmp_path)})
+    assert resp.status_code == 400 and resp.json()["success"] is False and "not a peft adapter" in resp.text
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 0, "lora_alpha": 8}))
+    torch.save({}, tmp_path / "x.pt")
+    from safetensors.torch import save_file
+
+    save_file({"base_model.model.model.layers.0.mlp.nope.lora_A.weight": torch.zeros(2, 2)},
+              str(tmp_path / "adapter_model.safetensors"))
+    resp = engine.post("/load_lora_adapter", {"lora_name": "x", "lora_path": str(tmp_path)})
+    assert resp.status_code == 400 and "r must be a positive integer" in resp.json()["error_message"]
+    resp = engine.post("/unload_lora_adapter", {"lora_name": "never-loaded"})
+    assert resp.status_code == 400 and resp.json()["success"] is False
+    assert engine.post("/update_weight_version", {}).status_code == 400
+    assert engine.post("/load_lora_adapter", {"lora_name": "x", "lora_path": 3, "bogus": 1}).status_code == 400
+
+
+def _trainer_logits(run: Path, step_dir: Path, ids: torch.Tensor) -> torch.Tensor:
+    """The logits of the trainer's own model: peft around the base, the checkpoint's adapter loaded the way a resume
+    loads it."""
+    from slimecli.config.io import load_frozen
+    from slimecli.train.lora import model_keys, wrap
+    from slimecli.train.policy import load_full_state_dict
+    from transformers import AutoModelForCausalLM
+
+    cfg = load_frozen(run / "config.yaml")
+    model = wrap(AutoModelForCausalLM.from_pretrained(cfg.model.path, dtype=torch.float32), cfg)
+    load_full_state_dict(model, model_keys(load_file(str(step_dir / "model.safetensors"))), strict=False)
+    with torch.no_grad():
+        return model.eval()(input_ids=ids).logits
+
+
+@pytest.mark.slow
+def test_lora_run_syncs_adapters_checkpoints_resumes_and_exports(tmp_path):
+    """A LoRA run (rank 4, KL loss against the adapters-off base) for 2 steps, then the same command for a third:
+    the engine merges each pushed adapter, checkpoints hold adapters and their Adam state, and final/ and
+    final-merged/ load in peft and transformers with the trainer's logits."""
+    run = tmp_path / "run"
+    args = ["trainer.nproc=1", "trainer.lora.rank=4", "trainer.save_interval=1", "trainer.kl_loss_coef=0.01",
+            "eval.at_start=false", "eval.at_end=false", "rollout.batch_size=4", "trainer.global_batch_size=32",
+            "trainer.micro_batch_size=16"]
+    out = run_train(run, *args, "trainer.max_steps=2")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    out = run_train(run, *args, "trainer.max_steps=3")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "resumed from" in (run / "logs" / "trainer.log").read_text()
+
+    engine_log = (run / "logs" / "engine-0.log").read_text()
+    for v in (1, 2, 3):
+        assert f"LoRA adapter policy-v{v} merged" in engine_log
+    pushed = run / "weights" / "v3"
+    assert sorted(p.name for p in pushed.iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+
+    step = run / "checkpoints" / "step_3"
+    adapter = load_file(str(step / "model.safetensors"))
+    assert adapter and all(".lora_A." in k or ".lora_B." in k for k in adapter)
+    moments = torch.load(step / "optimizer.pt", weights_only=True)["state"]
+    assert len(moments) == len(adapter)  # Adam state for the adapters, nothing for the frozen base
+    assert {tuple(s["exp_avg"].shape) for s in moments.values()} <= {tuple(t.shape) for t in adapter.values()}
+
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    ids = torch.tensor([[1, 5, 9, 42, 7, 300, 11, 2]])
+    expected = _trainer_logits(run, step, ids)
+    base = json.loads((run / "final" / "adapter_config.json").read_text())["base_model_name_or_path"]
+    peft_model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32),
+                                           str(run / "final"))
+    merged = AutoModelForCausalLM.from_pretrained(str(run / "final-merged"), dtype=torch.float32)
+    with torch.no_grad():
+        assert torch.allclose(peft_model.eval()(input_ids=ids).logits, expected, atol=1e-4)
+        assert torch.allclose(merged.eval()(input_ids=ids).logits, expected, atol=1e-4)
+        untrained = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()(input_ids=ids).logits
+    assert not torch.allclose(untrained, expected, atol=1e-3)  # the adapter changed the policy
