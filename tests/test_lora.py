@@ -68,10 +68,11 @@ def test_engine_lora_api_refuses_bad_requests_with_4xx(engine, tmp_path):
 def _trainer_logits(run: Path, step_dir: Path, ids: torch.Tensor) -> torch.Tensor:
     """The logits of the trainer's own model: peft around the base, the checkpoint's adapter loaded the way a resume
     loads it."""
+    from transformers import AutoModelForCausalLM
+
     from slimecli.config.io import load_frozen
     from slimecli.train.lora import model_keys, wrap
     from slimecli.train.policy import load_full_state_dict
-    from transformers import AutoModelForCausalLM
 
     cfg = load_frozen(run / "config.yaml")
     model = wrap(AutoModelForCausalLM.from_pretrained(cfg.model.path, dtype=torch.float32), cfg)
