@@ -12,22 +12,22 @@ class RolloutConfig:
     """Rollout engines (embedded or SGLang) and the sampling of responses."""
 
     name: Literal["local", "sglang"] = "local"
-    batch_size: int = 8  # prompts per step
-    n_samples_per_prompt: int = 4
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    max_new_tokens: int = 64
+    batch_size: int = spec(8, gt=0)  # prompts per step
+    n_samples_per_prompt: int = spec(4, gt=0)
+    temperature: float = spec(1.0, gt=0, note="log-probs are taken at this temperature")
+    top_p: float = spec(1.0, gt=0, le=1)
+    top_k: int = spec(-1, ge=1, also=(-1,), note="-1: all")
+    max_new_tokens: int = spec(64, gt=0)
     max_prompt_len: int = 1024
-    num_engines: int = 1  # all on node 0 (with rollout.engines_per_node = 0)
+    num_engines: int = spec(1, gt=0)  # all on node 0 (with rollout.engines_per_node = 0)
     # N > 0: N engines on every node of a multi-node run (cluster.node_hosts)
     engines_per_node: int = spec(0, resumable=True)
     host: str = spec("127.0.0.1", resumable=True)
     # auto: a free port for every engine when the run starts (recorded in RUN/plan.json); N: engine i on N + i
     port: Port = port_field()
-    start_timeout_s: float = spec(300.0, resumable=True)
+    start_timeout_s: float = spec(300.0, gt=0, resumable=True)
     request_timeout_s: float = spec(600.0, resumable=True)
-    max_running_requests: int = 64  # embedded engine batch limit
+    max_running_requests: int = spec(64, gt=0)  # embedded engine batch limit
     device: str = "auto"  # embedded engine: auto (the first GPU when there is one, else the CPU) | cpu | cuda | cuda:N
     # the engines' weights: auto = SGLang's own choice from the checkpoint (--dtype auto); the embedded engine
     # bfloat16 on a GPU, model.dtype on the CPU. fp32 serving on a GPU costs twice the memory for nothing.

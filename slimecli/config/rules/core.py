@@ -16,19 +16,9 @@ def positive(path: str, value: float | int | None) -> list[ConfigError]:
 
 
 def sampling(cfg: SlimeConfig) -> list[ConfigError]:
+    """Sampling settings across fields (each field's own bounds are in its spec)."""
     r = cfg.rollout
     errors = []
-    if r.temperature <= 0:
-        errors.append(ConfigError("rollout.temperature", r.temperature, "must be > 0 (log-probs are taken at this temperature)"))
-    if not 0 < r.top_p <= 1:
-        errors.append(ConfigError("rollout.top_p", r.top_p, "must be in (0, 1]"))
-    if r.top_k == 0 or r.top_k < -1:
-        errors.append(ConfigError("rollout.top_k", r.top_k, "must be -1 (all) or >= 1"))
-    for path, value in [("rollout.batch_size", r.batch_size), ("rollout.n_samples_per_prompt", r.n_samples_per_prompt),
-                        ("rollout.max_new_tokens", r.max_new_tokens), ("rollout.num_engines", r.num_engines),
-                        ("rollout.start_timeout_s", r.start_timeout_s),
-                        ("rollout.max_running_requests", r.max_running_requests)]:
-        errors += positive(path, value)
     if r.over_sampling_batch_size is not None and r.over_sampling_batch_size < r.batch_size:
         errors.append(ConfigError("rollout.over_sampling_batch_size", r.over_sampling_batch_size,
                                   f"must be >= rollout.batch_size ({r.batch_size})"))
