@@ -97,8 +97,11 @@ def test_pipeline_parallel_2_matches_the_torch_trainer(odd_vocab_model, torch_re
 
 def test_data_parallel_2_matches_the_torch_trainer(odd_vocab_model, torch_result, tmp_path):
     """Two replicas (TP=1, DP=2): each scores and trains on its half of the batch; megatron-core's DDP sums
-    what the stages weighed over the whole batch, so the update equals one process's."""
-    assert_same(megatron_result(odd_vocab_model, tmp_path, tp=1, pp=1, dp=2), torch_result)
+    what the stages weighed over the whole batch, so the update equals one process's. The replicas share out
+    the optimizer's main weights and moments (megatron-core's distributed optimizer)."""
+    result = megatron_result(odd_vocab_model, tmp_path, tp=1, pp=1, dp=2)
+    assert result["distributed_optimizer"] is True
+    assert_same(result, torch_result)
 
 
 def _torchrun(script: str, nproc: int, *args: str) -> None:

@@ -66,6 +66,7 @@ def run(cfg: SlimeConfig, batch: StepBatch) -> dict[str, object]:
     config = getattr(policy, "config", None)  # megatron-core's TransformerConfig (trainer=megatron)
     return {"rank": info.rank, "logp": [t.tolist() for t in scored], "metrics": metrics,
             "sequence_parallel": bool(getattr(config, "sequence_parallel", False)),
+            "distributed_optimizer": bool(getattr(policy, "distributed_optimizer", False)),
             "state": {k: v.tolist() for k, v in state.items()} if state is not None else None}
 
 

@@ -118,11 +118,48 @@ class SequenceParallelRMSNorm(torch.nn.RMSNorm):
         self.weight.sequence_parallel = bool(config.sequence_parallel)  # type: ignore[attr-defined]
 
 
+def spec_choice(te_installed: bool, gpu: bool) -> tuple[str, str | None]:
+    """Which megatron-core layer spec to build: ("transformer_engine", None) where Transformer Engine can run,
+    else ("local", the warning to log). The local spec's attention is unfused: it materialises the s x s score
+    tensor, so long RL sequences can run out of memory where Transformer Engine's fused attention would not."""
+    if te_installed and gpu:
+        return "transformer_engine", None
+    if gpu:
+        return "local", ("Transformer Engine is not installed: megatron-core runs its local spec (unfused attention "
+                         "holds the full s x s scores; long sequences may run out of memory). Install "
+                         "transformer-engine[pytorch] for fused attention and norms")
+    return "local", "no GPU: megatron-core runs its local spec (Transformer Engine needs a GPU)"
+
+
+# Transformer Engine fuses the pre-attention and pre-MLP norms into the next linear layer: their weights live
+# there under other names. Loading and export speak the local spec's names.
+TE_NAMES = {"self_attention.linear_qkv.layer_norm_weight": "input_layernorm.weight",
+            "mlp.linear_fc1.layer_norm_weight": "pre_mlp_layernorm.weight"}
+
+
+def _local_spec_name(name: str) -> str:
+    for te, local in TE_NAMES.items():
+        if name.endswith("." + te):
+            return name[:-len(te)] + local
+    return name
+
+
 def layer_specs(arch: Arch, config: Any) -> Any:
-    """megatron-core's local (no Transformer Engine) spec; with sequence parallelism, the norms above instead."""
+    """Transformer Engine's spec where it can run (spec_choice), else megatron-core's local spec; with sequence
+    parallelism on the local spec, the norms above instead."""
+    import importlib.util
+
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
 
+    kind, warning = spec_choice(importlib.util.find_spec("transformer_engine") is not None,
+                                torch.cuda.is_available())
+    if warning:
+        log.warning(warning)
+    if kind == "transformer_engine":
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
+
+        return get_gpt_layer_with_transformer_engine_spec(qk_layernorm=arch.qk_norm)
     spec = get_gpt_layer_local_spec(qk_layernorm=arch.qk_norm, normalization="RMSNorm")
     if not config.sequence_parallel:
         return spec
@@ -158,7 +195,8 @@ def _layer_offset(arch: Arch) -> int:
 
 
 def _global_name(local: str, offset: int) -> str:
-    """decoder.layers.<stage-local i>.x -> decoder.layers.<global i>.x"""
+    """decoder.layers.<stage-local i>.x -> decoder.layers.<global i>.x, in the local spec's names"""
+    local = _local_spec_name(local)
     if not local.startswith("decoder.layers."):
         return local
     index, rest = local[len("decoder.layers."):].split(".", 1)

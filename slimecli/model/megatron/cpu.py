@@ -1,8 +1,8 @@
 """Run megatron-core on a machine without a GPU (CPU tensors, gloo), for tests and laptops.
 
 megatron-core 0.16 assumes CUDA in a few places: the RNG tracker reads and writes CUDA generator states,
-buffers are allocated on ``torch.cuda.current_device()`` or ``device="cuda"``, and gradient clipping asserts
-``torch.cuda.FloatTensor``. ``apply()`` redirects exactly those, and only inside megatron-core's own modules:
+buffers are allocated on ``torch.cuda.current_device()`` or ``device="cuda"``, and gradient clipping and the distributed optimizer
+accept only ``torch.cuda.*`` tensor types. ``apply()`` redirects exactly those, and only inside megatron-core's own modules:
 each listed module's global ``torch`` is replaced by a view of torch whose ``cuda`` namespace is the CPU and
 whose tensor factories put ``"cuda"`` tensors on the CPU. Nothing outside megatron-core sees a change.
 It refuses to run where a GPU exists, so a GPU run never goes through it.
@@ -33,6 +33,7 @@ MODULES = (
     "megatron.core.distributed.finalize_model_grads",
     "megatron.core.optimizer.optimizer",
     "megatron.core.optimizer.clip_grads",
+    "megatron.core.optimizer.distrib_optimizer",  # trainer=megatron with DP > 1
     "megatron.core.pipeline_parallel.schedules",
     "megatron.core.pipeline_parallel.p2p_communication",
     "megatron.core.transformer.utils",
@@ -48,6 +49,14 @@ MODULES = (
 TENSOR_CUDA_CALLERS = (
     ("megatron.core.models.common.language_module.language_module", "LanguageModule",
      "setup_embeddings_and_output_layer"),  # the tied embedding's copy on the last pipeline stage
+    # the distributed optimizer's checkpoint gathers and scatters its shards over the replicas (DP > 1)
+    ("megatron.core.optimizer.distrib_optimizer", "DistributedOptimizer", "sharded_state_dict"),
+    ("megatron.core.optimizer.distrib_optimizer", "DistributedOptimizer", "load_state_dict"),
+)
+# megatron-core methods that accept only parameters whose Tensor.type() is torch.cuda.*: while one runs, a CPU
+# tensor's type() names the CUDA type of its dtype
+TENSOR_TYPE_CALLERS = (
+    ("megatron.core.optimizer.distrib_optimizer", "DistributedOptimizer", "__init__"),
 )
 FACTORIES = ("tensor", "zeros", "ones", "empty", "full", "arange", "zeros_like", "ones_like", "empty_like",
              "full_like", "rand", "randn")
@@ -142,6 +151,26 @@ def _tensor_cuda_is_identity(method: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+def _tensor_type_is_cuda(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        original = torch.Tensor.type
+
+        def cuda_type(self: torch.Tensor, *a: Any, **k: Any) -> Any:
+            name = original(self, *a, **k)
+            if a or k or self.device.type != "cpu":
+                return name
+            return str(name).replace("torch.", "torch.cuda.", 1)
+
+        torch.Tensor.type = cuda_type  # type: ignore[method-assign,assignment]
+        try:
+            return method(*args, **kwargs)
+        finally:
+            torch.Tensor.type = original  # type: ignore[method-assign]
+
+    return call
+
+
 def apply() -> None:
     """Redirect megatron-core's CUDA calls to the CPU (idempotent); refuses when a GPU is present."""
     global _applied
@@ -157,6 +186,9 @@ def apply() -> None:
     for module_name, owner, method in TENSOR_CUDA_CALLERS:
         cls = getattr(importlib.import_module(module_name), owner)
         setattr(cls, method, _tensor_cuda_is_identity(getattr(cls, method)))
+    for module_name, owner, method in TENSOR_TYPE_CALLERS:
+        cls = getattr(importlib.import_module(module_name), owner)
+        setattr(cls, method, _tensor_type_is_cuda(getattr(cls, method)))
     random = importlib.import_module("megatron.core.tensor_parallel.random")
     random._get_cuda_rng_state = lambda device=None, clone=False, graph_safe=False: (  # type: ignore[attr-defined]
         torch.get_rng_state().clone() if clone else torch.get_rng_state())

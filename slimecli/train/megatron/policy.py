@@ -43,6 +43,9 @@ class MegatronPolicy:
         self.data_size = ps.get_data_parallel_world_size()
         self.module = module
         self.optimizer: Any = None
+        # DP > 1: megatron-core's distributed optimizer shards the fp32 main weights and the moments over the
+        # replicas instead of copying them on each (with optimizer=stateless_adam there are no moments to shard)
+        self.distributed_optimizer = trainable and self.data_size > 1
         if trainable:
             self.model = self._wrap_ddp(module)
             self.optimizer = self._build_optimizer(cfg)
@@ -51,8 +54,9 @@ class MegatronPolicy:
             module.requires_grad_(False)
             self.model = module
         if info.is_main:
-            log.info("megatron-core policy: TP=%d PP=%d DP=%d%s", ps.get_tensor_model_parallel_world_size(),
-                     ps.get_pipeline_model_parallel_world_size(), self.data_size, "" if trainable else " (frozen)")
+            log.info("megatron-core policy: TP=%d PP=%d DP=%d%s%s", ps.get_tensor_model_parallel_world_size(),
+                     ps.get_pipeline_model_parallel_world_size(), self.data_size, "" if trainable else " (frozen)",
+                     ", distributed optimizer" if self.distributed_optimizer else "")
 
     def _wrap_ddp(self, module: torch.nn.Module) -> torch.nn.Module:
         from megatron.core.distributed import (
@@ -61,7 +65,9 @@ class MegatronPolicy:
             finalize_model_grads,
         )
 
-        ddp = DistributedDataParallel(self.config, DistributedDataParallelConfig(grad_reduce_in_fp32=True), module)
+        ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True,
+                                                   use_distributed_optimizer=self.distributed_optimizer)
+        ddp = DistributedDataParallel(self.config, ddp_config, module)
 
         def finalize(models: list[torch.nn.Module], num_tokens: Any = None, **kwargs: Any) -> None:
             finalize_model_grads(models, None, **kwargs)  # no token count: the losses are already weighted
@@ -76,7 +82,8 @@ class MegatronPolicy:
         from slimecli.train.optim.megatron_patch import megatron_optimizer_context, megatron_optimizer_kwargs
 
         opt_cfg = OptimizerConfig(**megatron_optimizer_kwargs(cfg.optimizer), params_dtype=self.config.params_dtype,
-                                  bf16=self.config.bf16, fp16=self.config.fp16)
+                                  bf16=self.config.bf16, fp16=self.config.fp16,
+                                  use_distributed_optimizer=self.distributed_optimizer)
         with megatron_optimizer_context(cfg.optimizer):
             return get_megatron_optimizer(opt_cfg, [self.model])
 
@@ -206,7 +213,9 @@ class MegatronPolicy:
         model = module.sharded_state_dict()
         state: dict[str, Any] = {"model": model}
         if with_optimizer and self.optimizer is not None:
-            state["optimizer"] = self.optimizer.sharded_state_dict(model, is_loading=loading)
+            # the distributed optimizer's shards in a layout-free format, so a resume may change TP/PP/DP
+            extra = {"metadata": {"distrib_optim_sharding_type": "fully_reshardable"}} if self.distributed_optimizer else {}
+            state["optimizer"] = self.optimizer.sharded_state_dict(model, is_loading=loading, **extra)
         return state
 
     def save_sharded(self, directory: Path, *, with_optimizer: bool) -> bool:
