@@ -10,7 +10,7 @@ TORCH ?= torch==2.13.0
 CONSTRAINTS ?= constraints.txt
 PIP_C := $(BIN)/pip install -q $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
-.PHONY: setup agent-clis sandbox-deps train test test-quick test-durations lint bench constraints
+.PHONY: setup agent-clis sandbox-deps sglang-contract train test test-quick test-durations lint bench constraints
 
 $(BIN)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -48,11 +48,25 @@ sandbox-deps:
 	  { $$SUDO apt-get update -qq >/dev/null 2>&1 && $$SUDO apt-get install -y -qq bubblewrap >/dev/null 2>&1; } || \
 	  { echo "could not install bubblewrap with apt-get"; exit 1; }
 
+# SGLang's own argument parser and request schemas for tests/test_sglang_contract.py, without a GPU: the sglang
+# wheel and the few pure-Python packages its server_args and io_struct modules import, without their
+# dependencies, in a directory of their own (sglang pins another torch and transformers: the venv keeps its own).
+# GPU-only modules (triton, ...) are stubbed by the tests. ~40 MB download, once.
+SGLANG_CONTRACT ?= .cache/sglang-contract
+SGLANG_PKGS := sglang==0.5.23 orjson==3.13.0 pybase64==1.5.1 starlette==1.10.0 msgspec==0.23.0 pyzmq==27.3.0 \
+  dill==0.4.1 sentencepiece==0.2.1 compressed-tensors==0.18.0 loguru==0.7.3 gguf==0.19.0 openai==2.8.0 \
+  partial_json_parser==0.2.1.1.post7
+$(SGLANG_CONTRACT)/.installed:
+	$(BIN)/pip install -q --no-deps --target $(SGLANG_CONTRACT) $(SGLANG_PKGS)
+	touch $@
+
+sglang-contract: setup $(SGLANG_CONTRACT)/.installed
+
 # The suite runs on TEST_WORKERS pytest-xdist workers, a test file per worker at a time (a file's module-scoped
 # engines and servers are started once), costliest first (tests/conftest.py orders them; xdist keeps that order); each test's duration goes to .test-durations.json and the 15 slowest
 # are printed at the end (docs/testing.md: how the time is spent; make test-durations prints its table).
 TEST_WORKERS ?= 2
-test: setup $(BIN)/.installed-megatron agent-clis sandbox-deps
+test: setup $(BIN)/.installed-megatron agent-clis sandbox-deps sglang-contract
 	$(BIN)/ruff check .
 	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)

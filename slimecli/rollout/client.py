@@ -80,6 +80,7 @@ class EngineClient:
         self._session = session
         self._own_session = session is None
         self.has_update_session: bool | None = None  # SGLang's /begin_weight_update: None until first asked
+        self.old_server_info = False  # the server knows only /get_server_info
         self.lora_name: str | None = None  # the LoRA adapter loaded last (trainer.lora): generations name it
 
     async def __aenter__(self) -> EngineClient:
@@ -223,10 +224,12 @@ class EngineClient:
         return await self._update("/init_weights_update_group", body, None)
 
     async def update_weights_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]],
-                                              group_name: str, weight_version: str | int | None = None
-                                              ) -> dict[str, Any]:
-        """SGLang's: receive these tensors by broadcast from rank 0 of the group (which sends them meanwhile)."""
-        body = {"names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name, "flush_cache": True}
+                                              group_name: str, weight_version: str | int | None = None, *,
+                                              flush_cache: bool = True) -> dict[str, Any]:
+        """SGLang's: receive these tensors by broadcast from rank 0 of the group (which sends them meanwhile).
+        ``flush_cache``: drop the prefix cache after loading them (an update's last bucket; once is enough)."""
+        body = {"names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name,
+                "flush_cache": flush_cache}
         return await self._update("/update_weights_from_distributed", body, weight_version)
 
     async def begin_weight_update(self) -> bool:
@@ -313,6 +316,15 @@ class EngineClient:
         return await self._request("GET", "/get_model_info")
 
     async def get_server_info(self) -> dict[str, Any]:
+        """GET /server_info (SGLang 0.5.x deprecates /get_server_info); /get_server_info on a server that
+        answers 404 to the new name (older SGLang), remembered."""
+        if not self.old_server_info:
+            try:
+                return await self._request("GET", "/server_info")
+            except EngineError as exc:
+                if exc.status != 404:
+                    raise
+                self.old_server_info = True
         return await self._request("GET", "/get_server_info")
 
     async def get_loads(self, include: str | None = None) -> dict[str, Any]:

@@ -297,11 +297,12 @@ class GroupSync:
             for _name, t in bucket:
                 dist.broadcast(t if self.device is None else t.to(self.device), src=0, group=self.group)
 
-        async def one_bucket(bucket: list[tuple[str, torch.Tensor]]) -> None:
+        async def one_bucket(bucket: list[tuple[str, torch.Tensor]], last: bool) -> None:
             names = [n for n, _ in bucket]
             dtypes = [dtype_name(t.dtype) for _, t in bucket]
             shapes = [list(t.shape) for _, t in bucket]
-            posts = [e.update_weights_from_distributed(names, dtypes, shapes, GROUP_NAME, str(version))
+            posts = [e.update_weights_from_distributed(names, dtypes, shapes, GROUP_NAME, str(version),
+                                                       flush_cache=last)  # the cache goes once, after the last
                      for e in self.engines]
             await _broadcast_while_engines_receive(_in_daemon_thread(send, bucket), posts, self.engines,
                                                    f"by broadcast (version {version})")
@@ -312,8 +313,9 @@ class GroupSync:
                 await asyncio.gather(*(e.flush_cache() for e in self.engines))
                 opened = await asyncio.gather(*(e.begin_weight_update() for e in self.engines))
                 try:
-                    for bucket in _buckets(tensors, self.bucket_bytes):
-                        await one_bucket(bucket)
+                    buckets = list(_buckets(tensors, self.bucket_bytes))
+                    for i, bucket in enumerate(buckets):
+                        await one_bucket(bucket, last=i == len(buckets) - 1)
                 finally:
                     await asyncio.gather(*(e.end_weight_update() for e, o in zip(self.engines, opened, strict=True)
                                            if o), return_exceptions=True)

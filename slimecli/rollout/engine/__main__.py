@@ -40,9 +40,17 @@ def weight_roots(cfg: SlimeConfig, run_dir: str | Path | None,
     return roots
 
 
+def on_gpu(device: str) -> bool:
+    """Whether rollout.device puts the embedded engine on a GPU."""
+    import torch
+
+    return device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+
+
 def start(cfg: SlimeConfig, index: int = 0, run_dir: str | Path | None = None) -> None:
     """Serve engine `index` of this config (blocks); run_dir: where update_weights_from_disk may load from
     when rollout.weight_roots is not set."""
+    from slimecli.config.groups.rollout import engine_dtype
     from slimecli.config.layout import engine_slot
     from slimecli.model.loading import resolve_model_path, resolve_tokenizer_path
     from slimecli.rollout.client import engine_api_key
@@ -52,7 +60,7 @@ def start(cfg: SlimeConfig, index: int = 0, run_dir: str | Path | None = None) -
     r = cfg.rollout
     slot = engine_slot(cfg, index)
     run(model_path, host=slot.host, port=slot.port, tokenizer_path=resolve_tokenizer_path(cfg.model),
-        dtype=cfg.model.dtype, max_running=r.max_running_requests, seed=cfg.run.seed + index, device=r.device,
+        dtype=engine_dtype(r, cfg.model.dtype, on_gpu(r.device)), max_running=r.max_running_requests, seed=cfg.run.seed + index, device=r.device,
         prefix_cache_mb=r.prefix_cache_mb, trust_remote_code=cfg.model.trust_remote_code,
         log_level=cfg.run.log_level, api_key=engine_api_key(r), weight_roots=weight_roots(cfg, run_dir, model_path),
         read_timeout_s=r.read_timeout_s, max_connections=r.max_connections,
