@@ -39,6 +39,7 @@ VALUE_OPTIONS = {"--patch", "--index", "--recipe-dir", "-r", "--out", "--by", "-
 SKIPPED = {
     ("report",): "needs a finished run; tests of slimecli report write one",
     ("model", "init"): "writes a model (seconds); the `tiny` fixture runs the same create_tiny_model",
+    ("tasks", "synth"): "makes tasks from a repository (a minute or more); tests/test_swe_synth.py runs it",
 }
 
 
