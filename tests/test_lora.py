@@ -75,7 +75,7 @@ def _trainer_logits(run: Path, step_dir: Path, ids: torch.Tensor) -> torch.Tenso
     from slimecli.train.policy import load_full_state_dict
 
     cfg = load_frozen(run / "config.yaml")
-    model = wrap(AutoModelForCausalLM.from_pretrained(cfg.model.path, dtype=torch.float32), cfg)
+    model = wrap(AutoModelForCausalLM.from_pretrained(cfg.model.resolved_path, dtype=torch.float32), cfg)
     load_full_state_dict(model, model_keys(load_file(str(step_dir / "model.safetensors"))), strict=False)
     with torch.no_grad():
         return model.eval()(input_ids=ids).logits
