@@ -93,16 +93,14 @@ def main() -> None:
         opt.zero_grad(set_to_none=True)
 
     rows: dict[str, dict[str, float]] = {"full": {}, "lora": {}}
+    step_times: dict[str, list[float]] = {"full": [], "lora": []}
     for _ in range(a.reps):  # interleaved: both see the same load
         for kind, model in (("full", full), ("lora", lora)):
-            rows[kind].setdefault("steps", 0)
             t = time.perf_counter()
             step(model, opts[kind])
-            rows[kind].setdefault("step_times", [])  # type: ignore[arg-type]
-            rows[kind]["step_times"].append(time.perf_counter() - t)  # type: ignore[attr-defined]
+            step_times[kind].append(time.perf_counter() - t)
     for kind in rows:
-        times = rows[kind].pop("step_times")  # type: ignore[misc]
-        rows[kind]["step_s"] = statistics.median(times[1:] or times)  # type: ignore[arg-type]
+        rows[kind]["step_s"] = statistics.median(step_times[kind][1:] or step_times[kind])
         rows[kind]["optimizer_bytes"] = nbytes(t for s in opts[kind].state.values() for t in s.values()
                                                if torch.is_tensor(t) and t.ndim > 0)
 
@@ -121,10 +119,6 @@ def main() -> None:
             for k, v in loaded.items():
                 targets[k].copy_(v)
 
-    class _Sched:  # what AdapterRoutes reads of the engine: its runner's model and device, load_weights
-        def __init__(self) -> None:
-            self.runner = type("R", (), {"model": engine, "device": torch.device("cpu")})()
-
     routes = AdapterRoutes.__new__(AdapterRoutes)
     routes.base, routes.loaded, routes.merged = {}, {}, None
 
@@ -139,9 +133,8 @@ def main() -> None:
                 base = routes.base.setdefault(name, targets[name].detach().clone())
                 targets[name].copy_(merged(base, a_, b_, scale))
 
-    for _ in range(1):
-        rows["full"]["sync_s"] = median_s(full_sync, a.reps)
-        rows["lora"]["sync_s"] = median_s(lora_sync, a.reps)
+    rows["full"]["sync_s"] = median_s(full_sync, a.reps)
+    rows["lora"]["sync_s"] = median_s(lora_sync, a.reps)
 
     print(f"{'':18}{'full':>14}{'lora':>14}{'lora/full':>11}")
     for key, unit in (("sync_bytes", "MiB"), ("sync_s", "s"), ("optimizer_bytes", "MiB"), ("step_s", "s")):
