@@ -19,6 +19,9 @@ def synth(ctx: typer.Context, src: Path = typer.Argument(..., help="A git checko
           jobs: int = typer.Option(2, "--jobs", "-j", min=1, help="Test runs and task checks at once."),
           max_fail: int = typer.Option(10, "--max-fail", min=1, help="K: keep a bug only if 1..K tests fail."),
           max_pass: int = typer.Option(50, "--max-pass", min=0, help="PASS_TO_PASS tests kept per task (sampled)."),
+          choices: int = typer.Option(0, "--choices", min=0, max=4, help="List N edits per task for agent."
+                                      "constrain=choices smoke runs: the gold patch and N-1 wrong edits of the same "
+                                      "function (graded: none resolves). 0: none."),
           as_json: bool = typer.Option(False, "--json", help="Print the run's figures as one JSON object."),
           recipe_dir: list[str] = RecipeDirOption) -> None:
     """Make SWE tasks from a Python repository whose tests pass: break covered functions, keep the breaks 1..K
@@ -33,8 +36,10 @@ def synth(ctx: typer.Context, src: Path = typer.Argument(..., help="A git checko
         fail(f"SRC: {src}: no such file or directory")
     cfg = _config(ctx.args, recipe_dir)
     repo_dir = repo or out.with_name(f"{out.stem}-repo")
+    if choices == 1:
+        fail("--choices: 1 is not a choice; use 0 (no listed edits) or 2..4 (the gold edit and N-1 wrong ones)")
     options = Options(max_tasks=max_tasks, seed=seed, jobs=jobs, max_fail=max_fail, max_pass=max_pass,
-                      budget_s=cfg.agent.eval_budget_s)
+                      budget_s=cfg.agent.eval_budget_s, choices=choices)
     try:
         report = asyncio.run(synthesize(src, out, repo_dir, options, cfg.task, cfg.sandbox, say=echo_err))
     except SynthError as exc:

@@ -23,6 +23,7 @@ from typing import Any
 from slimecli.config.groups.sandbox import SandboxConfig
 from slimecli.config.groups.task import TaskConfig
 from slimecli.swe.grade import is_protected
+from slimecli.swe.synth.choices import choice_fields, wrong_files, wrong_patches
 from slimecli.swe.synth.mutate import Mutation, find
 from slimecli.swe.synth.rows import Kept, build, test_file
 from slimecli.swe.synth.source import Source, SourceError, TaskRepo, materialize
@@ -47,6 +48,7 @@ class Options:
     per_function: int = 3  # candidates tried per function, so that the tasks spread over the code
     budget_s: float = 600.0  # one grading of `tasks check`
     suite_timeout_s: float = 1800.0  # the suite at base
+    choices: int = 0  # >= 2: each row lists the gold edit and choices-1 wrong ones (agent.constrain=choices)
 
 
 @dataclass
@@ -253,6 +255,8 @@ class Synth:
         rows = [await asyncio.to_thread(build, k, project=self.source.name, version=self.source.version,
                                         repo=self.repo, clean_tree=self.clean, max_p2p=o.max_pass, seed=o.seed,
                                         workdir=str(self.repo_dir)) for k in chosen]
+        if o.choices >= 2:
+            rows = [row for row, k in zip(rows, chosen, strict=True) if self._add_choices(row, k)]
         tasks: list[SweTask] = []
         for row in rows:
             parsed = parse_row(row, f"{self.out}:{row['instance_id']}")
@@ -260,8 +264,17 @@ class Synth:
             tasks.append(parsed)
         results = await check_all(tasks, concurrency=o.jobs, budget_s=o.budget_s,
                                   sandboxes_for=lambda t: grading_sandboxes(t, self.settings, self.sandbox_settings))
-        for row, result in zip(rows, results, strict=True):
-            if result.ok:
+        wrong_ok = [True] * len(rows)
+        if o.choices >= 2:
+            limit = asyncio.Semaphore(o.jobs)
+            wrong_ok = await asyncio.gather(*(self._wrong_choices_fail(row, task, limit) if result.ok else _true()
+                                              for row, task, result in zip(rows, tasks, results, strict=True)))
+        for row, result, fine in zip(rows, results, wrong_ok, strict=True):
+            if result.ok and not fine:
+                self.report.rejected["check:choices"] += 1
+                self.say(f"dropped {row['instance_id']}: a wrong choice resolves it or does not apply")
+                await asyncio.to_thread(self.repo.git, "update-ref", "-d", f"refs/tasks/{row['instance_id']}")
+            elif result.ok:
                 self.report.rows.append(row)
             else:
                 failed = next(c.name for c in result.checks if not c.ok)
@@ -269,11 +282,39 @@ class Synth:
                 self.say(f"dropped {row['instance_id']}: {result.why[:300]}")
                 await asyncio.to_thread(self.repo.git, "update-ref", "-d", f"refs/tasks/{row['instance_id']}")
 
+    def _add_choices(self, row: dict[str, Any], kept: Kept) -> bool:
+        m, want = kept.mutation, self.options.choices - 1
+        wrong = wrong_files(m, kept.original, kept.mutated, self.base.coverage.get(m.path, {}),
+                            set(kept.fail_to_pass), want, self.options.seed)
+        if len(wrong) < want:
+            self.report.rejected["too_few_wrong_edits"] += 1
+            self.say(f"dropped {row['instance_id']}: {len(wrong)} wrong edits found, {want} needed")
+            return False
+        row.update(choice_fields(row["instance_id"], m.path, kept.mutated, row["patch"], wrong))
+        return True
+
+    async def _wrong_choices_fail(self, row: dict[str, Any], task: SweTask, limit: asyncio.Semaphore) -> bool:
+        """Whether every wrong choice applies and none resolves the task (graded like an agent's diff)."""
+        from slimecli.swe.env.resolve import grading_sandboxes
+        from slimecli.swe.grade import Unevaluatable, grade
+
+        try:
+            factory = await asyncio.to_thread(grading_sandboxes, task, self.settings, self.sandbox_settings)
+            reports = [await grade(task, patch, sandbox_factory=factory, budget_s=self.options.budget_s,
+                                   limiter=limit) for patch in wrong_patches(row)]
+        except Unevaluatable:
+            return False
+        return all(r.applied and not r.resolved for r in reports)
+
     def _write(self) -> None:
         self.out.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.out.with_name(f".{self.out.name}.tmp")
         tmp.write_text("".join(json.dumps(row) + "\n" for row in self.report.rows))
         tmp.replace(self.out)
+
+
+async def _true() -> bool:
+    return True
 
 
 async def synthesize(src: Path, out: Path, repo_dir: Path, options: Options, settings: TaskConfig,
