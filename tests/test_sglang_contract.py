@@ -82,6 +82,27 @@ def test_the_parser_is_strict():
         _parse(["--model-path", "m", "--dtype", "fp7"])
 
 
+def test_preflight_refuses_sglang_args_that_sglangs_parser_refuses_naming_the_field(tiny):
+    from slimecli.config.compose import load
+    from slimecli.launch.sglang_checks import sglang_args_errors
+    from tests.helpers import invoke_cli
+
+    good = load(["rollout=sglang", "rollout.num_engines=2", "rollout.sglang_args=--tp-size 2 --mem-fraction-static 0.7",
+                 "rollout.sglang_engine_args=[--context-length 4096,--enable-metrics]"])
+    assert sglang_args_errors(good) == []
+    bad = load(["rollout=sglang", "rollout.num_engines=2", "rollout.sglang_args=--tp-sise 2",
+                "rollout.sglang_engine_args=[--context-length 4096,--dtype fp7]"])
+    errors = {e.path: e for e in sglang_args_errors(bad)}
+    assert set(errors) == {"rollout.sglang_args", "rollout.sglang_engine_args[1]"}
+    assert "--tp-sise" in errors["rollout.sglang_args"].reason and "'--tp-size'" in errors["rollout.sglang_args"].hint
+    assert "fp7" in errors["rollout.sglang_engine_args[1]"].reason
+    # through the command: exit 2, the field, the value and the hint, no traceback
+    result = invoke_cli("config", "validate", "rollout=sglang", "rollout.sglang_args=--tp-sise 2", f"model.path={tiny}")
+    assert result.returncode == 2, result.stdout + result.stderr
+    out = result.stdout + result.stderr
+    assert "rollout.sglang_args" in out and "--tp-sise" in out and "--tp-size" in out and "Traceback" not in out
+
+
 # ---- request bodies ----------------------------------------------------------------------------------------
 SCHEMAS = {  # path -> SGLang's request type for it (http_server.py)
     "/pause_generation": "PauseGenerationReqInput", "/continue_generation": "ContinueGenerationReqInput",

@@ -32,6 +32,7 @@ from slimecli.config.port import AUTO, Port
 from slimecli.config.schema import SlimeConfig
 from slimecli.launch.agent_checks import agent_cli_errors, agent_errors, context_errors, sandbox_errors, task_env_errors
 from slimecli.launch.rundir_checks import run_dir_errors
+from slimecli.launch.sglang_checks import sglang_args_errors
 
 
 def materialize(cfg: SlimeConfig) -> SlimeConfig:
@@ -68,7 +69,7 @@ def machine_errors(cfg: SlimeConfig) -> list[ConfigError]:
     if cfg.rollout.name == "sglang" and importlib.util.find_spec("sglang") is None:
         errors.append(ConfigError("rollout", "sglang", "sglang is not installed",
                                   "pip install 'slimecli[sglang]' on a GPU machine, or use rollout=local"))
-    return errors + agent_errors(cfg) + weight_sync_errors(cfg)
+    return errors + sglang_args_errors(cfg) + agent_errors(cfg) + weight_sync_errors(cfg)
 
 
 def weight_sync_errors(cfg: SlimeConfig) -> list[ConfigError]:
@@ -93,7 +94,11 @@ def weight_sync_errors(cfg: SlimeConfig) -> list[ConfigError]:
 
 def model_errors(cfg: SlimeConfig) -> list[ConfigError]:
     """Checks that read the model files (the teacher must share the student's tokenizer; trainer=megatron must
-    be able to convert and split the model)."""
+    be able to convert and split the model; trainer.lora's target modules must be linear layers of it)."""
+    from slimecli.launch.lora_checks import lora_module_errors
+
+    if errors := lora_module_errors(cfg):
+        return errors
     if cfg.trainer.name == "megatron":
         errors = megatron_model_errors(cfg)
         if errors:
