@@ -6,12 +6,12 @@ import dataclasses
 
 import pytest
 
-from slimecli.config.compose import load
 from slimecli.config.errors import ConfigErrors
 from slimecli.config.io import dump_yaml, load_frozen, save_frozen
 from slimecli.config.paths import group_members
 from slimecli.config.recipes import available
 from slimecli.config.schema import GROUPS
+from slimecli.launch.source_checks import load
 from tests.helpers import ROOT
 
 # What a shipped recipe needs from the user before it can run (documented in the recipe's first line).

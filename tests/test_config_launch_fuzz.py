@@ -17,9 +17,10 @@ import pytest
 
 from slimecli.config.compose import compose_dict
 from slimecli.config.convert import build, schema_paths
+from slimecli.config.decode import field_specs, field_types
 from slimecli.config.errors import ConfigError, ConfigErrors
+from slimecli.config.port import MAX_PORT, is_port_key
 from slimecli.config.rules import check_all
-from slimecli.config.rules.ports import MAX_PORT, PORT_FIELDS, is_port_key
 from slimecli.config.schema import SlimeConfig
 from slimecli.launch.free_ports import with_free_ports
 from slimecli.launch.plan import build_plan
@@ -78,9 +79,19 @@ def bindable(port: int) -> None:
             assert exc.errno in (errno.EADDRINUSE, errno.EACCES), exc
 
 
+PORT_FIELDS = sorted(p for p in schema_paths(SlimeConfig) if is_port_key(p))
+
+
 def test_every_port_field_of_the_schema_is_range_checked() -> None:
-    """A port field added to the schema without a bound fails here, naming it."""
-    assert sorted(p for p in schema_paths(SlimeConfig) if is_port_key(p)) == sorted(PORT_FIELDS)
+    """A port field added to the schema without a bound in its spec fails here, naming it."""
+    assert PORT_FIELDS == ["agent.port", "cluster.master_port", "rollout.port", "teacher.port"]
+    for path in PORT_FIELDS:
+        cls: Any = SlimeConfig
+        *groups, leaf = path.split(".")
+        for group in groups:
+            cls = field_types(cls)[group]
+        fs = field_specs(cls)[leaf]
+        assert fs.le == MAX_PORT and fs.ge in (0, 1), path
 
 
 def test_numeric_fields_at_edge_values_either_fail_validation_or_launch(composed: dict[str, Any],
@@ -112,7 +123,7 @@ def test_numeric_fields_at_edge_values_either_fail_validation_or_launch(composed
     assert accepted and refused
 
 
-@pytest.mark.parametrize("path", sorted(PORT_FIELDS))
+@pytest.mark.parametrize("path", PORT_FIELDS)
 @pytest.mark.parametrize("value", [-1, 65536, 99999, 2**40, "80", 1.5])
 def test_an_out_of_range_port_is_refused_naming_the_field(composed: dict[str, Any], path: str, value: Any) -> None:
     cfg, errors = validated(with_value(composed, path, value))

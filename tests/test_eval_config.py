@@ -6,9 +6,9 @@ import textwrap
 
 import pytest
 
-from slimecli.config.compose import load
 from slimecli.config.errors import ConfigErrors
 from slimecli.config.eval_settings import dataset_reward, dataset_sampling, dataset_task
+from slimecli.launch.source_checks import load
 from tests.helpers import invoke_cli
 
 

@@ -34,16 +34,6 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
 
-# (importing module, imported module) -> why it is allowed for now.
-EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("slimecli.config.rules.task", "slimecli.swe.task"):
-        "validate early: loading a config reads its SWE task file and checks every row; the parser lives in "
-        "swe (it builds the built-in sets with git). Lazy, inside the rule.",
-    ("slimecli.config.rules.task", "slimecli.swe.builtin"):
-        "the names of the built-in SWE task sets, for the hint of the same rule. Lazy, inside the rule.",
-}
-
-
 # A string naming an object to import: what the plugin registry's built-ins are (slimecli.config.registry).
 STRING_IMPORT = re.compile(r"slimecli(\.[A-Za-z_]\w*)+:[A-Za-z_]\w*")
 
@@ -114,16 +104,10 @@ def test_lower_layers_never_import_upper_ones():
     bad = []
     for where, line, module, target in graph():
         low, high = layer_of(module), layer_of(target)
-        if LAYER[high] >= LAYER[low] and (module, target) not in EXCEPTIONS:
+        if LAYER[high] >= LAYER[low]:
             kind = "its peer" if LAYER[high] == LAYER[low] else "the upper layer"
             bad.append(f"{where}:{line}: {module} ({low}) imports {target}, {kind} {high}")
     assert not bad, "layer violations (see LAYERS):\n" + "\n".join(bad)
-
-
-def test_every_exception_is_still_needed():
-    used = {(module, target) for _, _, module, target in graph()}
-    stale = sorted(set(EXCEPTIONS) - used)
-    assert not stale, f"these imports are gone; remove them from EXCEPTIONS: {stale}"
 
 
 def test_the_checker_sees_lazy_and_relative_imports(tmp_path, monkeypatch):

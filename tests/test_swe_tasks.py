@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from slimecli.config.compose import load
 from slimecli.config.errors import ConfigErrors
+from slimecli.launch.source_checks import load
 from slimecli.swe.task import TaskFileError, parse_row
 from slimecli.swe.task import load as load_tasks
 from tests.helpers import invoke_cli

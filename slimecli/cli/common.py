@@ -26,8 +26,8 @@ def fail(message: str, code: int = 2) -> NoReturn:
 def load_config_or_exit(overrides: list[str], recipe_dirs: list[str] | tuple[str, ...] = (),
                         uses_agent: bool = False) -> SlimeConfig:
     """Compose and validate; on any config error print all of them and exit 2 (no traceback)."""
-    from slimecli.config.compose import load
     from slimecli.config.errors import ConfigErrors
+    from slimecli.launch.source_checks import load
 
     try:
         return load(list(overrides), tuple(recipe_dirs), uses_agent)

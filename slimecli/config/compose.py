@@ -11,7 +11,7 @@ import copy
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
@@ -370,8 +370,10 @@ def _with_leaf_hint(error: ConfigError) -> ConfigError:
     return replace(error, hint=hint)
 
 
-def load(overrides: Sequence[str] = (), recipe_dirs: tuple[str, ...] = (), uses_agent: bool = False) -> SlimeConfig:
-    """Compose, check the schema and every rule; raise ConfigErrors with all of them at once."""
+def load(overrides: Sequence[str] = (), recipe_dirs: tuple[str, ...] = (), uses_agent: bool = False,
+         checks: Callable[[SlimeConfig], list[ConfigError]] | None = None) -> SlimeConfig:
+    """Compose, check the schema and every rule (and `checks`: a command's checks of the files the config names,
+    reported with the rest); raise ConfigErrors with all of them at once."""
     from slimecli.config.convert import build
     from slimecli.config.rules import check_all
 
@@ -380,6 +382,8 @@ def load(overrides: Sequence[str] = (), recipe_dirs: tuple[str, ...] = (), uses_
     errors = [_with_leaf_hint(e) for e in errors]
     if cfg is not None:
         errors.extend(check_all(cfg))
+        if checks is not None:
+            errors.extend(checks(cfg))
     if errors or cfg is None:
         raise ConfigErrors(errors)
     return cfg

@@ -59,7 +59,7 @@ class Spec:
     lt: Bound | None = None
     also: tuple[Any, ...] = ()  # values allowed outside the bounds (top_k=-1: all)
     note: str = ""  # after the bounds in a message: "must be >= 0 (0 = no limit)"
-    allowed: str = ""  # a type error says "expected <allowed>" (a union reads badly: "int | 'auto'")
+    allowed: str = ""  # "expected <allowed>" for a type error, "must be <allowed>" for a bound (a union reads badly)
     non_finite: bool = False  # a float may be inf/-inf (NaN never)
     nonempty: bool = False  # strings must not be empty
     one_or_many: bool = False  # a list field takes a single item for a one-item list ("stop": "x")
@@ -184,6 +184,9 @@ def decode_value(value: Any, tp: Any, path: str, errors: list[FieldError], fs: S
     found = len(errors)
     out = _convert(value, tp, path, errors, fs, mode)
     if out is MISSING and fs.allowed and len(errors) > found:
+        if len(errors) == found + 1 and fs.bounded and errors[found].reason == f"must be {bounds_text(fs, mode)}":
+            errors[found] = FieldError(path, value, f"must be {fs.allowed}" + (f" ({fs.note})" if fs.note else ""))
+            return out
         del errors[found:]
         close = did_you_mean(value, literal_words(tp)) if isinstance(value, str) else ""
         errors.append(FieldError(path, value, f"expected {fs.allowed}", close))
@@ -263,12 +266,15 @@ def _union(value: Any, tp: Any, path: str, errors: list[FieldError], fs: Spec, m
         errors.append(FieldError(path, value, f"must not be null; expected {type_name(tp)}"))
         return MISSING
     trial: list[FieldError] = []
+    out_of_bounds: list[FieldError] = []  # a member took the value's type but not its value: that is the error
     for arg in args:
         trial.clear()
         out = _convert(value, arg, path, trial, fs, mode)
         if not trial:
             return out
-    errors.extend(trial if len(args) == 1 else [FieldError(path, value, f"expected {type_name(tp)}")])
+        if fs.bounded and [e.reason for e in trial] == [f"must be {bounds_text(fs, mode)}"]:
+            out_of_bounds = list(trial)
+    errors.extend(trial if len(args) == 1 else out_of_bounds or [FieldError(path, value, f"expected {type_name(tp)}")])
     return MISSING
 
 

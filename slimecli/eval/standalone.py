@@ -35,7 +35,7 @@ def _override_key(text: str) -> str:
 
 def resolve(overrides: list[str], recipe_dirs: tuple[str, ...] = ()) -> tuple[SlimeConfig, int]:
     """The evaluation's config and the step its weights stand for; ConfigErrors for anything wrong."""
-    from slimecli.config.compose import load
+    from slimecli.launch.source_checks import load
 
     source = next((o.split("=", 1)[1] for o in overrides if _override_key(o) == "run.dir"), None)
     if source is None:

@@ -321,8 +321,9 @@ def teacher_serve_errors(cfg: SlimeConfig, path_key: str = "teacher.model_path")
     """`teacher serve` of `cfg` (teacher=server with teacher.model_path set): the teacher group's rules, the
     server's weights, port and ranks; and, when a student (model.path) is named too, a tokenizer it shares."""
     from slimecli.config.rules import teacher as teacher_rules
+    from slimecli.launch.source_checks import teacher_dir
 
-    errors = [e for rule in teacher_rules.RULES for e in rule(cfg)]
+    errors = [e for rule in teacher_rules.RULES for e in rule(cfg)] + teacher_dir(cfg)
     if errors:
         return errors
     address = teacher_address(cfg, cfg.cluster.node_rank) if isinstance(layout_port(cfg, "teacher.port"), int) else None

@@ -18,7 +18,7 @@ from slimecli.config.convert import is_resumable, to_plain
 from slimecli.config.errors import ConfigError, ConfigErrors
 from slimecli.config.io import dump_yaml, load_frozen, save_frozen
 from slimecli.config.layout import node_dir
-from slimecli.config.rules.ports import is_port_key
+from slimecli.config.port import is_port_key
 from slimecli.config.schema import SlimeConfig
 from slimecli.launch.lock import RunInUse, RunLock, acquire
 from slimecli.launch.plan import CONFIG_FILE

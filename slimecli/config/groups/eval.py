@@ -3,6 +3,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from slimecli.config.decode import spec
+
 
 @dataclass(frozen=True)
 class EvalRewardConfig:
@@ -14,10 +16,10 @@ class EvalRewardConfig:
     path: str | None = None
     group: bool | None = None
     url: str | None = None
-    timeout_s: float | None = None
-    max_retries: int | None = None
-    backoff_s: float | None = None
-    concurrency: int | None = None
+    timeout_s: float | None = spec(None, gt=0)
+    max_retries: int | None = spec(None, ge=0)
+    backoff_s: float | None = spec(None, ge=0)
+    concurrency: int | None = spec(None, gt=0)
     on_invalid: Literal["zero", "drop_group", "error"] | None = None
     partial: bool | None = None
 
@@ -33,14 +35,14 @@ class EvalDatasetConfig:
     path: str | None = None
     prompt_key: str = "prompt"  # jsonl
     label_key: str = "label"  # jsonl
-    max_samples: int | None = None  # evaluate the first N prompts (tasks) only; null: all of them
-    n_samples_per_prompt: int | None = None
-    max_new_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    stop: tuple[str, ...] | None = None
-    max_prompt_len: int | None = None
+    max_samples: int | None = spec(None, ge=1, note="null: every prompt")  # evaluate the first N prompts (tasks) only; null: all of them
+    n_samples_per_prompt: int | None = spec(None, ge=1)
+    max_new_tokens: int | None = spec(None, gt=0)
+    temperature: float | None = spec(None, gt=0)
+    top_p: float | None = spec(None, gt=0, le=1)
+    top_k: int | None = spec(None, ge=1, also=(-1,), note="-1: all")
+    stop: tuple[str, ...] | None = spec(None, nonempty=True)
+    max_prompt_len: int | None = spec(None, gt=0)
     apply_chat_template: bool | None = None
     reward: EvalRewardConfig = field(default_factory=EvalRewardConfig)
     pass_threshold: float = 1.0  # a sample passes (for pass@k) when its reward is >= this
@@ -50,7 +52,7 @@ class EvalDatasetConfig:
 class EvalConfig:
     """Held-out evaluation during training (on the engines, with the current weights) and `slimecli eval`."""
 
-    interval: int = 0  # evaluate every N training steps; 0: never in between
+    interval: int = spec(0, ge=0, note="0: no evaluation between steps")  # evaluate every N training steps; 0: never in between
     at_start: bool = False  # before the first step (the initial weights)
     at_end: bool = False  # after the last step
     datasets: tuple[EvalDatasetConfig, ...] = ()

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from slimecli.config.decode import spec
+
 # the linear layers of each decoder block, as Hugging Face names them (peft matches these name suffixes)
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 _LLAMA_LIKE = (*PROJECTIONS, "lm_head")
@@ -31,9 +33,9 @@ class LoraConfig:
     """Low-rank adapters on the target modules; the base weights stay frozen and only the adapters train,
     get optimizer state, reach the engines and fill the checkpoints."""
 
-    rank: int = 0  # 0: LoRA off (full fine-tuning); > 0: the adapters' rank r
-    alpha: int = 32  # the update is scaled by alpha / rank
-    dropout: float = 0.0  # dropout on the adapters' input (training only)
+    rank: int = spec(0, ge=0, note="0 turns LoRA off")  # 0: LoRA off (full fine-tuning); > 0: the adapters' rank r
+    alpha: int = spec(32, gt=0, note="the update is scaled by alpha/rank")  # the update is scaled by alpha / rank
+    dropout: float = spec(0.0, ge=0, lt=1)  # dropout on the adapters' input (training only)
     target_modules: tuple[str, ...] | None = None  # None: DEFAULT_TARGETS of the model preset, else PROJECTIONS
     # default: A random (Kaiming), B zero; gaussian: A normal. Both start as the base model (B = 0), so the
     # engines, which start from model.path, serve the trainer's policy before the first push.

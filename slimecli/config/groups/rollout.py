@@ -21,7 +21,7 @@ class RolloutConfig:
     max_prompt_len: int = 1024
     num_engines: int = spec(1, gt=0)  # all on node 0 (with rollout.engines_per_node = 0)
     # N > 0: N engines on every node of a multi-node run (cluster.node_hosts)
-    engines_per_node: int = spec(0, resumable=True)
+    engines_per_node: int = spec(0, ge=0, note="0: rollout.num_engines engines on node 0", resumable=True)
     host: str = spec("127.0.0.1", resumable=True)
     # auto: a free port for every engine when the run starts (recorded in RUN/plan.json); N: engine i on N + i
     port: Port = port_field()
@@ -32,7 +32,7 @@ class RolloutConfig:
     # the engines' weights: auto = SGLang's own choice from the checkpoint (--dtype auto); the embedded engine
     # bfloat16 on a GPU, model.dtype on the CPU. fp32 serving on a GPU costs twice the memory for nothing.
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    prefix_cache_mb: int = 1024  # embedded engine: memory for cached prompt prefixes (KV), in MiB; 0 turns it off
+    prefix_cache_mb: int = spec(1024, ge=0, note="0 turns it off")  # embedded engine: memory for cached prompt prefixes (KV), in MiB; 0 turns it off
     dynamic_filter: Literal["none", "zero_std"] = "none"
     over_sampling_batch_size: int | None = None  # prompts pulled per round when filtering
     sglang_args: str = ""  # extra flags for sglang.launch_server

@@ -1,4 +1,4 @@
-"""Agent rules: the custom (harness, adapter) pair, the tool parser, limits, URLs and constrained decoding."""
+"""Agent rules: the custom (harness, adapter) pair, the tool parser, URLs and constrained decoding."""
 
 from __future__ import annotations
 
@@ -30,19 +30,9 @@ def parser(cfg: SlimeConfig) -> list[ConfigError]:
     return []
 
 
-def limits(cfg: SlimeConfig) -> list[ConfigError]:
+def urls(cfg: SlimeConfig) -> list[ConfigError]:
     a = cfg.agent
     errors = []
-    for key in ("max_turns", "time_budget_s", "eval_budget_s", "concurrency", "max_new_tokens"):
-        if getattr(a, key) <= 0:
-            errors.append(ConfigError(f"agent.{key}", getattr(a, key), "must be > 0"))
-    for key in ("max_retries", "keep_runs"):
-        if getattr(a, key) < 0:
-            errors.append(ConfigError(f"agent.{key}", getattr(a, key), "must be >= 0"))
-    if a.max_context_len is not None and a.max_context_len <= 0:
-        errors.append(ConfigError("agent.max_context_len", a.max_context_len, "must be > 0 (or unset)"))
-    if not 0.0 <= a.realign_min_ratio <= 1.0:
-        errors.append(ConfigError("agent.realign_min_ratio", a.realign_min_ratio, "must be in [0, 1]"))
     if a.engine_url and not a.engine_url.startswith(("http://", "https://")):
         errors.append(ConfigError("agent.engine_url", a.engine_url, "must start with http:// or https://"))
     return errors
@@ -63,10 +53,7 @@ def constrain(cfg: SlimeConfig) -> list[ConfigError]:
     if a.choices_file is not None and a.constrain != "choices":
         errors.append(ConfigError("agent.choices_file", a.choices_file, "only used with agent.constrain=choices",
                                   "set agent.constrain=choices, or drop agent.choices_file"))
-    if a.constrain_max_string_len is not None and a.constrain_max_string_len <= 0:
-        errors.append(ConfigError("agent.constrain_max_string_len", a.constrain_max_string_len,
-                                  "must be > 0 (or unset)"))
     return errors
 
 
-RULES = [pair, parser, limits, constrain]
+RULES = [pair, parser, urls, constrain]

@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from slimecli.config.errors import ConfigError
 from slimecli.config.layout import engine_count
 from slimecli.config.schema import SlimeConfig
-
-
-def positive(path: str, value: float | int | None) -> list[ConfigError]:
-    if value is not None and value <= 0:
-        return [ConfigError(path, value, "must be > 0")]
-    return []
 
 
 def sampling(cfg: SlimeConfig) -> list[ConfigError]:
@@ -35,8 +27,6 @@ def engine(cfg: SlimeConfig) -> list[ConfigError]:
     elif r.name == "sglang" and r.device != "auto":
         errors.append(ConfigError("rollout.device", r.device, "applies to the embedded engine (rollout=local)",
                                   "SGLang picks its GPUs itself: leave rollout.device=auto, or use rollout.sglang_args"))
-    if r.prefix_cache_mb < 0:
-        errors.append(ConfigError("rollout.prefix_cache_mb", r.prefix_cache_mb, "must be >= 0 (0 turns it off)"))
     return errors + _engine_args(cfg)
 
 
@@ -97,10 +87,7 @@ def generate(cfg: SlimeConfig) -> list[ConfigError]:
 
 def batches(cfg: SlimeConfig) -> list[ConfigError]:
     t, r = cfg.trainer, cfg.rollout
-    errors = positive("trainer.global_batch_size", t.global_batch_size) + positive("trainer.micro_batch_size", t.micro_batch_size)
-    errors += positive("trainer.max_steps", t.max_steps) + positive("trainer.nproc", t.nproc)
-    if errors or cfg.cluster.nnodes <= 0:  # a bad cluster.nnodes is reported by `parallel`
-        return errors
+    errors = []
     samples = r.batch_size * r.n_samples_per_prompt
     if samples % t.global_batch_size:
         errors.append(ConfigError("trainer.global_batch_size", t.global_batch_size,
@@ -125,12 +112,8 @@ def losses(cfg: SlimeConfig) -> list[ConfigError]:
     # trainer.importance_level=sequence. It is accepted here but no longer listed.
     checked = [ADVANTAGE_ESTIMATORS.config_error(t.advantage_estimator), POLICY_LOSSES.config_error(t.policy_loss)]
     errors = [error for error in checked if error is not None]
-    if t.eps_clip < 0:
-        errors.append(ConfigError("trainer.eps_clip", t.eps_clip, "must be >= 0"))
     if t.eps_clip_high is not None and t.eps_clip_high < t.eps_clip:
         errors.append(ConfigError("trainer.eps_clip_high", t.eps_clip_high, f"must be >= trainer.eps_clip ({t.eps_clip})"))
-    if t.eps_clip_c is not None and t.eps_clip_c <= 1:
-        errors.append(ConfigError("trainer.eps_clip_c", t.eps_clip_c, "dual clip constant must be > 1"))
     if t.kl_coef != 0 and t.kl_loss_coef != 0:
         errors.append(ConfigError("trainer.kl_loss_coef", t.kl_loss_coef,
                                   f"cannot be non-zero together with trainer.kl_coef ({t.kl_coef})",
@@ -145,8 +128,6 @@ def losses(cfg: SlimeConfig) -> list[ConfigError]:
                                   "set one of trainer.use_tis / trainer.use_rollout_logprobs to false"))
     if t.use_tis and not t.tis_clip_high > t.tis_clip_low >= 0:
         errors.append(ConfigError("trainer.tis_clip_high", t.tis_clip_high, f"must be > trainer.tis_clip_low ({t.tis_clip_low}) >= 0"))
-    if t.opd_kl_coef < 0:
-        errors.append(ConfigError("trainer.opd_kl_coef", t.opd_kl_coef, "must be >= 0"))
     if (t.opd_kl_coef > 0 or cfg.recipe == "opd") and cfg.teacher.name == "none":
         errors.append(ConfigError("teacher", "none", "distillation needs a teacher",
                                   "add teacher=server teacher.url=... (or teacher.model_path=...), or teacher=sglang teacher.url=..."))
@@ -155,10 +136,7 @@ def losses(cfg: SlimeConfig) -> list[ConfigError]:
 
 def parallel(cfg: SlimeConfig) -> list[ConfigError]:
     t, c = cfg.trainer, cfg.cluster
-    errors = positive("trainer.tensor_parallel_size", t.tensor_parallel_size) + positive(
-        "trainer.pipeline_parallel_size", t.pipeline_parallel_size) + positive("cluster.nnodes", c.nnodes)
-    if errors:
-        return errors
+    errors = []
     world = t.nproc * c.nnodes
     model_parallel = t.tensor_parallel_size * t.pipeline_parallel_size
     if t.name == "torch":  # the sizes belong to trainer=megatron; set on the torch trainer they would do nothing
@@ -183,27 +161,15 @@ def parallel(cfg: SlimeConfig) -> list[ConfigError]:
     if c.node_hosts and len(c.node_hosts) != c.nnodes:
         errors.append(ConfigError("cluster.node_hosts", list(c.node_hosts),
                                   f"one address per node: {len(c.node_hosts)} given for cluster.nnodes={c.nnodes}"))
-    if cfg.rollout.engines_per_node < 0:
-        errors.append(ConfigError("rollout.engines_per_node", cfg.rollout.engines_per_node,
-                                  "must be >= 0 (0: rollout.num_engines engines on node 0)"))
     return errors
 
 
 def model(cfg: SlimeConfig) -> list[ConfigError]:
+    """A preset other than tiny names its checkpoint (the directory is read in launch/source_checks.py)."""
     m = cfg.model
-    errors = []
     if m.path is None and m.name != "tiny":
-        errors.append(ConfigError("model.path", None, f"model={m.name} needs model.path (a Hugging Face checkpoint directory)"))
-    for key in ("path", "tokenizer_path"):
-        value = getattr(m, key)
-        if value is None:
-            continue
-        p = Path(value).expanduser()
-        if not p.is_dir():
-            errors.append(ConfigError(f"model.{key}", value, "directory does not exist"))
-        elif key == "path" and not (p / "config.json").is_file():
-            errors.append(ConfigError(f"model.{key}", value, "not a Hugging Face checkpoint (no config.json)"))
-    return errors
+        return [ConfigError("model.path", None, f"model={m.name} needs model.path (a Hugging Face checkpoint directory)")]
+    return []
 
 
 RULES = [sampling, engine, generate, batches, losses, parallel, model]

@@ -1,4 +1,4 @@
-"""Eval rules: when evaluation runs, and every dataset's source, sampling and reward, before anything starts.
+"""Eval rules: when evaluation runs, and every dataset's source and reward, before anything starts.
 
 A dataset's values are checked after its overrides are applied to the run's settings, with the same rules
 as `task`, `rollout` and `reward`; their messages name the dataset's key (eval.datasets[1].temperature).
@@ -20,8 +20,6 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a metric segment and a fil
 def schedule(cfg: SlimeConfig) -> list[ConfigError]:
     e = cfg.eval
     errors = []
-    if e.interval < 0:
-        errors.append(ConfigError("eval.interval", e.interval, "must be >= 0 (0: no evaluation between steps)"))
     if (e.interval > 0 or e.at_start or e.at_end) and not e.datasets:
         errors.append(ConfigError("eval.datasets", [], "evaluation is on but there is nothing to evaluate",
                                   "add eval.datasets=[{name: heldout, task: jsonl, path: FILE}], or set "
@@ -47,37 +45,13 @@ def _source(cfg: SlimeConfig, ds: EvalDatasetConfig, where: str) -> list[ConfigE
 
     if ds.task == "quickstart":
         return []
-    task = dataset_task(ds, cfg.task)
-    found = task_rules.jsonl(replace(cfg, task=task)) if ds.task == "jsonl" else task_rules.swe(replace(cfg, task=task))
+    found = task_rules.path_given(replace(cfg, task=dataset_task(ds, cfg.task)))  # the file: launch/source_checks
     errors = [replace(e, path=f"{where}.path" if e.path == "task.path" else e.path, hint=e.hint.replace(
         "task.path", f"{where}.path").replace("task=jsonl", f"{where}.task=jsonl").replace("task=swe", f"{where}.task=swe"))
         for e in found]
     if ds.task == "swe" and cfg.agent.name == "none" and not cfg.agent.harness:
         errors.append(ConfigError(f"{where}.task", "swe", "SWE tasks are evaluated by an agent working them",
                                   "add agent=claude_code or agent=codex"))
-    return errors
-
-
-def _sampling(ds: EvalDatasetConfig, where: str) -> list[ConfigError]:
-    """The dataset's own sampling overrides (an inherited bad value is the rollout rule's to report)."""
-    from slimecli.config.rules import core
-
-    errors = []
-    if ds.temperature is not None and ds.temperature <= 0:
-        errors.append(ConfigError(f"{where}.temperature", ds.temperature, "must be > 0"))
-    if ds.top_p is not None and not 0 < ds.top_p <= 1:
-        errors.append(ConfigError(f"{where}.top_p", ds.top_p, "must be in (0, 1]"))
-    if ds.top_k is not None and (ds.top_k == 0 or ds.top_k < -1):
-        errors.append(ConfigError(f"{where}.top_k", ds.top_k, "must be -1 (all) or >= 1"))
-    if ds.n_samples_per_prompt is not None and ds.n_samples_per_prompt < 1:
-        errors.append(ConfigError(f"{where}.n_samples_per_prompt", ds.n_samples_per_prompt, "must be >= 1"))
-    errors += core.positive(f"{where}.max_new_tokens", ds.max_new_tokens)
-    errors += core.positive(f"{where}.max_prompt_len", ds.max_prompt_len)
-    if ds.max_samples is not None and ds.max_samples < 1:
-        errors.append(ConfigError(f"{where}.max_samples", ds.max_samples, "must be >= 1 (null: every prompt)"))
-    for j, stop in enumerate(ds.stop or ()):
-        if not stop:
-            errors.append(ConfigError(f"{where}.stop[{j}]", stop, "a stop string must not be empty"))
     return errors
 
 
@@ -98,7 +72,7 @@ def datasets(cfg: SlimeConfig) -> list[ConfigError]:
     errors = []
     for i, ds in enumerate(cfg.eval.datasets):
         where = f"eval.datasets[{i}]"
-        errors += _source(cfg, ds, where) + _sampling(ds, where) + _reward(cfg, ds, where)
+        errors += _source(cfg, ds, where) + _reward(cfg, ds, where)
     return errors
 
 

@@ -24,14 +24,8 @@ def module_errors(targets: tuple[str, ...], known: tuple[str, ...], where: str) 
 def lora(cfg: SlimeConfig) -> list[ConfigError]:
     t, lo = cfg.trainer, cfg.trainer.lora
     errors: list[ConfigError] = []
-    if lo.rank < 0:
-        errors.append(ConfigError("trainer.lora.rank", lo.rank, "must be >= 0 (0 turns LoRA off)"))
     if not lo.enabled:
         return errors
-    if lo.alpha <= 0:
-        errors.append(ConfigError("trainer.lora.alpha", lo.alpha, "must be > 0 (the update is scaled by alpha/rank)"))
-    if not 0 <= lo.dropout < 1:
-        errors.append(ConfigError("trainer.lora.dropout", lo.dropout, "must be in [0, 1)"))
     if t.name == "megatron":
         errors.append(ConfigError("trainer.lora.rank", lo.rank,
                                   "trainer=megatron has no LoRA: peft wraps Hugging Face modules, and megatron-core "
@@ -48,9 +42,8 @@ def lora(cfg: SlimeConfig) -> list[ConfigError]:
                                   "an SGLang engine serves an adapter only to requests that name it (lora_path), "
                                   "and the agent adapter's requests do not name one yet",
                                   "use rollout=local (it merges the adapter into its weights), or trainer.lora.rank=0"))
-    architecture = PRESET_ARCHITECTURES.get(cfg.model.name) if cfg.model.path is None or cfg.model.name == "tiny" \
-        else None
-    if architecture is not None:  # a model path of another architecture is checked in pre-flight
+    architecture = PRESET_ARCHITECTURES.get(cfg.model.name) if cfg.model.path is None else None
+    if architecture is not None:  # a model.path, whatever its architecture, is checked in pre-flight (lora_checks)
         errors.extend(module_errors(lo.targets(cfg.model.name), ARCHITECTURE_MODULES[architecture], f"model={cfg.model.name}"))
     return errors
 

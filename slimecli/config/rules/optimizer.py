@@ -32,8 +32,6 @@ def adam_semantics(cfg: SlimeConfig) -> list[ConfigError]:
 
 def schedule(cfg: SlimeConfig) -> list[ConfigError]:
     o = cfg.optimizer
-    if o.lr_decay_steps is not None and o.lr_decay_steps < 1:
-        return [ConfigError("optimizer.lr_decay_steps", o.lr_decay_steps, "must be >= 1 (or null for trainer.max_steps)")]
     if o.lr_decay_style == "constant":
         return []
     if o.lr_decay_steps is None:
@@ -46,25 +44,11 @@ def schedule(cfg: SlimeConfig) -> list[ConfigError]:
     return []
 
 
-def ranges(cfg: SlimeConfig) -> list[ConfigError]:
+def min_lr(cfg: SlimeConfig) -> list[ConfigError]:
     o = cfg.optimizer
-    errors = []
-    if o.lr < 0:
-        errors.append(ConfigError("optimizer.lr", o.lr, "must be >= 0"))
-    for i, b in enumerate(o.betas):
-        if not 0 <= b < 1:
-            errors.append(ConfigError(f"optimizer.betas[{i}]", b, "must be in [0, 1)"))
-    if o.eps <= 0:
-        errors.append(ConfigError("optimizer.eps", o.eps, "must be > 0"))
-    if o.weight_decay < 0:
-        errors.append(ConfigError("optimizer.weight_decay", o.weight_decay, "must be >= 0"))
-    if o.clip_grad < 0:
-        errors.append(ConfigError("optimizer.clip_grad", o.clip_grad, "must be >= 0 (0 disables clipping)"))
-    if o.lr_warmup_steps < 0:
-        errors.append(ConfigError("optimizer.lr_warmup_steps", o.lr_warmup_steps, "must be >= 0"))
-    if o.min_lr < 0 or o.min_lr > o.lr:
-        errors.append(ConfigError("optimizer.min_lr", o.min_lr, f"must be in [0, optimizer.lr={o.lr}]"))
-    return errors
+    if o.min_lr > o.lr:
+        return [ConfigError("optimizer.min_lr", o.min_lr, f"must be in [0, optimizer.lr={o.lr}]")]
+    return []
 
 
-RULES = [stateless, adam_semantics, ranges, schedule]
+RULES = [stateless, adam_semantics, min_lr, schedule]

@@ -9,9 +9,6 @@ from slimecli.config.schema import SlimeConfig
 def overlap(cfg: SlimeConfig) -> list[ConfigError]:
     t = cfg.trainer
     errors = []
-    if t.max_staleness < 1:
-        errors.append(ConfigError("trainer.max_staleness", t.max_staleness,
-                                  "must be >= 1 (the rollout that overlaps a training step is one version behind)"))
     if t.async_rollout and t.weight_sync == "shared_memory":
         errors.append(ConfigError("trainer.async_rollout", True,
                                   "trainer.weight_sync=shared_memory lets the engines read the trainer's own "

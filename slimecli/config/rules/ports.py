@@ -1,47 +1,13 @@
-"""Every TCP port of the schema is "auto" or in range, with the ports counted up from it (engine k listens on
-rollout.port + k, node k's teacher on teacher.port + k): a port past 65535 passes the type check and then
-crashes the server that binds it. "auto" of a multi-node run is an agreed port (config/layout.py)."""
+"""The ports counted up from a base (engine k listens on rollout.port + k, node k's teacher on teacher.port + k)
+stay ports: a port past 65535 crashes the server that binds it. Each port field's own range is in its spec
+(config/port.py); "auto" of a multi-node run is an agreed port (config/layout.py)."""
 
 from __future__ import annotations
 
 from slimecli.config.errors import ConfigError
 from slimecli.config.layout import engine_count
-from slimecli.config.port import MAX_PORT, PORT_ALLOWED, is_auto
+from slimecli.config.port import MAX_PORT
 from slimecli.config.schema import SlimeConfig
-
-# Each port field of the schema (a leaf named `port` or `*_port`) and whether 0 is allowed: agent.port=0 is the
-# older spelling of auto (the adapter reports the port it got). cluster.master_port is never auto (its comment).
-PORT_FIELDS = {"rollout.port": False, "teacher.port": False, "agent.port": True, "cluster.master_port": False}
-
-
-def is_port_key(path: str) -> bool:
-    leaf = path.rsplit(".", 1)[-1]
-    return leaf == "port" or leaf.endswith("_port")
-
-
-def _value(cfg: SlimeConfig, path: str) -> object:
-    node: object = cfg
-    for part in path.split("."):
-        node = getattr(node, part)
-    return node
-
-
-def in_range(cfg: SlimeConfig) -> list[ConfigError]:
-    errors = []
-    for path, zero_allowed in PORT_FIELDS.items():
-        port = _value(cfg, path)
-        if is_auto(port) and path != "cluster.master_port":
-            continue
-        low = 0 if zero_allowed else 1
-        if isinstance(port, bool) or not isinstance(port, int) or not low <= port <= MAX_PORT:
-            errors.append(ConfigError(path, port, f"must be {_allowed(path, zero_allowed)}"))
-    return errors
-
-
-def _allowed(path: str, zero_allowed: bool) -> str:
-    if path == "cluster.master_port":
-        return f"a TCP port in 1..{MAX_PORT}"
-    return f"{PORT_ALLOWED} (or 0, the same as auto)" if zero_allowed else PORT_ALLOWED
 
 
 def counted_up(cfg: SlimeConfig) -> list[ConfigError]:
@@ -61,4 +27,4 @@ def counted_up(cfg: SlimeConfig) -> list[ConfigError]:
     return errors
 
 
-RULES = [in_range, counted_up]
+RULES = [counted_up]

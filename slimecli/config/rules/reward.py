@@ -1,4 +1,4 @@
-"""Reward rules: the reward exists, its function or server is reachable on paper, limits are sane."""
+"""Reward rules: the reward exists, its function or server is reachable on paper, its key names a value."""
 
 from __future__ import annotations
 
@@ -44,18 +44,12 @@ def server(cfg: SlimeConfig) -> list[ConfigError]:
     return []
 
 
-def limits(cfg: SlimeConfig) -> list[ConfigError]:
+def key(cfg: SlimeConfig) -> list[ConfigError]:
     r = cfg.reward
     errors = []
-    for key in ("timeout_s", "concurrency"):
-        if getattr(r, key) <= 0:
-            errors.append(ConfigError(f"reward.{key}", getattr(r, key), "must be > 0"))
-    for key in ("max_retries", "backoff_s"):
-        if getattr(r, key) < 0:
-            errors.append(ConfigError(f"reward.{key}", getattr(r, key), "must be >= 0"))
     if r.key is not None and not str(r.key).strip():
         errors.append(ConfigError("reward.key", r.key, "must be a non-empty key name (or null for numeric rewards)"))
     return errors
 
 
-RULES = [known, function, server, limits]
+RULES = [known, function, server, key]

@@ -1,12 +1,10 @@
-"""Sandbox rules: a known kind, positive limits, an unprivileged uid, absolute read-only paths."""
+"""Sandbox rules: a known kind, absolute read-only paths, a default image for containers (limits: the schema)."""
 
 from __future__ import annotations
 
 from slimecli.config.errors import ConfigError, allowed_hint
 from slimecli.config.registry import SANDBOXES
 from slimecli.config.schema import SlimeConfig
-
-LIMITS = ("max_processes", "max_file_mb", "memory_mb", "disk_mb", "tmp_mb", "max_concurrent_boots", "start_timeout_s")
 
 
 def kind(cfg: SlimeConfig) -> list[ConfigError]:
@@ -17,12 +15,9 @@ def kind(cfg: SlimeConfig) -> list[ConfigError]:
     return []
 
 
-def limits(cfg: SlimeConfig) -> list[ConfigError]:
+def paths_and_image(cfg: SlimeConfig) -> list[ConfigError]:
     s = cfg.sandbox
-    errors = [ConfigError(f"sandbox.{key}", getattr(s, key), "must be > 0") for key in LIMITS if getattr(s, key) <= 0]
-    if s.uid <= 0:
-        errors.append(ConfigError("sandbox.uid", s.uid, "must be an unprivileged uid (> 0)",
-                                  "65534 (nobody) works everywhere"))
+    errors = []
     for i, path in enumerate(s.extra_ro_paths):
         if not path.startswith("/"):
             errors.append(ConfigError(f"sandbox.extra_ro_paths[{i}]", path, "must be an absolute path"))
@@ -31,4 +26,4 @@ def limits(cfg: SlimeConfig) -> list[ConfigError]:
     return errors
 
 
-RULES = [kind, limits]
+RULES = [kind, paths_and_image]

@@ -14,8 +14,6 @@ TIME = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}){0,2}
 def slurm(cfg: SlimeConfig) -> list[ConfigError]:
     c = cfg.cluster
     errors = []
-    if c.gpus_per_node < 0:
-        errors.append(ConfigError("cluster.gpus_per_node", c.gpus_per_node, "must be >= 0 (0: none asked for)"))
     if c.time and not TIME.match(c.time):
         errors.append(ConfigError("cluster.time", c.time, "not a SLURM time limit",
                                   "MINUTES, HH:MM:SS or D-HH:MM:SS, e.g. cluster.time=04:00:00"))

@@ -1,58 +1,20 @@
-"""Task rules: the dataset or task file exists and every SWE row is well-formed, before anything starts."""
+"""Task rules: a task that reads a file names one, and SWE tasks are graded by their tests."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from slimecli.config.errors import ConfigError, did_you_mean
+from slimecli.config.errors import ConfigError
 from slimecli.config.schema import SlimeConfig
 
-MAX_LISTED = 20  # row errors shown in full; the rest are counted
 
-
-def jsonl(cfg: SlimeConfig) -> list[ConfigError]:
+def path_given(cfg: SlimeConfig) -> list[ConfigError]:
+    """task=jsonl and task=swe need task.path (the file itself is read in pre-flight: launch/source_checks.py)."""
     t = cfg.task
-    if t.name != "jsonl":
-        return []
-    if not t.path:
+    if t.name == "jsonl" and not t.path:
         return [ConfigError("task.path", None, "task=jsonl needs task.path (a JSONL file of prompts)")]
-    if not Path(t.path).expanduser().is_file():
-        return [ConfigError("task.path", t.path, "file does not exist")]
-    return []
-
-
-def swe(cfg: SlimeConfig) -> list[ConfigError]:
-    from slimecli.swe.builtin import SETS
-    from slimecli.swe.task import BUILTIN_PREFIX, TaskFileError, load_for
-
-    t = cfg.task
-    if t.name != "swe":
-        return []
-    if not t.path:
+    if t.name == "swe" and not t.path:
         return [ConfigError("task.path", None, "task=swe needs task.path: a SWE-bench JSONL file or builtin:NAME",
-                            f"built-in sets: {', '.join(BUILTIN_PREFIX + s for s in SETS)}")]
-    if t.repos_dir and not Path(t.repos_dir).expanduser().is_dir():
-        return [ConfigError("task.repos_dir", t.repos_dir, "no such directory",
-                            "a directory of the rows' git repositories, named owner__name, owner/name or name")]
-    try:
-        tasks = load_for(t)
-    except TaskFileError as exc:
-        return [ConfigError("task.path", t.path, str(exc), "`slimecli tasks list` shows the built-in sets")]
-    errors = []
-    if tasks.errors and t.on_invalid == "error":
-        shown = [ConfigError("task.path", t.path, f"bad task row: {e.render()}") for e in tasks.errors[:MAX_LISTED]]
-        more = len(tasks.errors) - len(shown)
-        if more:
-            shown.append(ConfigError("task.path", t.path, f"... and {more} more bad rows"))
-        shown[-1] = ConfigError(shown[-1].path, shown[-1].value, shown[-1].reason,
-                                "fix the rows, or task.on_invalid=skip to skip and count them")
-        errors += shown
-    if not tasks.tasks:
-        errors.append(ConfigError("task.path", t.path, "no valid task in the file"))
-    elif t.instance is not None and tasks.get(t.instance) is None:
-        errors.append(ConfigError("task.instance", t.instance, f"no such instance_id in {t.path}",
-                                  did_you_mean(t.instance, tasks.ids) or f"e.g. {tasks.ids[0]}"))
-    return errors
+                            "`slimecli tasks list` shows the built-in sets (builtin:NAME)")]
+    return []
 
 
 def graded_by_tests(cfg: SlimeConfig) -> list[ConfigError]:
@@ -69,4 +31,4 @@ def graded_by_tests(cfg: SlimeConfig) -> list[ConfigError]:
     return []
 
 
-RULES = [jsonl, swe, graded_by_tests]
+RULES = [path_given, graded_by_tests]

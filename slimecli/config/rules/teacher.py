@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from slimecli.config.errors import ConfigError
 from slimecli.config.schema import SlimeConfig
 
@@ -17,18 +15,6 @@ def source(cfg: SlimeConfig) -> list[ConfigError]:
         return [ConfigError("teacher.url", None, "teacher=sglang needs the URL of a running SGLang server")]
     if t.url and not t.url.startswith(("http://", "https://")):
         return [ConfigError("teacher.url", t.url, "must start with http:// or https://")]
-    return []
-
-
-def model_dir(cfg: SlimeConfig) -> list[ConfigError]:
-    path = cfg.teacher.model_path
-    if cfg.teacher.name != "server" or cfg.teacher.url or path is None:
-        return []
-    p = Path(path).expanduser()
-    if not p.is_dir():
-        return [ConfigError("teacher.model_path", path, "directory does not exist")]
-    if not (p / "config.json").is_file():
-        return [ConfigError("teacher.model_path", path, "not a Hugging Face checkpoint (no config.json)")]
     return []
 
 
@@ -54,4 +40,4 @@ def placement(cfg: SlimeConfig) -> list[ConfigError]:
     return []
 
 
-RULES = [source, model_dir, sglang_temperature, placement]
+RULES = [source, sglang_temperature, placement]

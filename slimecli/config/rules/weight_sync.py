@@ -20,8 +20,6 @@ def weight_sync(cfg: SlimeConfig) -> list[ConfigError]:
             errors.append(ConfigError("trainer.weight_sync", t.weight_sync,
                                       f"shared_memory needs the engines on this host (rollout.host={r.host})",
                                       "use trainer.weight_sync=nccl or disk"))
-    if t.weight_sync_bucket_mb <= 0:
-        errors.append(ConfigError("trainer.weight_sync_bucket_mb", t.weight_sync_bucket_mb, "must be > 0"))
     return errors
 
 

@@ -1,0 +1,95 @@
+"""Pre-flight for the files a config names: the model and teacher checkpoints, the task file (every SWE row
+parsed, the built-in sets built with git) and each eval dataset's. The config layer checks only what the
+config says; every command reads its config through `load` here, so these are reported with the rules'
+errors, all at once, before anything starts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from slimecli.config.errors import ConfigError, did_you_mean
+from slimecli.config.eval_settings import dataset_task
+from slimecli.config.groups.task import TaskConfig
+from slimecli.config.schema import SlimeConfig
+
+MAX_LISTED = 20  # row errors shown in full; the rest are counted
+
+
+def load(overrides: Sequence[str] = (), recipe_dirs: tuple[str, ...] = (), uses_agent: bool = False) -> SlimeConfig:
+    """The config as commands read it: composed, the schema and rules checked, and the files it names read."""
+    from slimecli.config.compose import load as compose_load
+
+    return compose_load(overrides, recipe_dirs, uses_agent, checks=source_errors)
+
+
+def source_errors(cfg: SlimeConfig) -> list[ConfigError]:
+    errors = model_dirs(cfg) + teacher_dir(cfg) + task_errors(cfg.task)
+    for i, ds in enumerate(cfg.eval.datasets):
+        if ds.task != "quickstart":
+            errors += _scoped(task_errors(dataset_task(ds, cfg.task)), f"eval.datasets[{i}]")
+    return errors
+
+
+def _checkpoint(path: str, key: str) -> list[ConfigError]:
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        return [ConfigError(key, path, "directory does not exist")]
+    if not (p / "config.json").is_file():
+        return [ConfigError(key, path, "not a Hugging Face checkpoint (no config.json)")]
+    return []
+
+
+def model_dirs(cfg: SlimeConfig) -> list[ConfigError]:
+    m = cfg.model
+    errors = _checkpoint(m.path, "model.path") if m.path is not None else []
+    if m.tokenizer_path is not None and not Path(m.tokenizer_path).expanduser().is_dir():
+        errors.append(ConfigError("model.tokenizer_path", m.tokenizer_path, "directory does not exist"))
+    return errors
+
+
+def teacher_dir(cfg: SlimeConfig) -> list[ConfigError]:
+    t = cfg.teacher
+    if t.name != "server" or t.url or t.model_path is None:
+        return []
+    return _checkpoint(t.model_path, "teacher.model_path")
+
+
+def task_errors(t: TaskConfig) -> list[ConfigError]:
+    """task=jsonl: the file exists; task=swe: the task file loads and every row is well-formed."""
+    if t.name == "jsonl" and t.path and not Path(t.path).expanduser().is_file():
+        return [ConfigError("task.path", t.path, "file does not exist")]
+    if t.name != "swe" or not t.path:
+        return []
+    from slimecli.swe.task import TaskFileError, load_for
+
+    if t.repos_dir and not Path(t.repos_dir).expanduser().is_dir():
+        return [ConfigError("task.repos_dir", t.repos_dir, "no such directory",
+                            "a directory of the rows' git repositories, named owner__name, owner/name or name")]
+    try:
+        tasks = load_for(t)
+    except TaskFileError as exc:
+        return [ConfigError("task.path", t.path, str(exc), "`slimecli tasks list` shows the built-in sets")]
+    errors = []
+    if tasks.errors and t.on_invalid == "error":
+        shown = [ConfigError("task.path", t.path, f"bad task row: {e.render()}") for e in tasks.errors[:MAX_LISTED]]
+        more = len(tasks.errors) - len(shown)
+        if more:
+            shown.append(ConfigError("task.path", t.path, f"... and {more} more bad rows"))
+        shown[-1] = ConfigError(shown[-1].path, shown[-1].value, shown[-1].reason,
+                                "fix the rows, or task.on_invalid=skip to skip and count them")
+        errors += shown
+    if not tasks.tasks:
+        errors.append(ConfigError("task.path", t.path, "no valid task in the file"))
+    elif t.instance is not None and tasks.get(t.instance) is None:
+        errors.append(ConfigError("task.instance", t.instance, f"no such instance_id in {t.path}",
+                                  did_you_mean(t.instance, tasks.ids) or f"e.g. {tasks.ids[0]}"))
+    return errors
+
+
+def _scoped(errors: list[ConfigError], where: str) -> list[ConfigError]:
+    """A dataset's task errors under its own key (eval.datasets[1].path)."""
+    return [replace(e, path=f"{where}.path" if e.path == "task.path" else e.path, hint=e.hint.replace(
+        "task.path", f"{where}.path").replace("task=jsonl", f"{where}.task=jsonl").replace("task=swe", f"{where}.task=swe"))
+        for e in errors]
