@@ -10,7 +10,7 @@ TORCH ?= torch==2.13.0
 CONSTRAINTS ?= constraints.txt
 PIP_C := $(BIN)/pip install -q $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
-.PHONY: setup agent-clis sandbox-deps sglang-contract train test test-quick test-durations lint bench constraints
+.PHONY: setup agent-clis sandbox-deps sglang-contract wheelhouse train test test-quick test-durations lint bench constraints
 
 $(BIN)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,13 @@ $(SGLANG_CONTRACT)/.installed:
 	touch $@
 
 sglang-contract: setup $(SGLANG_CONTRACT)/.installed
+
+# The wheels bench/gpu_check.sh --offline installs on a GPU machine without a network (Python 3.11 and 3.12,
+# at most 60 MiB; the machine's torch and transformers are reused): bench/wheelhouse.py says what is left out.
+# WHEELHOUSE_ALL=1 keeps everything.
+WHEELHOUSE ?= wheelhouse
+wheelhouse: setup
+	$(BIN)/python bench/wheelhouse.py --out $(WHEELHOUSE) $(if $(WHEELHOUSE_ALL),--all)
 
 # The suite runs on TEST_WORKERS pytest-xdist workers, a test file per worker at a time (a file's module-scoped
 # engines and servers are started once), costliest first (tests/conftest.py orders them; xdist keeps that order); each test's duration goes to .test-durations.json and the 15 slowest
