@@ -8,7 +8,7 @@ take: the embedded engine merges W + scale * B A into a weight [out, in], SGLang
 
 from __future__ import annotations
 
-from slimecli.config.errors import ConfigError, did_you_mean
+from slimecli.config.errors import NO_VALUE, ConfigError, did_you_mean
 from slimecli.config.schema import SlimeConfig
 
 KEY = "trainer.lora.target_modules"
@@ -58,4 +58,11 @@ def lora_module_errors(cfg: SlimeConfig) -> list[ConfigError]:
         return [ConfigError("model.path", model.path, "cannot build the model from its config.json to read its "
                             f"module names for trainer.lora ({type(exc).__name__}: {exc})",
                             "point model.path at a Hugging Face causal-LM checkpoint")]
-    return target_errors(lo.targets(model.name), kinds, f"the model at {model.path}")
+    where = f"the model at {model.path}"
+    errors = target_errors(lo.targets(model.name), kinds, where)
+    if errors and lo.target_modules is None:  # the defaults, not the user's names: one error that says so
+        missing = ", ".join(str(e.value) for e in errors)
+        return [ConfigError(KEY, NO_VALUE, f"unset, so the defaults ({', '.join(lo.targets(model.name))}) apply, "
+                            f"and {where} has no linear layer named {missing}", "set trainer.lora.target_modules to some of "
+                            + errors[0].hint.removeprefix(f"the linear layers of {where}: "))]
+    return errors
