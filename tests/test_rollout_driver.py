@@ -11,7 +11,7 @@ from slimecli.model.loading import load_tokenizer
 from slimecli.rollout import driver as driver_module
 from slimecli.rollout.client import EngineClient
 from slimecli.rollout.data import PromptSource
-from slimecli.rollout.driver import RolloutDriver
+from slimecli.rollout.driver import RolloutDriver, sample_seed
 from slimecli.rollout.sample import Status
 from tests.helpers.engine import Engine
 
@@ -22,14 +22,17 @@ def live_engine(engine: Engine) -> Engine:
 
 
 class Counting(EngineClient):
-    """The real client, noting the n of every /generate it sends."""
+    """The real client, noting the sequences (a batch's length, or n) and seeds of every /generate it sends."""
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self.copies: list[int] = []
+        self.seeds: list[int | None] = []
 
     async def generate(self, *args, **kw):
-        self.copies.append(kw["sampling_params"].get("n", 1))
+        params = kw["sampling_params"]
+        self.copies.append(len(params) if isinstance(params, list) else params.get("n", 1))
+        self.seeds += [p.get("sampling_seed") for p in (params if isinstance(params, list) else [params])]
         return await super().generate(*args, **kw)
 
 
@@ -77,7 +80,22 @@ def test_a_group_is_asked_for_in_one_request(live_engine, tmp_path, monkeypatch,
     monkeypatch.setattr(driver_module, "MAX_COPIES", max_copies)
     clients: list = []
     result, _ = _collect(live_engine, tmp_path, client_out=clients)
-    assert sorted(clients[0].copies) == sorted(requests)  # sampling_params.n: the group's samples, at most MAX_COPIES
+    assert sorted(clients[0].copies) == sorted(requests)  # the group's samples, at most MAX_COPIES a request
     groups = [[s for s in result.samples if s.group_index == g] for g in range(3)]
     assert all(len(g) == 4 and len({tuple(s.tokens[:s.prompt_length]) for s in g}) == 1 for g in groups)
     assert any(len({tuple(s.tokens) for s in g}) > 1 for g in groups)  # the copies are sampled independently, not one answer repeated
+
+
+def test_each_sample_has_its_own_seed_and_the_same_draw_repeats_the_same_rollout(live_engine, tmp_path):
+    """The seeds name (run.seed, prompt position, sample index): a second driver (a resumed run's, with a fresh
+    prompt source at the same position), its requests batched otherwise by the engine, draws the very same
+    tokens; another run.seed gives other seeds."""
+    clients: list = []
+    first, _ = _collect(live_engine, tmp_path, client_out=clients)
+    again, _ = _collect(live_engine, tmp_path, "rollout.max_running_requests=1", client_out=clients)  # other batches
+    seeds = clients[0].seeds
+    assert None not in seeds and len(set(seeds)) == 12 and sorted(seeds) == sorted(clients[1].seeds)
+    assert [s.tokens for s in first.samples] == [s.tokens for s in again.samples]
+    for a, b in zip(first.samples, again.samples, strict=True):  # other batch shapes: float rounding only
+        assert a.rollout_log_probs == pytest.approx(b.rollout_log_probs, abs=1e-5)
+    assert sample_seed(1234, "rollout", 0, 0) in seeds and sample_seed(99, "rollout", 0, 0) not in seeds

@@ -61,11 +61,18 @@ def headline(results: list[DatasetResult]) -> str:
 
 
 class _Driver(RolloutDriver):
-    """The rollout driver with the dataset's stop strings."""
+    """The rollout driver with the dataset's stop strings; its samples' seeds named by the dataset and the record,
+    the same at every evaluation (the steps' results differ by the weights, not by the draw; a resumed run
+    evaluates as the uninterrupted one)."""
 
-    def __init__(self, cfg: SlimeConfig, tokenizer: Any, engines: list[Any], stop: tuple[str, ...] | None):
+    def __init__(self, cfg: SlimeConfig, tokenizer: Any, engines: list[Any], stop: tuple[str, ...] | None,
+                 scope: tuple[Any, ...] = ()):
         super().__init__(cfg, tokenizer, engines, cast(Any, None))
         self.stop = list(stop or ())
+        self.scope = scope
+
+    def group_key(self, record: dict[str, Any], group_index: int) -> tuple[Any, ...] | None:
+        return ("eval", *self.scope, group_index)
 
     def sampling_params(self, max_new_tokens: int) -> dict[str, Any]:
         params = super().sampling_params(max_new_tokens)
@@ -141,7 +148,7 @@ class Evaluator:
         if ds.task == "swe":
             outcomes = await self._agent_outcomes(cfg, records)
         else:
-            driver = _Driver(cfg, self.tokenizer, self.engines, ds.stop)
+            driver = _Driver(cfg, self.tokenizer, self.engines, ds.stop, (ds.name,))
             groups = await asyncio.gather(*(driver._group(rec, i) for i, rec in enumerate(records)))
             outcomes = [Outcome(i, j, records[i], [s], None) for i, group in enumerate(groups)
                         for j, s in enumerate(group)]

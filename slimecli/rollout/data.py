@@ -14,7 +14,9 @@ log = logging.getLogger("slimecli.rollout")
 
 
 class PromptSource:
-    """Hands out prompt records ({prompt, label, metadata}) in a fixed, seed-determined order."""
+    """Hands out prompt records ({prompt, label, metadata, position}) in a fixed, seed-determined order; a
+    record's position (its place in the run's stream of prompts, which a resume restores) names it for the
+    sampling seeds of its samples."""
 
     def __init__(self, task: TaskConfig, seed: int):
         self.task = task
@@ -28,7 +30,7 @@ class PromptSource:
             self._rows = _read_swe(task.path or "", task.on_invalid, task.format, task.repos_dir)
 
     def next(self, n: int) -> list[dict[str, Any]]:
-        out = [self._record(self.position + i) for i in range(n)]
+        out = [{**self._record(self.position + i), "position": self.position + i} for i in range(n)]
         self.position += n
         return out
 

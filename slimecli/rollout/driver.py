@@ -1,9 +1,17 @@
 """The single-turn rollout kind (rollout.generate=single_turn): each prompt's group sampled from the engines, fed
-to the one collect loop (collect.py) for rewards and filters."""
+to the one collect loop (collect.py) for rewards and filters.
+
+Every sample is drawn with a sampling_seed of its own, a hash of (run.seed, the prompt's position in the run's
+prompt stream, the sample's index in its group): the engines' own RNG restarts with them, so without it a resumed
+run would draw other tokens than the uninterrupted one. One seed per sample, not one per request with
+sampling_params.n, because SGLang copies a request's sampling_params to its n copies (one seed would give n
+equal samples).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 from typing import Any
 
@@ -45,10 +53,17 @@ class RolloutDriver:
                 "skip_special_tokens": False, "no_stop_trim": True, "spaces_between_special_tokens": False}
 
     # ---- generation -----------------------------------------------------------------------
-    async def _generate(self, copies: list[Sample]) -> None:
-        """Samples of one prompt from one request: SGLang's sampling_params.n, so the engine reads the prompt
-        once and the HTTP round trips are one per group, not one per sample (they cost the trainer's rank 0
-        CPU that an overlapped training step needs)."""
+    def group_key(self, record: dict[str, Any], group_index: int) -> tuple[Any, ...] | None:
+        """What names this group's prompt in the run, for its samples' seeds (None: unseeded): its position in
+        the prompt stream, which a resume restores."""
+        position = record.get("position")
+        return None if position is None else ("rollout", position)
+
+    async def _generate(self, copies: list[Sample], key: tuple[Any, ...] | None = None, first: int = 0) -> None:
+        """Samples of one prompt from one request, so the HTTP round trips are one per group, not one per sample
+        (they cost the trainer's rank 0 CPU that an overlapped training step needs): a batch of the prompt with a
+        seed per sample (`key`: the group's, `first`: the index of copies[0] in the group), or unseeded
+        SGLang's sampling_params.n."""
         budget = self.cfg.rollout.max_new_tokens - copies[0].response_length
         if budget <= 0:
             for sample in copies:
@@ -56,10 +71,16 @@ class RolloutDriver:
             return
         engine = self.engines[next(self._engine_cycle)]
         params = self.sampling_params(budget)
-        if len(copies) > 1:
+        prompt: list[int] | list[list[int]] = list(copies[0].tokens)
+        sampling: dict[str, Any] | list[dict[str, Any]] = params
+        if key is not None:
+            prompt = [list(copies[0].tokens) for _ in copies]
+            sampling = [{**params, "sampling_seed": sample_seed(self.cfg.run.seed, *key, first + j)}
+                        for j in range(len(copies))]
+        elif len(copies) > 1:
             params["n"] = len(copies)
         async with self._limit:
-            out = await engine.generate(input_ids=list(copies[0].tokens), sampling_params=params, return_logprob=True)
+            out = await engine.generate(input_ids=prompt, sampling_params=sampling, return_logprob=True)
         replies = out if isinstance(out, list) else [out]
         if len(replies) != len(copies):
             raise RuntimeError(f"engine {engine.base_url} answered {len(replies)} samples for n={len(copies)}")
@@ -75,8 +96,8 @@ class RolloutDriver:
                                 index=self._next_index, tokens=list(prompt_ids),
                                 metadata=dict(record.get("metadata") or {})))
             self._next_index += 1
-        chunks = [group[i:i + MAX_COPIES] for i in range(0, n, MAX_COPIES)]
-        await asyncio.gather(*(self._generate(chunk) for chunk in chunks))
+        key = self.group_key(record, group_index)
+        await asyncio.gather(*(self._generate(group[i:i + MAX_COPIES], key, i) for i in range(0, n, MAX_COPIES)))
         return group
 
     async def _runs(self, record: dict[str, Any], group_index: int) -> list[Run]:
@@ -86,6 +107,13 @@ class RolloutDriver:
     async def collect(self) -> RolloutResult:
         """Pull groups until `rollout.batch_size` of them pass the filters; extras are discarded."""
         return await collect(self.cfg, self.source, self._runs)
+
+
+def sample_seed(run_seed: int, *key: Any) -> int:
+    """The sampling_seed of one sample: a hash of the run's seed and what names the sample in the run (stable
+    across processes, unlike hash()); 63 bits, as SGLang takes a signed 64-bit seed."""
+    digest = hashlib.blake2b(repr((run_seed, *key)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
 
 
 def record_reply(sample: Sample, out: dict[str, Any]) -> None:
