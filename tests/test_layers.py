@@ -1,5 +1,6 @@
-"""Lower layers never import upper ones: every import statement of the package, lazy ones included, and every
-`slimecli.module:attr` string (a plugin built-in is imported by name when first looked up).
+"""Lower layers never import upper ones, with no exception, and no module is part of an import circle: every import
+statement of the package, lazy and TYPE_CHECKING ones included, and every `slimecli.module:attr` string (a plugin
+built-in is imported by name when first looked up).
 
 The layers, lowest first. A package may import the packages of lower layers, never one of its own layer
 (peers stay independent) nor one above. `slimecli/foo.py` counts as a package `foo`; `slimecli/__init__.py`
@@ -108,6 +109,56 @@ def test_lower_layers_never_import_upper_ones():
             kind = "its peer" if LAYER[high] == LAYER[low] else "the upper layer"
             bad.append(f"{where}:{line}: {module} ({low}) imports {target}, {kind} {high}")
     assert not bad, "layer violations (see LAYERS):\n" + "\n".join(bad)
+
+
+def circles() -> list[list[str]]:
+    """Every import circle between the package's modules (strongly connected parts of the import graph)."""
+    edges: dict[str, set[str]] = {module_name(p): set() for p in sources()}
+    for path in sources():
+        module = module_name(path)
+        edges[module] |= {t for _, t in imports(path) if t in edges and t != module}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while not part or part[-1] != v:
+                part.append(stack.pop())
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circles():
+    """No module imports one that (through others) imports it, lazily or not: a circle is one module in two files."""
+    assert circles() == []
+
+
+def test_the_circle_finder_finds_a_lazy_circle(tmp_path, monkeypatch):
+    pkg = tmp_path / "slimecli" / "swe"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from slimecli.swe import b\n")
+    (pkg / "b.py").write_text("def f():\n    from slimecli.swe.c import x\n")
+    (pkg / "c.py").write_text("import slimecli.swe.a\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path / "slimecli")
+    assert circles() == [["slimecli.swe.a", "slimecli.swe.b", "slimecli.swe.c"]]
 
 
 def test_the_checker_sees_lazy_and_relative_imports(tmp_path, monkeypatch):

@@ -16,7 +16,7 @@ import pytest
 from slimecli.model.tiny import create_tiny_model
 from slimecli.net.paths import request_dir
 from slimecli.net.server import HttpError
-from slimecli.rollout.engine.disk_update import _roots
+from slimecli.rollout.engine.core import roots as _roots
 from tests.helpers import free_port
 from tests.helpers.engine import Engine, start_engine, stop_engine
 

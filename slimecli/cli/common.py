@@ -35,6 +35,14 @@ def load_config_or_exit(overrides: list[str], recipe_dirs: list[str] | tuple[str
         fail(exc.render())
 
 
+def swe_config_or_exit(args: list[str], recipe_dir: list[str]) -> SlimeConfig:
+    """`tasks ...` commands are about SWE tasks: task=swe unless the command line says otherwise."""
+    overrides = split_overrides(args)
+    if not any(a.split("=", 1)[0] == "task" for a in overrides):
+        overrides = ["task=swe", *overrides]
+    return load_config_or_exit(overrides, recipe_dir)
+
+
 def preflight_or_exit(cfg: SlimeConfig) -> None:
     """The checks `train` makes before it starts anything (slimecli.launch.preflight): exit 2 on any."""
     from slimecli.config.errors import ConfigErrors

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from slimecli.cli import tasks_make
-from slimecli.cli.common import OVERRIDES, RecipeDirOption, echo_err, fail, load_config_or_exit, split_overrides
+from slimecli.cli.common import OVERRIDES, RecipeDirOption, echo_err, fail, swe_config_or_exit
 
 if TYPE_CHECKING:
     from slimecli.config.schema import SlimeConfig
@@ -39,14 +39,6 @@ tasks_app = typer.Typer(help="SWE task sets: list them, check every task, grade 
                         rich_markup_mode="rich")
 
 
-def _config(args: list[str], recipe_dir: list[str]) -> SlimeConfig:
-    """These commands are about SWE tasks: task=swe unless the command line says otherwise."""
-    overrides = split_overrides(args)
-    if not any(a.split("=", 1)[0] == "task" for a in overrides):
-        overrides = ["task=swe", *overrides]
-    return load_config_or_exit(overrides, recipe_dir)
-
-
 def _tasks(cfg: SlimeConfig):
     from slimecli.swe.task import load_for
 
@@ -68,7 +60,7 @@ def list_(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> None:
         typer.echo("task.path also takes a SWE-bench JSONL file: one row per task with instance_id, repo, "
                    "base_commit, problem_statement, patch, test_patch, FAIL_TO_PASS, PASS_TO_PASS, workdir")
         return
-    cfg = _config(ctx.args, recipe_dir)
+    cfg = swe_config_or_exit(ctx.args, recipe_dir)
     tasks = _tasks(cfg)
     width = max(len(t.instance_id) for t in tasks.tasks)
     for t in tasks.tasks:
@@ -87,7 +79,7 @@ def check(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption,
     from slimecli.swe.check import check_all
     from slimecli.swe.env.resolve import grading_sandboxes
 
-    cfg = _config(ctx.args, recipe_dir)
+    cfg = swe_config_or_exit(ctx.args, recipe_dir)
     tasks = _tasks(cfg)
     chosen = [t for t in tasks.tasks if cfg.task.instance in (None, t.instance_id)]
     results = asyncio.run(check_all(chosen, concurrency=jobs, budget_s=cfg.agent.eval_budget_s,
@@ -117,7 +109,7 @@ def grade(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption,
     from slimecli.swe.grade import Unevaluatable
     from slimecli.swe.grade import grade as grade_patch
 
-    cfg = _config(ctx.args, recipe_dir)
+    cfg = swe_config_or_exit(ctx.args, recipe_dir)
     if cfg.task.instance is None:
         fail("tasks grade needs task.instance=ID (`slimecli tasks list task.path=...` lists them)")
     if str(patch) == "-":
@@ -148,7 +140,7 @@ def env_build(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> No
     """Build the environment of every task (or task.instance) now, retrying failed builds; exit 1 if any fails."""
     from slimecli.swe.env.resolve import EnvUnavailable, describe, resolve
 
-    cfg = _config(ctx.args, recipe_dir)
+    cfg = swe_config_or_exit(ctx.args, recipe_dir)
     chosen = [t for t in _tasks(cfg).tasks if cfg.task.instance in (None, t.instance_id)]
     bad = 0
     for task in chosen:
@@ -171,7 +163,7 @@ def env_list(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption,
     """The cached environments under task.env_dir: key, size, what built it."""
     from slimecli.swe.env.resolve import store_for
 
-    cfg = _config(ctx.args, recipe_dir)
+    cfg = swe_config_or_exit(ctx.args, recipe_dir)
     store = store_for(cfg.task)
     entries = store.entries()
     for e in entries:
@@ -190,7 +182,7 @@ def env_prune(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> No
     from slimecli.swe.env.resolve import store_for
 
     keys = [a for a in ctx.args if "=" not in a]
-    cfg = _config([a for a in ctx.args if "=" in a], recipe_dir)
+    cfg = swe_config_or_exit([a for a in ctx.args if "=" in a], recipe_dir)
     store = store_for(cfg.task)
     unknown = [k for k in keys if not store.path(k).is_dir()]
     if unknown:

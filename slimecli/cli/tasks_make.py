@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from slimecli.cli.common import OVERRIDES, RecipeDirOption, echo_err, fail
+from slimecli.cli.common import OVERRIDES, RecipeDirOption, echo_err, fail, swe_config_or_exit
 
 
 def synth(ctx: typer.Context, src: Path = typer.Argument(..., help="A git checkout, a directory or an sdist archive."),
@@ -29,12 +29,11 @@ def synth(ctx: typer.Context, src: Path = typer.Argument(..., help="A git checko
     sandbox=... say where the suite runs, as for any task."""
     import asyncio
 
-    from slimecli.cli.tasks import _config
     from slimecli.swe.synth.pipeline import Options, SynthError, synthesize
 
     if not src.expanduser().exists():
         fail(f"SRC: {src}: no such file or directory")
-    cfg = _config(ctx.args, recipe_dir)
+    cfg = swe_config_or_exit(ctx.args, recipe_dir)
     repo_dir = repo or out.with_name(f"{out.stem}-repo")
     if choices == 1:
         fail("--choices: 1 is not a choice; use 0 (no listed edits) or 2..4 (the gold edit and N-1 wrong ones)")
@@ -61,11 +60,10 @@ def stats(ctx: typer.Context, file: str = typer.Argument(..., help="A task file 
                                             "its repository's dependency files; builds nothing)."),
           recipe_dir: list[str] = RecipeDirOption) -> None:
     """Counts by repository, FAIL_TO_PASS / PASS_TO_PASS sizes, statement lengths, layouts, environments."""
-    from slimecli.cli.tasks import _config
     from slimecli.swe.stats import render, summarize
     from slimecli.swe.task import load_for
 
-    cfg = _config([f"task.path={file}", *ctx.args], recipe_dir)
+    cfg = swe_config_or_exit([f"task.path={file}", *ctx.args], recipe_dir)
     tasks = load_for(cfg.task)
     environment_of = None
     if environments:

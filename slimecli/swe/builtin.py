@@ -15,14 +15,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from slimecli.swe.task import BUILTIN_PREFIX, SweTask, TaskFileError, load
-from slimecli.swe.workspace import GitError, run_git
+from slimecli.swe.git import GitError, run_git
+from slimecli.swe.rows import BUILTIN_PREFIX, SweTask, TaskFileError
+from slimecli.swe.sets import DATA_DIR as DATA_DIR
+from slimecli.swe.sets import SETS as SETS
+from slimecli.swe.sets import task_file as task_file
+from slimecli.swe.task import load
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
-SETS: dict[str, str] = {
-    "swe_tiny": "bug fixes and small features in tiny stdlib-only Python repositories (seconds per task, on CPU)",
-    "swe_tiny_smoke": "swe_tiny, each task listing 3 edits, one correct, for agent.constrain=choices smoke runs",
-}
 CACHE_ENV = "SLIMECLI_CACHE"  # replaces ~/.cache/slimecli as the cache root
 # Everything that goes into a base commit's SHA besides its tree: fixed, so the SHA is the same everywhere.
 COMMIT_ENV = {
@@ -34,17 +33,6 @@ COMMIT_ENV = {
 COMMIT_MESSAGE = b"Initial commit\n"
 FILE_MODE = "100644"
 SKIPPED_DIRS = frozenset({"__pycache__", ".pytest_cache", ".git", ".mypy_cache", ".ruff_cache"})
-
-
-def _available() -> str:
-    return ", ".join(BUILTIN_PREFIX + name for name in SETS)
-
-
-def task_file(name: str) -> Path:
-    """The JSONL file of built-in set `name`; TaskFileError naming the sets there are for any other name."""
-    if name not in SETS:
-        raise TaskFileError(f"{BUILTIN_PREFIX}{name}: no such built-in task set (available: {_available()})")
-    return DATA_DIR / name / "tasks.jsonl"
 
 
 def set_tasks(name: str) -> list[SweTask]:

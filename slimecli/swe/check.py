@@ -9,7 +9,6 @@ and the base tree), so every task of any set can be checked the same way.
 from __future__ import annotations
 
 import asyncio
-import difflib
 import shutil
 import tempfile
 import time
@@ -18,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from slimecli.swe.git import file_diff as file_diff
 from slimecli.swe.grade import GradeReport, Unevaluatable, evaluate, grade, local_sandbox, test_files
-from slimecli.swe.task import SweTask
+from slimecli.swe.rows import SweTask
 from slimecli.swe.workspace import WorkspaceError, prepare
 
 if TYPE_CHECKING:
@@ -50,19 +50,6 @@ class CheckResult:
     def as_dict(self) -> dict[str, Any]:
         return {"instance_id": self.instance_id, "ok": self.ok, "elapsed_s": round(self.elapsed_s, 3),
                 "checks": [{"name": c.name, "ok": c.ok, "why": c.why} for c in self.checks]}
-
-
-def file_diff(path: str, old: str | None, new: str | None) -> str:
-    """A git-style diff of one file (None: the file does not exist on that side), without running git."""
-    head = f"diff --git a/{path} b/{path}\n"
-    if old is None:
-        head += "new file mode 100644\n"
-    elif new is None:
-        head += "deleted file mode 100644\n"
-    lines = difflib.unified_diff((old or "").splitlines(keepends=True), (new or "").splitlines(keepends=True),
-                                 "/dev/null" if old is None else f"a/{path}", "/dev/null" if new is None else f"b/{path}")
-    body = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
-    return head + body
 
 
 def fake_test_file(node_ids: Sequence[str]) -> str:

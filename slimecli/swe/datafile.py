@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from slimecli.swe.task import RowError, TaskFileError
+from slimecli.swe.rows import RowError, TaskFileError
 
 PARQUET = (".parquet", ".pq")
 

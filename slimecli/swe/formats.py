@@ -23,7 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from slimecli.swe.task import KNOWN, RowError
+from slimecli.swe.git import file_diff
+from slimecli.swe.rows import KNOWN, RowError
 
 FORMATS = ("auto", "slimecli", "swebench", "swegym", "swesmith", "r2egym")
 SWEBENCH = ("instance_id", "repo", "base_commit", "patch", "test_patch", "problem_statement", "hints_text",
@@ -234,8 +235,6 @@ def _r2egym(row: dict[str, Any], source: str, repos_dir: str | None, errors: lis
     if len(names) != len(codes) or not names:
         errors.append(RowError(source, "execution_result_content", "expected test_file_names and test_file_codes "
                                "of the same, non-zero length"))
-    from slimecli.swe.check import file_diff
-
     paths = [n if "/" in n else f"{R2E_TESTS}/{n}" for n in names]
     out["test_patch"] = "".join(file_diff(p, None, c) for p, c in zip(paths, codes, strict=False))
     if not isinstance(expected, dict) and "expected_output_json" not in {e.field for e in errors}:

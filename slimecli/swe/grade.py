@@ -24,8 +24,9 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from slimecli.swe import junit
-from slimecli.swe.task import SweTask
-from slimecli.swe.workspace import GIT_FLAGS, WorkspaceError, prepare
+from slimecli.swe.git import GIT_FLAGS
+from slimecli.swe.rows import SweTask
+from slimecli.swe.workspace import WorkspaceError, prepare
 
 if TYPE_CHECKING:
     from slimecli.sandbox.base import Sandbox

@@ -11,56 +11,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from slimecli.swe.datafile import read_rows
+from slimecli.swe.formats import FIELDS, FORMATS, detect, to_task_row
+from slimecli.swe.rows import BUILTIN_PREFIX as BUILTIN_PREFIX
+from slimecli.swe.rows import KNOWN as KNOWN
+from slimecli.swe.rows import OPTIONAL_STR as OPTIONAL_STR
+from slimecli.swe.rows import REQUIRED as REQUIRED
+from slimecli.swe.rows import RowError as RowError
+from slimecli.swe.rows import SweTask as SweTask
+from slimecli.swe.rows import TaskFileError as TaskFileError
+from slimecli.swe.sets import task_file
+
 if TYPE_CHECKING:
     from slimecli.config.groups.task import TaskConfig
-
-REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch",
-            "FAIL_TO_PASS", "PASS_TO_PASS")
-OPTIONAL_STR = ("hints_text", "version", "environment_setup_commit", "workdir", "image", "test_cmd", "created_at")
-KNOWN = (*REQUIRED, *OPTIONAL_STR, "setup_commands", "timeout_s", "install")
-BUILTIN_PREFIX = "builtin:"
-
-
-@dataclass(frozen=True)
-class SweTask:
-    instance_id: str
-    repo: str
-    base_commit: str
-    problem_statement: str
-    patch: str  # the gold patch: never shown to the agent
-    test_patch: str  # adds the FAIL_TO_PASS tests: never shown to the agent, applied last when grading ("": none)
-    fail_to_pass: tuple[str, ...]
-    pass_to_pass: tuple[str, ...]
-    workdir: str | None = None  # a local git repository holding base_commit, or builtin:NAME
-    image: str | None = None  # container sandboxes
-    test_cmd: str | None = None  # None -> pytest with JUnit XML
-    setup_commands: tuple[str, ...] = ()
-    install: tuple[str, ...] = ()  # more requirements of the task's venv (pip requirement strings)
-    timeout_s: float | None = None
-    hints_text: str = ""
-    version: str = ""
-    environment_setup_commit: str = ""
-    source: str = ""  # file:line it came from
-    extra: dict[str, Any] = field(default_factory=dict)  # unknown keys of the row, kept as they were
-
-    @property
-    def tests(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(self.fail_to_pass + self.pass_to_pass))
-
-
-@dataclass(frozen=True)
-class RowError:
-    source: str  # file:line
-    field: str
-    reason: str
-
-    def render(self) -> str:
-        return f"{self.source}: {self.field}: {self.reason}"
-
-
-class TaskFileError(Exception):
-    """The task file cannot be read at all (missing, not a file, unknown builtin set)."""
-
 
 def _test_list(row: dict[str, Any], key: str) -> tuple[str, ...] | str:
     """A list of test ids, or a JSON string of one (as the SWE-bench files store them); else the reason."""
@@ -150,8 +113,6 @@ class TaskSet:
 def resolve_path(path: str) -> Path:
     """`builtin:NAME` -> the task file shipped in the wheel; anything else is a file path."""
     if path.startswith(BUILTIN_PREFIX):
-        from slimecli.swe.builtin import task_file
-
         return task_file(path[len(BUILTIN_PREFIX):])
     p = Path(path).expanduser()
     if not p.exists():
@@ -166,8 +127,6 @@ def load(path: str, format: str = "auto", repos_dir: str | None = None) -> TaskS
     slimecli.swe.formats); bad rows are collected (with line and field), not raised."""
     from collections import Counter
 
-    from slimecli.swe.datafile import read_rows
-    from slimecli.swe.formats import FIELDS, FORMATS, detect, to_task_row
 
     if format not in FORMATS:
         raise TaskFileError(f"task.format={format}: not one of {', '.join(FORMATS)}")

@@ -9,18 +9,19 @@ The git directory of one commit is made once per process and copied for each wor
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 from slimecli.swe.dircache import DirCache
-from slimecli.swe.task import BUILTIN_PREFIX, SweTask
+from slimecli.swe.git import GIT_FLAGS as GIT_FLAGS
+from slimecli.swe.git import GitError as GitError
+from slimecli.swe.git import git_env as git_env
+from slimecli.swe.git import run_git as run_git
+from slimecli.swe.rows import BUILTIN_PREFIX, SweTask, TaskFileError
 
-GIT_FLAGS = ("-c", "commit.gpgsign=false", "-c", "init.defaultBranch=main", "-c", "core.autocrlf=false",
-             "-c", "core.fsmonitor=false", "-c", "advice.detachedHead=false")
 AGENT_NAME = "slimecli agent"
 AGENT_EMAIL = "agent@slimecli.invalid"
 LOCAL_CONFIG = f"[user]\n\tname = {AGENT_NAME}\n\temail = {AGENT_EMAIL}\n[commit]\n\tgpgsign = false\n"
@@ -30,33 +31,6 @@ GIT_DIRS = DirCache(max_entries=8, prefix="slimecli-git-dirs-")  # per (source r
 
 class WorkspaceError(Exception):
     """The task's workspace cannot be made: no such repository, commit not found, not a git repository."""
-
-
-class GitError(Exception):
-    def __init__(self, args: tuple[str, ...], returncode: int, stderr: str) -> None:
-        self.returncode = returncode
-        self.stderr = stderr.strip()
-        super().__init__(f"git {' '.join(args)} exited {returncode}: {self.stderr or '(no message)'}")
-
-
-def git_env(home: str | Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The caller's environment without any GIT_* variable, with no global/system config and HOME at `home`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update({"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_ATTR_NOSYSTEM": "1",
-                "GIT_TERMINAL_PROMPT": "0", "HOME": str(home), "XDG_CONFIG_HOME": str(home), "LC_ALL": "C"})
-    env.update(extra or {})
-    return env
-
-
-def run_git(*args: str, home: str | Path, cwd: str | Path | None = None, input: bytes | None = None,
-            env: Mapping[str, str] | None = None, raw: bool = False) -> str:
-    """stdout of one hermetic git command (without its final newline unless `raw`); GitError when it fails."""
-    proc = subprocess.run(["git", *GIT_FLAGS, *args], cwd=cwd, input=input, capture_output=True,
-                          env=git_env(home, env))
-    if proc.returncode != 0:
-        raise GitError(args, proc.returncode, proc.stderr.decode(errors="replace"))
-    out = proc.stdout.decode()
-    return out if raw else out.rstrip("\n")
 
 
 def _resolve_commit(git_dir: Path, commit: str, home: str, where: str) -> str:
@@ -86,7 +60,6 @@ def _local_git_dir(path: Path, home: str) -> Path:
 
 def _builtin_git_dir(repo: str) -> Path:
     from slimecli.swe.builtin import locate, materialize
-    from slimecli.swe.task import TaskFileError
 
     set_name = locate(repo)
     if set_name is None:

@@ -241,8 +241,9 @@ def make_policy(cfg: SlimeConfig, info: dist.DistInfo, trainable: bool = True) -
         from slimecli.train.megatron.policy import MegatronPolicy
 
         return MegatronPolicy(cfg, info, trainable=trainable)
+    from slimecli.train.dist import unwrap
     from slimecli.train.optim.build import build_optimizer
-    from slimecli.train.policy import TorchPolicy, load_policy, unwrap
+    from slimecli.train.policy import TorchPolicy, load_policy
 
     model = load_policy(cfg, info, trainable=trainable)
     optimizer = build_optimizer(unwrap(model).named_parameters(), cfg.optimizer) if trainable else None

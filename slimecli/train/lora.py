@@ -17,6 +17,7 @@ import torch
 from slimecli.config.schema import SlimeConfig
 from slimecli.model.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, PREFIX
 from slimecli.train.batch import PackedBatch
+from slimecli.train.dist import unwrap
 
 ADAPTER = "default"  # peft's name of the one adapter
 
@@ -160,8 +161,6 @@ class AdapterOffPolicy:
 
     @torch.no_grad()
     def score(self, chunks: list[PackedBatch], temperature: float) -> list[torch.Tensor]:
-        from slimecli.train.policy import unwrap
-
         peft_model: Any = unwrap(self.policy.model)
         with peft_model.disable_adapter():
             return cast(list[torch.Tensor], self.policy.score(chunks, temperature))

@@ -15,7 +15,7 @@ from torch.nn.parallel import DistributedDataParallel
 from slimecli.config.schema import SlimeConfig
 from slimecli.train.backend import LossFn
 from slimecli.train.batch import PackedBatch
-from slimecli.train.dist import DistInfo
+from slimecli.train.dist import DistInfo, unwrap
 
 if TYPE_CHECKING:
     from torch.distributed.fsdp import FSDPModule
@@ -114,10 +114,6 @@ def load_full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Opt
         set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
     else:
         optimizer.load_state_dict(state)
-
-
-def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    return model.module if isinstance(model, DistributedDataParallel) else model
 
 
 def response_logits(model: torch.nn.Module, batch: PackedBatch) -> torch.Tensor:

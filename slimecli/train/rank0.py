@@ -20,7 +20,7 @@ from slimecli.rollout.collect import RolloutResult
 from slimecli.rollout.data import PromptSource
 
 if TYPE_CHECKING:
-    from slimecli.train.weight_sync import WeightSync
+    from slimecli.train.sync_base import WeightSync
 
 log = logging.getLogger("slimecli.train")
 

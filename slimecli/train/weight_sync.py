@@ -21,46 +21,18 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from slimecli.config.schema import SlimeConfig
 from slimecli.net.ports import free_port
+from slimecli.train.sync_base import Runner, WeightSync, _check, _gather, _ready
 
 log = logging.getLogger("slimecli.train")
 GROUP_NAME = "slimecli_weight_update"
-
-
-def _ready() -> None:
-    pass
-
-
-class WeightSync(Protocol):
-    def push(self, state: dict[str, torch.Tensor], version: int, engines_free: Callable[[], None] = _ready) -> str:
-        """Give every engine these weights as ``version``; returns where they went (for the log).
-        ``engines_free`` is called before any engine is touched and returns once the engines may take new
-        weights (trainer.async_rollout: the rollout generated ahead is in); work of the trainer's own comes
-        before it, so it overlaps that rollout."""
-        ...
-
-    def begin_push(self, state: dict[str, torch.Tensor], version: int,
-                   engines_free: Callable[[], None] = _ready) -> tuple[str, Awaitable[None] | None]:
-        """push, but what only waits on the engines comes back as a coroutine the caller may run after it moves
-        on (None: the push is complete). A disk push has such a part; kinds that read the trainer's memory or
-        take part in a collective finish here."""
-        ...
-
-    def before_update(self) -> None:
-        """Called before the optimizer changes the trainer's weights."""
-        ...
-
-    def close(self) -> None: ...
-
-
-Runner = Callable[[Awaitable[Any]], Any]  # runs a coroutine on rank 0's event loop
 
 
 def make_weight_sync(cfg: SlimeConfig, run_dir: Path, engines: list[Any], run: Runner,
@@ -84,12 +56,6 @@ def make_weight_sync(cfg: SlimeConfig, run_dir: Path, engines: list[Any], run: R
         return GroupSync(engines, run, bucket_bytes=cfg.trainer.weight_sync_bucket_mb << 20,
                          timeout_s=cfg.rollout.request_timeout_s)
     raise ValueError(f"trainer.weight_sync: unknown kind {kind!r}")  # the schema admits only the three
-
-
-def _check(engine: Any, result: dict[str, Any], what: str) -> None:
-    if not result.get("success", False):
-        why = result.get("message") or result.get("error_message")  # SGLang's LoRA replies say error_message
-        raise RuntimeError(f"engine {engine.base_url} refused weights {what}: {why}")
 
 
 class DiskSync:
@@ -399,11 +365,6 @@ async def _broadcast_while_engines_receive(sent: asyncio.Future[Any], posts: lis
     finally:
         for task in tasks:
             task.cancel()
-
-
-async def _gather(aws: Iterable[Awaitable[Any]], return_exceptions: bool = False) -> list[Any]:
-    """gather() inside a coroutine, so it binds to the loop that runs it."""
-    return list(await asyncio.gather(*aws, return_exceptions=return_exceptions))
 
 
 def _buckets(tensors: dict[str, torch.Tensor], limit: int) -> Iterator[list[tuple[str, torch.Tensor]]]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from aiohttp import web
@@ -22,16 +22,14 @@ from aiohttp import web
 from slimecli.model.lora import check_config, deltas, merged, read_adapter
 from slimecli.net.paths import request_dir
 from slimecli.net.server import read_json
+from slimecli.rollout.engine.core import EngineCore, roots
 from slimecli.rollout.engine.protocol import BadRequest
-
-if TYPE_CHECKING:
-    from slimecli.rollout.engine.server import EngineServer
 
 log = logging.getLogger("slimecli.engine")
 
 
 class AdapterRoutes:
-    def __init__(self, server: EngineServer) -> None:
+    def __init__(self, server: EngineCore) -> None:
         self.server = server
         self.base: dict[str, torch.Tensor] = {}  # the base weight of each module an adapter is merged into
         self.loaded: dict[str, str] = {}  # adapter name -> path (SGLang's loaded_adapters)
@@ -102,9 +100,7 @@ class AdapterRoutes:
             raise BadRequest("lora_name: required, a non-empty string")
         if name in self.loaded:
             return _failed(f"an adapter named {name!r} is already loaded (unload it first)")
-        from slimecli.rollout.engine.disk_update import _roots
-
-        path = str(request_dir(body.get("lora_path"), "lora_path", _roots(self.server, request),
+        path = str(request_dir(body.get("lora_path"), "lora_path", roots(self.server, request),
                                "rollout.weight_roots"))
         try:
             config, tensors = await asyncio.to_thread(read_adapter, path)

@@ -19,27 +19,23 @@ does; building a new model each step cost 35 ms of a 300 ms quickstart step. Any
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
 from slimecli.net import server as net
 from slimecli.net.paths import request_dir
+from slimecli.rollout.engine.core import EngineCore, installer, roots
 from slimecli.rollout.engine.protocol import BadRequest
-from slimecli.rollout.engine.weights import installer
-
-if TYPE_CHECKING:
-    from slimecli.rollout.engine.server import EngineServer
 
 log = logging.getLogger("slimecli.engine")
 
 
-async def update_weights_from_disk(self: EngineServer, request: web.Request) -> web.Response:
+async def update_weights_from_disk(self: EngineCore, request: web.Request) -> web.Response:
     """SGLang's reply: {"success", "message", "num_paused_requests"}; refused (4xx), generation continues."""
     if (resp := self._not_ready()) is not None:
         return resp
@@ -63,7 +59,7 @@ async def update_weights_from_disk(self: EngineServer, request: web.Request) -> 
 CONTINUED = " (generation continues: the pause before this update was lifted)"
 
 
-async def _continue_if_paused(self: EngineServer) -> bool:
+async def _continue_if_paused(self: EngineCore) -> bool:
     sch = self._sched
     if not sch.paused:
         return False
@@ -72,21 +68,7 @@ async def _continue_if_paused(self: EngineServer) -> bool:
     return True
 
 
-def _roots(self: EngineServer, request: web.Request) -> list[str | Path] | None:
-    """None (any path) for a client on this host when no roots were configured; else the roots."""
-    if self.loopback_loads_anywhere and _is_loopback(request.remote):
-        return None
-    return self.weight_roots
-
-
-def _is_loopback(remote: str | None) -> bool:
-    try:
-        return remote is not None and ipaddress.ip_address(remote).is_loopback
-    except ValueError:  # a Unix socket, or no peer address
-        return False
-
-
-async def _update(self: EngineServer, request: web.Request) -> web.Response:
+async def _update(self: EngineCore, request: web.Request) -> web.Response:
     body = await net.read_json(request, strict_text=True)
     version = body.get("weight_version")
     if version is not None and not isinstance(version, str | int) or isinstance(version, bool):
@@ -94,7 +76,7 @@ async def _update(self: EngineServer, request: web.Request) -> web.Response:
     for key in ("abort_all_requests", "flush_cache"):
         if body.get(key) is not None and not isinstance(body.get(key), bool):
             raise BadRequest(f"{key}: must be true or false")
-    path = str(request_dir(body.get("model_path"), "model_path", _roots(self, request), "rollout.weight_roots"))
+    path = str(request_dir(body.get("model_path"), "model_path", roots(self, request), "rollout.weight_roots"))
     sch = self._sched
     async with self._update_lock:
         try:
@@ -119,7 +101,7 @@ async def _update(self: EngineServer, request: web.Request) -> web.Response:
                               "num_paused_requests": paused})
 
 
-def _load_compatible(self: EngineServer, path: str) -> Any:
+def _load_compatible(self: EngineCore, path: str) -> Any:
     from slimecli.model.loading import load_model
 
     if not (Path(path) / "config.json").is_file():
@@ -137,7 +119,7 @@ def _load_compatible(self: EngineServer, path: str) -> Any:
 _PROVENANCE = {"_name_or_path", "transformers_version", "torch_dtype", "dtype"}
 
 
-def _in_place(self: EngineServer, path: str) -> Callable[[Any], None] | None:
+def _in_place(self: EngineCore, path: str) -> Callable[[Any], None] | None:
     """What copies this checkpoint's tensors into the served model, when its config is the served one's and
     its tensors are exactly the served tensors (tied ones stored once); None when it must be loaded whole."""
     from safetensors import safe_open

@@ -16,10 +16,12 @@ from slimecli.net import server as net
 from slimecli.net.auth import bearer_auth
 from slimecli.net.listen import MAX_CONNECTIONS
 from slimecli.rollout.engine.compat import stream_due
+from slimecli.rollout.engine.disk_update import update_weights_from_disk
 from slimecli.rollout.engine.grammar import Compiled, Constraint, GrammarCache
 from slimecli.rollout.engine.protocol import BadRequest, GenerateRequest, Item, SamplingParams, parse_generate
 from slimecli.rollout.engine.scheduler import Scheduler, Update
 from slimecli.rollout.engine.seq import Seq, build_reply
+from slimecli.rollout.engine.weights import WeightRoutes
 
 log = logging.getLogger("slimecli.engine")
 MAX_BODY = net.ENGINE_MAX_BODY
@@ -175,11 +177,7 @@ class EngineServer:
             r.add_post(path, fn)
             r.add_get(path, fn)
         r.add_post("/abort_request", self.abort)
-        from slimecli.rollout.engine.disk_update import update_weights_from_disk
-
         r.add_post("/update_weights_from_disk", functools.partial(update_weights_from_disk, self))
-        from slimecli.rollout.engine.weights import WeightRoutes
-
         self.weight_routes = WeightRoutes(self)  # shared memory, SGLang's weight-update group
         self.weight_routes.add_to(r)
         return app

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import Any, TypeGuard
 
 import torch
 from aiohttp import web
 
 from slimecli.net.server import read_json
+from slimecli.rollout.engine.core import EngineCore, installer
 from slimecli.rollout.engine.protocol import BadRequest
 from slimecli.rollout.weight_transfer import (
     SharedSegment,
@@ -29,9 +30,6 @@ from slimecli.rollout.weight_transfer import (
     parse_manifest,
     parse_shape,
 )
-
-if TYPE_CHECKING:
-    from slimecli.rollout.engine.server import EngineServer
 
 log = logging.getLogger("slimecli.engine")
 GROUP_TIMEOUT_S = 300.0
@@ -53,29 +51,10 @@ def check_targets(model: Any, items: list[tuple[str, torch.dtype, list[int]]]) -
     return out
 
 
-def installer(targets: dict[str, torch.Tensor], sources: dict[str, torch.Tensor], bind: bool = False) -> Any:
-    """What the scheduler thread runs: each served tensor gets its source's values.
-
-    ``bind``: where dtype and device agree, the served tensor becomes the source itself (a view of a shared
-    segment the trainer writes into while the engine is paused), so later updates copy nothing here.
-    """
-    def install(_model: Any) -> None:
-        with torch.no_grad():
-            for name, src in sources.items():
-                target = targets[name]
-                if target.data_ptr() == src.data_ptr():
-                    continue  # already served from the segment: the trainer wrote the new values in place
-                if bind and target.dtype == src.dtype and target.device == src.device:
-                    target.data = src
-                else:
-                    target.copy_(src)
-    return install
-
-
 class WeightRoutes:
-    """Handlers for one EngineServer (its scheduler, update lock and readiness)."""
+    """Handlers for one EngineCore (its scheduler, update lock and readiness)."""
 
-    def __init__(self, server: EngineServer) -> None:
+    def __init__(self, server: EngineCore) -> None:
         self.server = server
         self.groups: dict[str, Any] = {}
         self.segment: SharedSegment | None = None  # the one the served tensors are views of, if any
