@@ -1,5 +1,6 @@
 """The quickstart trained with LoRA against full fine-tuning, one after the other in one run of this script: the
-first step whose mean reward reaches the goal, the final reward and the wall time of each `slimecli train`.
+first step whose mean reward reaches the goal, the final reward, and the wall and CPU time of each `slimecli train`
+(the CPU seconds of all its processes: on a machine that other jobs share, the wall time follows their load).
 
 Issue 34's goal: `slimecli train trainer.lora.rank=8` on the quickstart reaches mean reward >= 0.9.
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 import tempfile
@@ -19,16 +21,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def train(run_dir: Path, overrides: list[str]) -> tuple[float, list[dict]]:
-    """Wall seconds of one `slimecli train` and its metrics rows."""
+def cpu_s() -> float:
+    """CPU seconds of the child processes waited for so far (a `slimecli train` waits for all of its own)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def train(run_dir: Path, overrides: list[str]) -> tuple[float, float, list[dict]]:
+    """Wall and CPU seconds of one `slimecli train`, and its metrics rows."""
     argv = [sys.executable, "-m", "slimecli", "train", f"run.dir={run_dir}", "observe.report=false", *overrides]
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), cpu_s()
     out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, cpu_s() - cpu
     if out.returncode != 0:
         sys.exit(f"{' '.join(argv)} failed ({out.returncode}):\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return wall, rows
+    return wall, cpu, rows
 
 
 def main() -> None:
@@ -43,17 +51,17 @@ def main() -> None:
               "eval.at_start=false", "eval.at_end=false", *a.overrides]
     tmp = Path(tempfile.mkdtemp(prefix="bench-lora-quickstart-"))
     print(f"quickstart, {a.steps} steps, trainer.nproc={a.nproc}; goal: mean reward >= {a.goal}")
-    print(f"{'':10}{'first step >= goal':>20}{'final reward':>14}{'best':>8}{'wall s':>9}")
+    print(f"{'':10}{'first step >= goal':>20}{'final reward':>14}{'best':>8}{'wall s':>9}{'CPU s':>9}")
     results = {}
     for name, extra in (("full", []), (f"lora r{a.rank}", [f"trainer.lora.rank={a.rank}"])):
-        wall, rows = train(tmp / name.replace(" ", "-"), common + extra)
+        wall, cpu, rows = train(tmp / name.replace(" ", "-"), common + extra)
         rewards = [r["reward/mean"] for r in rows if "reward/mean" in r]
         first = next((r["step"] for r in rows if r.get("reward/mean", 0.0) >= a.goal), None)
-        results[name] = wall
+        results[name] = (wall, cpu)
         print(f"{name:10}{first if first is not None else 'never':>20}{rewards[-1]:>14.3f}{max(rewards):>8.3f}"
-              f"{wall:>9.1f}", flush=True)
+              f"{wall:>9.1f}{cpu:>9.1f}", flush=True)
     (full, lora) = results.values()
-    print(f"wall time lora / full: {lora / full:.2f}x")
+    print(f"lora / full: wall time {lora[0] / full[0]:.2f}x, CPU time {lora[1] / full[1]:.2f}x")
 
 
 if __name__ == "__main__":
