@@ -112,21 +112,29 @@ def _torchrun(script: str, nproc: int, *args: str) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
 
 
-def test_sharded_checkpoint_saved_at_tp2_resumes_at_tp1_and_tp2(odd_vocab_model, tmp_path):
-    """megatron-core's distributed checkpoint (weights and Adam moments, each rank its shards): save after one
-    update at TP=2, load, update again; the weights equal two updates without the interruption. Tolerance:
-    TP=1 and TP=2 sum in different orders (~1e-6 apart after one update), which Adam's normalisation can lift
-    to ~1e-4 on elements with tiny second moments; a wrong reshard moves weights by about lr (1e-2)."""
-    run = ("megatron_resume_check.py",)
-    _torchrun(*run, 1, "straight", str(tmp_path), str(odd_vocab_model), "1")
-    _torchrun(*run, 2, "save", str(tmp_path), str(odd_vocab_model), "2")
-    assert (tmp_path / "sharded" / "metadata.json").is_file()
-    for tp in (1, 2):
-        _torchrun(*run, tp, "resume", str(tmp_path), str(odd_vocab_model), str(tp))
-    straight = json.loads((tmp_path / "straight-1.json").read_text())
-    for tp in (1, 2):
-        resumed = json.loads((tmp_path / f"resume-{tp}.json").read_text())
+def test_sharded_checkpoint_resumes_at_another_tp_and_at_dp2(odd_vocab_model, tmp_path):
+    """megatron-core's distributed checkpoint (weights and Adam moments, each rank its shards): saved after one
+    update at TP=2 and resumed at TP=1; saved at DP=2 (the distributed optimizer: each replica holds half of the
+    moments) and resumed at DP=2. The next update equals an uninterrupted run's (two updates at DP=2, saving
+    between them). A DP=2 checkpoint cannot resume at DP=1 (megatron-core stores the two optimizers' states in
+    different shapes): refused with a message that says so. Tolerance: layouts sum in different orders (~1e-6
+    apart after one update), which Adam's normalisation can lift to ~1e-4 on elements with tiny second moments;
+    a wrong reshard, lost moments or a wrong Adam step move weights by a quarter of lr (1e-2) or more."""
+    from slimecli.train.megatron.dist_checkpoint import check_optimizer_kind
+
+    run, model = "megatron_resume_check.py", str(odd_vocab_model)
+    dp_dir, tp_dir = tmp_path / "dp", tmp_path / "tp"
+    _torchrun(run, 2, "save-straight", str(dp_dir), model, "1")  # TP=1 on 2 ranks: DP=2
+    _torchrun(run, 2, "resume", str(dp_dir), model, "1")
+    _torchrun(run, 2, "save", str(tp_dir), model, "2")
+    _torchrun(run, 1, "resume", str(tp_dir), model, "1")
+    straight = json.loads((dp_dir / "straight-1x2.json").read_text())
+    for resumed_at in (dp_dir / "resume-1x2.json", tp_dir / "resume-1.json"):
+        resumed = json.loads(resumed_at.read_text())
         assert set(resumed) == set(straight)
         for name, value in straight.items():
             torch.testing.assert_close(torch.tensor(resumed[name]), torch.tensor(value), atol=1e-3, rtol=0,
-                                       msg=lambda m, name=name, tp=tp: f"resumed at TP={tp}, {name}: {m}")
+                                       msg=lambda m, name=name, at=resumed_at.name: f"{at}, {name}: {m}")
+    with pytest.raises(ValueError, match=r"distributed optimizer \(data parallel > 1\).*plain optimizer"):
+        check_optimizer_kind(dp_dir / "sharded", distributed=False)
+    check_optimizer_kind(tp_dir / "sharded", distributed=False)

@@ -215,6 +215,10 @@ class MegatronPolicy:
         if with_optimizer and self.optimizer is not None:
             # the distributed optimizer's shards in a layout-free format, so a resume may change TP/PP/DP
             extra = {"metadata": {"distrib_optim_sharding_type": "fully_reshardable"}} if self.distributed_optimizer else {}
+            if loading and self.distributed_optimizer:
+                from slimecli.train.megatron.dist_checkpoint import prepare_optimizer_load
+
+                prepare_optimizer_load(self.optimizer)
             state["optimizer"] = self.optimizer.sharded_state_dict(model, is_loading=loading, **extra)
         return state
 
@@ -228,12 +232,16 @@ class MegatronPolicy:
             directory.mkdir(parents=True)
         dist.barrier()
         dist_checkpoint.save(self._sharded_state(False, with_optimizer), directory)
+        if dist.get_rank() == 0 and with_optimizer:
+            dist_checkpoint.write_optimizer_kind(directory, self.distributed_optimizer)
         dist.barrier()
         return True
 
     def load_sharded(self, directory: Path, *, with_optimizer: bool) -> None:
         from slimecli.train.megatron import dist_checkpoint
 
+        if with_optimizer and self.optimizer is not None:
+            dist_checkpoint.check_optimizer_kind(directory, self.distributed_optimizer)
         state = dist_checkpoint.load(self._sharded_state(True, with_optimizer), directory)
         self.module.load_state_dict(state["model"])
         if "optimizer" in state:
