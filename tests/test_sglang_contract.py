@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -188,6 +189,8 @@ def test_every_body_slimecli_sends_passes_sglangs_request_schema():
             async with EngineClient(url) as engine:
                 params = RolloutDriver.sampling_params(type("D", (), {"cfg": cfg})(), 32)  # type: ignore[arg-type]
                 await engine.generate(input_ids=[1, 2, 3], sampling_params={**params, "n": 4}, return_logprob=True)
+                await engine.generate(input_ids=[[1, 2, 3]] * 2, return_logprob=True,  # the driver's seeded group
+                                      sampling_params=[{**params, "sampling_seed": s} for s in (1, (1 << 63) - 1)])
                 await engine.generate(input_ids=[1, 2], sampling_params={"max_new_tokens": 8, "stop": ["\n"],
                                                                          "stop_token_ids": [2], "ebnf": "start: \"a\""},
                                       return_logprob=True, rid="r1")
@@ -224,38 +227,37 @@ def test_the_schema_check_is_strict():
 
 
 # ---- the weight-update group --------------------------------------------------------------------------------
-ENGINE_SIDE = textwrap.dedent("""
+TRAINER_SIDE = textwrap.dedent("""
     import sys, torch
-    sys.path.insert(0, sys.argv[1])
-    from tests.helpers import sglang_contract
-    sgl = sglang_contract.load()
-    assert not isinstance(sgl, str), sgl
-    group = sgl.init_custom_process_group(backend="gloo", init_method=f"tcp://127.0.0.1:{sys.argv[2]}",
-                                          world_size=2, rank=1, group_name="slimecli_weight_update")
-    weights = torch.empty(3, 4, dtype=torch.bfloat16)  # as SGLang's receive loop allocates each tensor
-    torch.distributed.broadcast(weights, src=0, group=group)
-    print(weights.float().sum().item())
+    import torch.distributed as dist
+    from slimecli.rollout.weight_transfer import destroy_weight_group, init_weight_group
+    group = init_weight_group("gloo", "127.0.0.1", int(sys.argv[1]), 2, 0, "slimecli_weight_update", 120.0)
+    dist.broadcast(torch.full((3, 4), 0.5, dtype=torch.bfloat16), src=0, group=group)
+    destroy_weight_group(group)
 """)
 
 
-@pytest.mark.slow  # a second interpreter imports sglang (seconds)
 def test_weight_group_handshake_with_sglangs_own_process_group_code():
+    """slimecli's rank 0 in a process of its own (torch only); the engine side here, where sglang is already
+    imported: SGLang's own init_custom_process_group joins the group and receives as its loop does."""
     import torch
+    import torch.distributed as dist
 
-    from slimecli.rollout.weight_transfer import destroy_weight_group, init_weight_group
     from tests.helpers import free_port
 
     port = free_port()
-    engine = subprocess.Popen([sys.executable, "-c", ENGINE_SIDE, str(ROOT), str(port)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    trainer = subprocess.Popen([sys.executable, "-c", TRAINER_SIDE, str(port)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env)
     try:
-        group = init_weight_group("gloo", "127.0.0.1", port, 2, 0, "slimecli_weight_update", 120.0)
-        import torch.distributed as dist
-
-        dist.broadcast(torch.full((3, 4), 0.5, dtype=torch.bfloat16), src=0, group=group)
-        out, err = engine.communicate(timeout=120)
-        destroy_weight_group(group)
+        group = SGL.init_custom_process_group(backend="gloo", init_method=f"tcp://127.0.0.1:{port}", world_size=2,
+                                              rank=1, group_name="slimecli_weight_update")
+        weights = torch.empty(3, 4, dtype=torch.bfloat16)  # as SGLang's receive loop allocates each tensor
+        dist.broadcast(weights, src=0, group=group)
+        dist.destroy_process_group(group)
+        _, err = trainer.communicate(timeout=120)
     finally:
-        engine.kill()
-    assert engine.returncode == 0, err[-3000:]
-    assert float(out.strip().splitlines()[-1]) == 6.0
+        trainer.kill()
+        trainer.wait()
+    assert trainer.returncode == 0, err[-3000:]
+    assert weights.float().sum().item() == 6.0
