@@ -266,7 +266,7 @@ def test_prepare_errors_say_what_is_wrong(tmp_path):
 
 def test_the_builder_reproduces_the_shipped_task_file(tmp_path):
     out = tmp_path / "tasks.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "slimecli.swe.tiny_build", "--out", str(out)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "tools.tiny_build", "--out", str(out)], cwd=ROOT,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert out.read_bytes() == task_file("swe_tiny").read_bytes()

@@ -12,17 +12,17 @@ import pytest
 
 from slimecli.swe.builtin import task_file
 from slimecli.swe.grade import capture_diff, grade, local_sandbox
-from slimecli.swe.smoke_build import LABELS
 from slimecli.swe.task import load
 from slimecli.swe.workspace import prepare
 from tests.helpers import ROOT
+from tools.smoke_build import LABELS
 
 FAST = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 TASKS = load(str(task_file("swe_tiny_smoke"))).tasks
 
 
 def test_the_smoke_file_is_what_swe_tiny_gives():
-    out = subprocess.run([sys.executable, "-m", "slimecli.swe.smoke_build", "--check"], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "tools.smoke_build", "--check"], cwd=ROOT,
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert len(TASKS) == 20 and {len(t.extra["choices"]) for t in TASKS} == {3}

@@ -1,6 +1,6 @@
 """The task sets shipped with slimecli (`builtin:NAME`), and their repositories, built as git history on demand.
 
-A set lives in data/<set>/: tasks.jsonl (the rows, written by `python -m slimecli.swe.tiny_build`) and
+A set lives in data/<set>/: tasks.jsonl (the rows, written by `python -m tools.tiny_build`) and
 repos/<repo>/, each repository's clean (fixed) source tree. No git history ships: a task's base commit is
 the clean tree with the gold patch reversed, committed as a root commit with a fixed author, date and
 message, so `materialize` rebuilds on any machine the very SHA the row names, and checks that it did.
@@ -153,7 +153,7 @@ def _build(git_dir: Path, set_name: str, repo: str, tasks: list[SweTask], home: 
                                 f"apply to repos/{repo}: {exc.stderr}") from None
         if sha != task.base_commit:
             raise TaskFileError(f"{BUILTIN_PREFIX}{set_name}: {task.instance_id}: base commit rebuilt as {sha}, the "
-                                f"task file says {task.base_commit} (regenerate: python -m slimecli.swe.tiny_build)")
+                                f"task file says {task.base_commit} (regenerate: python -m tools.tiny_build)")
         updates.append(f"create refs/heads/swe/{task.instance_id} {sha}\n")
     run_git("--git-dir", str(git_dir), "update-ref", "--stdin", input="".join(updates).encode(), home=home)
     run_git("--git-dir", str(git_dir), "prune", "--expire=now", home=home)  # the clean blobs were scaffolding

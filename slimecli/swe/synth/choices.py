@@ -15,7 +15,7 @@ import random
 from typing import Any
 
 from slimecli.swe.check import file_diff
-from slimecli.swe.smoke_build import apply_command
+from slimecli.swe.shell_choice import apply_command
 from slimecli.swe.synth.mutate import Mutation, find
 
 # gold first, then the wrong edits; each starts with its own word, so the choices part at one token

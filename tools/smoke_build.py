@@ -1,8 +1,8 @@
 """Regenerate the swe_tiny_smoke task file: every swe_tiny task with K listed edits, one of them correct (a
 developer tool, like tiny_build).
 
-    python -m slimecli.swe.smoke_build            # rewrite data/swe_tiny_smoke/tasks.jsonl
-    python -m slimecli.swe.smoke_build --check    # exit 1 if the shipped file is not what swe_tiny gives
+    python -m tools.smoke_build            # rewrite data/swe_tiny_smoke/tasks.jsonl
+    python -m tools.smoke_build --check    # exit 1 if the shipped file is not what swe_tiny gives
 
 A random tiny model never writes a working tool call, so on a laptop coding-agent RL can only be seen to learn
 when each turn is restricted to a few well-formed edits (agent.constrain=choices): the gold patch, and edits
@@ -24,38 +24,21 @@ from pathlib import Path
 from typing import Any
 
 from slimecli.swe.builtin import DATA_DIR, task_file
+from slimecli.swe.shell_choice import ChoiceError as SmokeError  # a task whose wrong edits cannot be made
+from slimecli.swe.shell_choice import apply_command
 from slimecli.swe.task import load
-from slimecli.swe.tiny_build import DIFF_FLAGS, render
 from slimecli.swe.workspace import prepare, run_git
+from tools.tiny_build import DIFF_FLAGS, render
 
 SET = "swe_tiny_smoke"
 OUT = DATA_DIR / SET / "tasks.jsonl"
-DELIMITER = "SLIMECLI_PATCH"
 _HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@")
-
-
-class SmokeError(Exception):
-    """A task whose wrong edits cannot be made (the message names it)."""
-
-
-def without_index(patch: str) -> str:
-    """The patch without its `index SHA..SHA` lines: git apply does not need them, and the model should choose
-    between edits by their code, not by blob hashes."""
-    return "".join(line for line in patch.splitlines(keepends=True) if not line.startswith("index "))
 
 
 # What each edit does, as the first line of its command (a shell comment, like a commit subject): the
 # model chooses an edit by these words, which mean the same in every task, so one step's rewards teach it
 # about the next step's tasks. Gold first; the wrong edits in the order wrong_edits makes them.
 LABELS = ("# Fix the reported problem", "# Note where the problem starts", "# Mark the changed line as checked")
-
-
-def apply_command(patch: str, label: str) -> str:
-    """A shell command that applies `patch` in the working directory, its first line saying what it does."""
-    patch = without_index(patch)
-    if DELIMITER in patch:
-        raise SmokeError(f"the patch contains the here-document delimiter {DELIMITER}")
-    return f"{label}\ngit apply <<'{DELIMITER}'\n{patch}{DELIMITER}"
 
 
 def first_change(patch: str) -> tuple[str, int, bool]:
@@ -120,7 +103,7 @@ def build_rows() -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m slimecli.swe.smoke_build", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.smoke_build", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT, help="where to write the task file")
     parser.add_argument("--check", action="store_true", help="compare with --out instead of writing it")
     args = parser.parse_args(argv)

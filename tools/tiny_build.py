@@ -1,7 +1,7 @@
 """Regenerate the swe_tiny task file from the clean repositories and the task specs (a developer tool).
 
-    python -m slimecli.swe.tiny_build            # rewrite data/swe_tiny/tasks.jsonl
-    python -m slimecli.swe.tiny_build --check    # exit 1 if the shipped file is not what the specs give
+    python -m tools.tiny_build            # rewrite data/swe_tiny/tasks.jsonl
+    python -m tools.tiny_build --check    # exit 1 if the shipped file is not what the specs give
 
 data/swe_tiny/spec/<repo>.toml describes each task of repos/<repo>: the edits that inject the bug (or
 remove the feature) into the clean tree, the problem statement, the code of the new test file that the
@@ -140,7 +140,7 @@ def render(rows: list[dict[str, Any]]) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m slimecli.swe.tiny_build", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.tiny_build", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=SET_DIR / "tasks.jsonl", help="where to write the task file")
     parser.add_argument("--check", action="store_true", help="compare with --out instead of writing it")
     args = parser.parse_args(argv)
