@@ -48,11 +48,12 @@ def odd_vocab_model(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 
 
 def megatron_result(model: Path, out: Path, tp: int, pp: int, optimizer: str = "adam",
-                    sequence_parallel: bool = False, dp: int = 1) -> dict[str, Any]:
+                    sequence_parallel: bool = False, dp: int = 1, export: bool = False) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
             "--nproc-per-node", str(tp * pp * dp), str(ROOT / "tests" / "helpers" / "megatron_check.py"), str(out),
-            str(model), str(tp), str(pp), optimizer, *(["sp"] if sequence_parallel else [])]
+            str(model), str(tp), str(pp), optimizer, *(["sp"] if sequence_parallel else []),
+            *(["export"] if export else [])]
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return json.loads((out / "result.json").read_text())
@@ -78,9 +79,22 @@ def test_the_converted_model_scores_and_updates_like_the_hf_model(odd_vocab_mode
     assert_same(megatron_result(odd_vocab_model, tmp_path, tp=1, pp=1), torch_result)
 
 
+def assert_export_is_per_tensor(export: dict[str, Any]) -> None:
+    """The weight export sends tensor by tensor: the same weights as the whole-stage gather it replaced, with
+    its largest message one parameter, where the whole-stage object was far larger (a stage: here half the
+    model or all of it)."""
+    assert export["names"] == export["old_names"] and "model.layers.1.mlp.down_proj.weight" in export["names"]
+    assert export["equal_old"]
+    assert export["largest_message"] <= export["largest_parameter"] < export["old_largest_message"]
+    assert export["old_largest_message"] > export["total"] / 4
+
+
 def test_tensor_parallel_2_matches_the_torch_trainer(odd_vocab_model, torch_result, tmp_path):
-    """TP=2 pads the vocabulary to 4094; log-probs, the clipped gradient norm and the updated weights agree."""
-    assert_same(megatron_result(odd_vocab_model, tmp_path, tp=2, pp=1), torch_result)
+    """TP=2 pads the vocabulary to 4094; log-probs, the clipped gradient norm and the updated weights agree;
+    the export all-gathers one parameter at a time."""
+    result = megatron_result(odd_vocab_model, tmp_path, tp=2, pp=1, export=True)
+    assert_same(result, torch_result)  # the exported weights: the torch trainer's
+    assert_export_is_per_tensor(result["export"])
 
 
 def test_sequence_parallel_matches_the_torch_trainer(odd_vocab_model, torch_result, tmp_path):
@@ -91,8 +105,11 @@ def test_sequence_parallel_matches_the_torch_trainer(odd_vocab_model, torch_resu
 
 
 def test_pipeline_parallel_2_matches_the_torch_trainer(odd_vocab_model, torch_result, tmp_path):
-    """PP=2 through megatron-core's 1F1B schedule; the tied embedding lives on both stages and stays tied."""
-    assert_same(megatron_result(odd_vocab_model, tmp_path, tp=1, pp=2), torch_result)
+    """PP=2 through megatron-core's 1F1B schedule; the tied embedding lives on both stages and stays tied; the
+    export sends the second stage's parameters to rank 0 one at a time."""
+    result = megatron_result(odd_vocab_model, tmp_path, tp=1, pp=2, export=True)
+    assert_same(result, torch_result)
+    assert_export_is_per_tensor(result["export"])
 
 
 def test_data_parallel_2_matches_the_torch_trainer(odd_vocab_model, torch_result, tmp_path):

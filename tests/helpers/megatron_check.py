@@ -1,6 +1,6 @@
 """Run under torchrun (gloo): one scoring pass and one optimizer update through trainer=megatron's back-end.
 
-    torchrun --nproc-per-node N tests/helpers/megatron_check.py OUT MODEL_DIR TP PP OPTIMIZER [sp]
+    torchrun --nproc-per-node N tests/helpers/megatron_check.py OUT MODEL_DIR TP PP OPTIMIZER [sp] [export]
 
 Rank 0 writes OUT/result.json: the scored log-probs, the update's metrics and the whole model after the
 update (HF names, as lists). The pytest side runs the same batch through trainer=torch in its own process
@@ -48,8 +48,10 @@ def fixed_batch(vocab: int) -> StepBatch:
     return StepBatch(samples, [1.0, 0.0, 0.25, 0.75], {})
 
 
-def run(cfg: SlimeConfig, batch: StepBatch) -> dict[str, object]:
-    """Score, then one update (stages.update) through the back-end cfg.trainer.name names."""
+def run(cfg: SlimeConfig, batch: StepBatch, export: bool = False) -> dict[str, object]:
+    """Score, then one update (stages.update) through the back-end cfg.trainer.name names. ``export``: also
+    measure the weight export message by message against the whole-stage gather it replaced
+    (tests/helpers/megatron_export_check.py)."""
     from slimecli.train import dist, stages
     from slimecli.train.loop import make_policy
     from slimecli.train.optim.build import build_scheduler
@@ -64,7 +66,12 @@ def run(cfg: SlimeConfig, batch: StepBatch) -> dict[str, object]:
     metrics = stages.update(policy, scheduler, batch, StepTensors(None, None, adv), cfg, ctx)
     state = policy.full_state_dict(info.is_main)
     config = getattr(policy, "config", None)  # megatron-core's TransformerConfig (trainer=megatron)
-    return {"rank": info.rank, "logp": [t.tolist() for t in scored], "metrics": metrics,
+    exported = None
+    if export:
+        from tests.helpers.megatron_export_check import measure_export
+
+        exported = measure_export(policy, info.is_main)
+    return {"rank": info.rank, "export": exported, "logp": [t.tolist() for t in scored], "metrics": metrics,
             "sequence_parallel": bool(getattr(config, "sequence_parallel", False)),
             "distributed_optimizer": bool(getattr(policy, "distributed_optimizer", False)),
             "state": {k: v.tolist() for k, v in state.items()} if state is not None else None}
@@ -78,7 +85,7 @@ def main() -> int:
 
     vocab = AutoConfig.from_pretrained(model_dir).vocab_size
     result = run(check_cfg(model_dir, tp, pp, optimizer, sequence_parallel=sequence_parallel, dp=dp),
-                 fixed_batch(vocab))
+                 fixed_batch(vocab), export="export" in sys.argv[6:])
     if result["rank"] == 0:
         Path(out).mkdir(parents=True, exist_ok=True)
         (Path(out) / "result.json").write_text(json.dumps(result))

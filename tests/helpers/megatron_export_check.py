@@ -1,18 +1,13 @@
-"""Run under torchrun (gloo): trainer=megatron's weight export, measured message by message.
-
-    torchrun --nproc-per-node TPxPP tests/helpers/megatron_export_check.py OUT MODEL_DIR TP PP
-
-Every collective and point-to-point call of torch.distributed is wrapped to record the bytes of each tensor it
-moves. Rank 0 writes OUT/export.json: whether the export equals the earlier whole-stage path (kept below as the
-reference) and the checkpoint it was built from, the largest message of each path and the largest parameter.
+"""trainer=megatron's weight export, measured message by message, inside a megatron_check.py run (torchrun,
+gloo; its ``export`` argument): every collective and point-to-point call of torch.distributed is wrapped to
+record the bytes of each tensor it moves. ``measure_export`` returns, on rank 0, whether the export equals the
+earlier whole-stage path (kept below as the reference), the largest message of each path and the largest
+parameter.
 """
 
 from __future__ import annotations
 
 import functools
-import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -77,37 +72,23 @@ def whole_stage_reference(model: torch.nn.Module, arch: Any) -> dict[str, torch.
     return megatron_to_hf(whole, arch)
 
 
-def main() -> int:
-    from slimecli.model.megatron.build import GPTSpec, build_model, gather_hf_state, init_parallel, read_hf
-    from slimecli.train import dist as slime_dist
+def measure_export(policy: Any, is_main: bool) -> dict[str, Any] | None:
+    """The export (gather_hf_state) and the whole-stage reference, each with its largest message."""
+    from megatron.core import parallel_state as ps
 
-    out, model_dir, tp, pp = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    info = slime_dist.init("gloo")
-    init_parallel(tp, pp, seed=0)
-    model, arch, _ = build_model(GPTSpec(model_dir, tp, pp))
-    biggest_param = max(p.numel() * p.element_size() * tp for p in model.parameters())
+    from slimecli.model.megatron.build import gather_hf_state
+
+    tp = ps.get_tensor_model_parallel_world_size()
+    biggest_param = max(p.numel() * p.element_size() * tp for p in policy.module.parameters())
     record_messages()
     largest[0] = 0
-    new = gather_hf_state(model, arch, info.is_main)
+    new = gather_hf_state(policy.module, policy.arch, is_main)
     new_largest = largest[0]
     largest[0] = 0
-    old = whole_stage_reference(model, arch)
-    old_largest = largest[0]
-    if info.rank == 0:
-        assert new is not None and old is not None
-        checkpoint = read_hf(Path(model_dir))
-        result = {
-            "names": sorted(new), "old_names": sorted(old),
+    old = whole_stage_reference(policy.module, policy.arch)
+    if new is None or old is None:
+        return None
+    return {"names": sorted(new), "old_names": sorted(old),
             "equal_old": all(torch.equal(new[k], old[k]) for k in old if k in new),
-            "equal_checkpoint": all(torch.equal(new[k], checkpoint[k].to(new[k].dtype)) for k in new),
-            "largest_message": new_largest, "old_largest_message": old_largest,
-            "largest_parameter": biggest_param, "total": sum(t.numel() * t.element_size() for t in new.values()),
-        }
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "export.json").write_text(json.dumps(result))
-    slime_dist.shutdown()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+            "largest_message": new_largest, "old_largest_message": largest[0], "largest_parameter": biggest_param,
+            "total": sum(t.numel() * t.element_size() for t in new.values())}
