@@ -111,7 +111,7 @@ def test_trainer_weight_sync_sends_the_key_end_to_end(engine: Engine, tmp_path: 
     from transformers import AutoModelForCausalLM
 
     from slimecli.model.loading import load_tokenizer
-    from slimecli.train.rank0 import RolloutCoordinator
+    from slimecli.train.coordinator import RolloutCoordinator
     from slimecli.train.weight_sync import make_weight_sync
 
     port = int(engine.url.rsplit(":", 1)[1])

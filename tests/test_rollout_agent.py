@@ -258,7 +258,7 @@ def test_rank0_puts_the_agent_service_in_front_of_the_first_engine(monkeypatch, 
     from types import SimpleNamespace
 
     from slimecli.agent import service as service_mod
-    from slimecli.train.rank0 import RolloutCoordinator
+    from slimecli.train.coordinator import RolloutCoordinator
 
     events = []
 

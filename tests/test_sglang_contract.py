@@ -153,8 +153,9 @@ class Recorder:
         body = await request.json() if request.can_read_body else None
         self.bodies.append((request.path, body))
         if request.path == "/generate":
-            ids = body.get("input_ids") or []
-            n = (body.get("sampling_params") or {}).get("n", 1)
+            ids, sp = body.get("input_ids") or [], body.get("sampling_params") or {}
+            ids = ids[0] if ids and isinstance(ids[0], list) else ids  # a batch: one reply per entry
+            n = len(sp) if isinstance(sp, list) else sp.get("n", 1)
             meta = {"id": "x", "finish_reason": {"type": "length", "length": 1}, "prompt_tokens": len(ids),
                     "completion_tokens": 1, "output_token_logprobs": [[-0.5, 7, None]],
                     "input_token_logprobs": [[None, ids[0], None]] + [[-1.0, t, None] for t in ids[1:]]}
@@ -189,6 +190,8 @@ def test_every_body_slimecli_sends_passes_sglangs_request_schema():
             async with EngineClient(url) as engine:
                 params = RolloutDriver.sampling_params(type("D", (), {"cfg": cfg})(), 32)  # type: ignore[arg-type]
                 await engine.generate(input_ids=[1, 2, 3], sampling_params={**params, "n": 4}, return_logprob=True)
+                await engine.generate(input_ids=[[1, 2, 3]] * 2, return_logprob=True,  # the driver's seeded group
+                                      sampling_params=[{**params, "sampling_seed": s} for s in (1, (1 << 63) - 1)])
                 await engine.generate(input_ids=[[1, 2, 3]] * 2, return_logprob=True,  # the driver's seeded group
                                       sampling_params=[{**params, "sampling_seed": s} for s in (1, (1 << 63) - 1)])
                 await engine.generate(input_ids=[1, 2], sampling_params={"max_new_tokens": 8, "stop": ["\n"],

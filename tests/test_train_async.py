@@ -16,7 +16,7 @@ from slimecli.launch.free_ports import with_free_ports
 from slimecli.rollout.driver import RolloutResult
 from slimecli.rollout.sample import Sample
 from slimecli.train import stages
-from slimecli.train.rank0 import RolloutCoordinator
+from slimecli.train.coordinator import RolloutCoordinator
 from slimecli.train.stages import StepBatch
 from tests.helpers import wait_until
 from tests.helpers.train_e2e import metrics, run_train

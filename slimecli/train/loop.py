@@ -55,7 +55,7 @@ class Trainer:
         self.restored_metrics: dict[str, Any] | None = None  # the resumed checkpoint's metrics row
         self.rollout = None
         if self.info.is_main:
-            from slimecli.train.rank0 import RolloutCoordinator
+            from slimecli.train.coordinator import RolloutCoordinator
 
             self.rollout = RolloutCoordinator(cfg, run_dir, self.tokenizer)
             self.rollout.policy = self.policy.shared_module()

@@ -1,4 +1,5 @@
-"""What only trainer rank 0 does: talk to the engines (and teacher), run rollouts, push weights."""
+"""The rollout coordinator: the trainer's side of the engines (and teacher). It runs rollouts, evaluations
+and weight pushes on its own event loop; trainer rank 0 holds the one coordinator of a run."""
 
 from __future__ import annotations
 
