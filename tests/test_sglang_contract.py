@@ -192,8 +192,6 @@ def test_every_body_slimecli_sends_passes_sglangs_request_schema():
                 await engine.generate(input_ids=[1, 2, 3], sampling_params={**params, "n": 4}, return_logprob=True)
                 await engine.generate(input_ids=[[1, 2, 3]] * 2, return_logprob=True,  # the driver's seeded group
                                       sampling_params=[{**params, "sampling_seed": s} for s in (1, (1 << 63) - 1)])
-                await engine.generate(input_ids=[[1, 2, 3]] * 2, return_logprob=True,  # the driver's seeded group
-                                      sampling_params=[{**params, "sampling_seed": s} for s in (1, (1 << 63) - 1)])
                 await engine.generate(input_ids=[1, 2], sampling_params={"max_new_tokens": 8, "stop": ["\n"],
                                                                          "stop_token_ids": [2], "ebnf": "start: \"a\""},
                                       return_logprob=True, rid="r1")
