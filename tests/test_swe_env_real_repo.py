@@ -74,9 +74,20 @@ def task_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def session_envs(factory: pytest.TempPathFactory) -> Path:
+    """The task.env_dir of every isodate test in this session, across xdist workers: its venv (the same
+    dependencies, the same key) is built once, by the first that needs it (the store locks the key)."""
+    root = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's directory, above each worker's own
+    path = root / "isodate-envs"
+    path.mkdir(exist_ok=True)
+    return path
+
+
 @pytest.fixture(scope="module")
 def envs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("envs")
+    return session_envs(tmp_path_factory)
 
 
 def test_a_released_repository_is_graded_in_its_own_venv(task_file, envs):
@@ -84,7 +95,8 @@ def test_a_released_repository_is_graded_in_its_own_venv(task_file, envs):
     built = invoke_cli("tasks", "env", "build", *args)
     assert built.returncode == 0, built.stdout + built.stderr
     assert "ok   isodate-neg: venv venv-" in built.stdout and "declares dependencies" in built.stdout
-    [venv] = [p for p in envs.iterdir() if p.name.startswith("venv-")]
+    venv = envs / built.stdout.split("ok   isodate-neg: venv ", 1)[1].split()[0].split("/")[-1]
+    assert venv.is_dir(), built.stdout
     probe = subprocess.run([str(venv / "bin" / "python"), "-c", "import six, pytest\ntry:\n import isodate\n"
                             "except ImportError: print('no project')"], capture_output=True, text=True)
     assert probe.returncode == 0 and probe.stdout.strip() == "no project", probe.stderr  # deps in, project out
@@ -101,7 +113,7 @@ def test_a_released_repository_is_graded_in_its_own_venv(task_file, envs):
         assert json.loads(graded.stdout)["resolved"] == resolved, (patch, graded.stdout)
 
     listed = invoke_cli("tasks", "env", "list", *args)
-    assert venv.name in listed.stdout and "1 environment(s)" in listed.stderr
+    assert venv.name in listed.stdout and "environment(s)" in listed.stderr
 
 
 def claude_code_run(task_file: Path, tmp_path: Path, command: str, *extra: str) -> dict:

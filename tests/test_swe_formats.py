@@ -171,12 +171,12 @@ def test_reverse_patch_undoes_a_multi_hunk_diff():
 
 
 @pytest.mark.slow
-def test_mapped_swebench_and_swesmith_rows_grade_in_their_mirrors(mirrors, tmp_path):
-    """`tasks check` on rows as published: the SWE-bench row's test patch, the SWE-smith row's reversed bug."""
-    path = write_jsonl(tmp_path / "published.jsonl", [swebench_row(mirrors["base"]), swesmith_row()])
+def test_a_mapped_swesmith_row_grades_in_its_mirror(mirrors, tmp_path):
+    """`tasks check` on a SWE-smith row as published: the bug reversed into the gold patch, the instance's branch
+    in the mirror (the layout whose mapping does the most; the others' mapped fields are compared above)."""
+    path = write_jsonl(tmp_path / "published.jsonl", [swesmith_row()])
     proc = invoke_cli("tasks", "check", f"task.path={path}", f"task.repos_dir={mirrors['root']}",
                       "task.environment=host", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    results = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert [r["ok"] for r in results] == [True, True], results
-    assert {c["name"] for c in results[1]["checks"]} >= {"base", "gold", "empty_diff", "delete_tests"}
+    [result] = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert result["ok"] and {c["name"] for c in result["checks"]} >= {"base", "gold", "empty_diff", "delete_tests"}

@@ -1,5 +1,6 @@
 """`slimecli tasks synth`: candidate bugs of every kind from the AST, a seeded order, and tasks made from a released
-sdist (isodate 0.6.1, cached) that are the same for the same seed, byte for byte, and each pass `tasks check`."""
+sdist (isodate 0.6.1, cached) that are the same for the same seed, byte for byte, and each pass `tasks check`;
+`--choices` rows list the gold edit and wrong edits of the same function."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from slimecli.swe.check import file_diff
+from slimecli.swe.synth.choices import LABELS, choice_fields, wrong_files, wrong_patches
 from slimecli.swe.synth.mutate import KINDS, find
 from slimecli.swe.synth.pipeline import order
 from tests.helpers import invoke_cli
-from tests.test_swe_env_real_repo import sdist
+from tests.test_swe_env_real_repo import sdist, session_envs
 
 SOURCE = '''"""A module."""
 
@@ -76,16 +79,40 @@ def test_bad_sources_are_refused_clearly(tmp_path):
     assert "Traceback" not in failing.stderr
 
 
+def test_wrong_choices_are_other_edits_of_the_function_that_leave_the_bug():
+    source = SOURCE.encode()
+    found = find("pkg/m.py", source)
+    kept = next(m for m in found if m.kind == "drop_return_value")
+    mutated = kept.apply(source)
+    assert mutated is not None
+    lines = {n: {"t::a"} for n in range(1, 20)}
+    wrong = wrong_files(kept, source, mutated, lines, {"t::a"}, 2, seed=3)
+    assert len(wrong) == 2 and wrong == wrong_files(kept, source, mutated, lines, {"t::a"}, 2, seed=3)
+    for text in wrong:
+        assert text != mutated and b"    return\n" in text  # the bug stays; one more line of clamp changed
+        compile(text, "m.py", "exec")
+    assert wrong_files(kept, source, mutated, {}, {"t::a"}, 2, seed=3) == []  # no line the failing tests run
+    patch = file_diff("pkg/m.py", mutated.decode(), source.decode())
+    fields = choice_fields("p.synth.x", "pkg/m.py", mutated, patch, wrong)
+    commands = [c["shell"] for c in fields["choices"]]
+    assert commands[fields["gold_choice"]].startswith(LABELS[0] + "\ngit apply <<")
+    assert len({c.split()[1] for c in commands}) == 3  # each starts with its own word: they part at one token
+    assert wrong_patches({**fields}) == [file_diff("pkg/m.py", mutated.decode(), w.decode()) for w in wrong]
+
+
 @pytest.mark.slow
-def test_a_released_sdist_gives_the_same_valid_tasks_for_a_seed(tmp_path):
+def test_a_released_sdist_gives_the_same_valid_tasks_for_a_seed(tmp_path, tmp_path_factory):
+    """Synthesis checks every row like `tasks check` before writing it (and grades each wrong choice), so the
+    rows are not checked again here; a mutation that breaks a check is covered by tests/test_swe_check.py."""
     archive = sdist()
-    out, envs = tmp_path / "isodate.jsonl", tmp_path / "envs"
-    args = ["--out", str(out), "--max", "2", "--seed", "7", "--max-pass", "8", "--json", f"task.env_dir={envs}"]
+    out, envs = tmp_path / "isodate.jsonl", session_envs(tmp_path_factory)
+    args = ["--out", str(out), "--max", "1", "--seed", "7", "--max-pass", "8", "--choices", "3", "--json",
+            f"task.env_dir={envs}"]
     first = invoke_cli("tasks", "synth", str(archive), *args)
     assert first.returncode == 0, first.stderr
     figures = json.loads(first.stdout)
-    assert figures["kept"] == 2 and figures["project"] == "isodate" and figures["environment"].startswith("venv")
-    assert figures["tried"] >= 2 and figures["passing"] >= 10
+    assert figures["kept"] == 1 and figures["project"] == "isodate" and figures["environment"].startswith("venv")
+    assert figures["tried"] >= 1 and figures["passing"] >= 10
     made = out.read_bytes()
     second = invoke_cli("tasks", "synth", str(archive), *args)
     assert second.returncode == 0, second.stderr
@@ -103,13 +130,9 @@ def test_a_released_sdist_gives_the_same_valid_tasks_for_a_seed(tmp_path):
         assert row["synth"]["file"] not in statement
         hidden = {t.split("::")[0] for t in row["FAIL_TO_PASS"]}
         assert {p for p in hidden if f"+++ b/{p}" in row["test_patch"]} == hidden
-    checked = invoke_cli("tasks", "check", f"task.path={out}", f"task.env_dir={envs}", "--json")
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    results = [json.loads(line) for line in checked.stdout.splitlines()]
-    assert len(results) == 2 and all(r["ok"] for r in results)
-    for r in results:  # base fails F2P (P2P pass), gold passes all, the empty patch resolves nothing
-        assert {c["name"] for c in r["checks"] if c["ok"]} >= {"base", "gold", "empty_diff"}
+        assert len(row["choices"]) == 3 and row["patch"] in row["choices"][row["gold_choice"]]["shell"]
+        assert all(f"--- a/{row['synth']['file']}" in p and p != row["patch"] for p in wrong_patches(row))
     stats = invoke_cli("tasks", "stats", str(out), f"task.env_dir={envs}", "--json")
     summary = json.loads(stats.stdout)
-    assert summary["tasks"] == 2 and summary["repos"] == {"isodate": 2} and summary["environments"] == {"venv": 2}
-    assert sum(summary["synth_kinds"].values()) == 2 and Path(rows[0]["workdir"]).is_dir()
+    assert summary["tasks"] == 1 and summary["repos"] == {"isodate": 1} and summary["environments"] == {"venv": 1}
+    assert sum(summary["synth_kinds"].values()) == 1 and Path(rows[0]["workdir"]).is_dir()
