@@ -248,10 +248,30 @@ def test_preflight_refuses_what_cannot_run(tmp_path):
     assert error.path == "agent.max_context_len" and "at least 6666 tokens" in error.reason
     codex = dataclasses.replace(small, agent=dataclasses.replace(small.agent, name="codex"))
     assert agent_errors(codex) == []
+    # agent.tools: names the CLI has (a misspelt one would silently leave the model without it), a CLI that takes
+    # a list; without the tool schemas the CLI's prompt fits that window
+    only_bash = dataclasses.replace(small, agent=dataclasses.replace(small.agent, tools=("Bash",)))
+    assert agent_errors(only_bash) == []
+    typo = dataclasses.replace(cfg, agent=dataclasses.replace(cfg.agent, tools=("Bash", "Reed")))
+    (error,) = agent_errors(typo)
+    assert error.path == "agent.tools[1]" and error.value == "Reed" and "did you mean 'Read'?" in error.hint
+    (error,) = agent_errors(dataclasses.replace(codex, agent=dataclasses.replace(codex.agent, tools=("Bash",))))
+    assert error.path == "agent.tools" and "codex CLI takes no list" in error.reason
     # a sandbox runtime that is not there
     docker = dataclasses.replace(cfg, sandbox=dataclasses.replace(cfg.sandbox, name="docker",
                                                                     binary=str(tmp_path / "docker")))
     assert [e.path for e in agent_errors(docker)] == ["sandbox"]
+
+
+def test_agent_tools_reach_the_claude_command_line(tmp_path):
+    from slimecli.agent.harness import ClaudeCodeHarness
+
+    default = ClaudeCodeHarness().command("claude", "fix it", None)  # type: ignore[arg-type]
+    assert "--tools" not in default
+    only = ClaudeCodeHarness(tools=("Bash", "Read")).command("claude", "fix it", None)  # type: ignore[arg-type]
+    assert only[-2:] == ["--tools", "Bash,Read"] and only[:3] == ["claude", "-p", "fix it"]
+    none = ClaudeCodeHarness(tools=()).command("claude", "fix it", None)  # type: ignore[arg-type]
+    assert none[-2:] == ["--tools", ""]
 
 
 def test_rank0_puts_the_agent_service_in_front_of_the_first_engine(monkeypatch, tmp_path):

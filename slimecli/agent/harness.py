@@ -41,6 +41,9 @@ class Harness:
     # A lower bound on the characters of the CLI's first request (system prompt, tool schemas), measured on the
     # pinned version; pre-flight refuses a context window that cannot hold it.
     prompt_chars_min = 0
+    prompt_chars_min_no_tools = 0  # the same when agent.tools leaves out every built-in tool
+    # The built-in tools agent.tools may name (the pinned version's); empty: the CLI takes no tool list.
+    builtin_tools: tuple[str, ...] = ()
 
     @staticmethod
     def shell_call(command: str) -> dict[str, object]:
@@ -48,8 +51,9 @@ class Harness:
         raise NotImplementedError
 
     def __init__(self, binary: str | None = None, tools_dir: str | None = None, model_name: str = "slimecli",
-                 context_len: int | None = None) -> None:
+                 context_len: int | None = None, tools: tuple[str, ...] | None = None) -> None:
         self.binary = binary
+        self.tools = tools
         self.tools_dir = tools_dir
         self.model_name = model_name
         self.context_len = context_len
@@ -110,7 +114,12 @@ class ClaudeCodeHarness(Harness):
     """`claude -p` against the Anthropic adapter: base URL, session id as API key, no telemetry."""
 
     agent = "claude_code"
-    prompt_chars_min = 40_000  # 2.1.x: about 50k characters with the tools
+    prompt_chars_min = 40_000  # 2.1.x: about 50k characters with the default tools (31k of them tool schemas)
+    prompt_chars_min_no_tools = 12_000  # the same without tool schemas (agent.tools=[]): about 14.5k characters
+    # The pinned version's built-in tool names (its sdk-tools.d.ts), for agent.tools.
+    builtin_tools = ("Agent", "AskUserQuestion", "Bash", "Edit", "EnterPlanMode", "ExitPlanMode", "Glob", "Grep",
+                     "ListAgents", "Monitor", "NotebookEdit", "Read", "ReportFindings", "ScheduleWakeup", "Skill",
+                     "TaskStop", "TodoWrite", "ToolSearch", "WebFetch", "WebSearch", "Workflow", "Write")
 
     @staticmethod
     def shell_call(command: str) -> dict[str, object]:
@@ -130,7 +139,8 @@ class ClaudeCodeHarness(Harness):
 
     def command(self, binary: str, prompt: str, sandbox: Sandbox) -> list[str]:
         # The sandbox is the permission boundary; IS_SANDBOX=1 lets this flag run as root there.
-        return [binary, "-p", prompt, "--dangerously-skip-permissions"]
+        tools = [] if self.tools is None else ["--tools", ",".join(self.tools)]
+        return [binary, "-p", prompt, "--dangerously-skip-permissions", *tools]
 
 
 class CodexHarness(Harness):

@@ -51,7 +51,7 @@ async def run_task(service: AgentService, job: AgentJob, *, budget_s: float | No
     info: dict[str, Any] = {"agent": service.name, "session": sid}
     harness = service.harness_cls(binary=agent.binary, tools_dir=agent.tools_dir,
                                   model_name=service.adapter.settings.model_name,
-                                  context_len=service.renderer.context_len)
+                                  context_len=service.renderer.context_len, tools=agent.tools)
     factory = sandbox_factory or default_factory(service)
     sandbox: Sandbox | None = None
 

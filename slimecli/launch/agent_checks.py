@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from slimecli.config.errors import ConfigError
+from slimecli.config.errors import ConfigError, allowed_hint
 from slimecli.config.schema import SlimeConfig
 
 # No tokenizer packs more than this many characters into one token on average (English prose and code run
@@ -114,17 +114,37 @@ def context_len(cfg: SlimeConfig) -> int | None:
 
 
 def context_errors(cfg: SlimeConfig) -> list[ConfigError]:
+    """agent.tools names tools the CLI has, and the context window holds the CLI's own prompt."""
     from slimecli.agent.registry import resolve
 
     try:
         _, harness, _ = resolve(cfg.agent.name, cfg.agent.harness, cfg.agent.adapter)
     except (ValueError, ImportError, AttributeError):
         return []  # the agent rules report a bad name or import path
+    if cfg.agent.tools is not None:
+        errors = tools_errors(cfg, getattr(harness, "builtin_tools", ()))
+        if errors:
+            return errors
+    chars = getattr(harness, "prompt_chars_min" if cfg.agent.tools is None else "prompt_chars_min_no_tools", 0)
     window = context_len(cfg)
-    floor = getattr(harness, "prompt_chars_min", 0) // CHARS_PER_TOKEN_MAX
+    floor = chars // CHARS_PER_TOKEN_MAX
     if window is None or not floor or window >= floor + cfg.agent.max_new_tokens:
         return []
     key = "agent.max_context_len" if cfg.agent.max_context_len is not None else "model"
     return [ConfigError(key, window, f"the {cfg.agent.name} CLI's own prompt takes at least {floor} tokens, so a "
                         f"{window}-token window leaves no room for agent.max_new_tokens={cfg.agent.max_new_tokens}",
                         f"a context of at least {floor + cfg.agent.max_new_tokens} tokens")]
+
+
+def tools_errors(cfg: SlimeConfig, known: tuple[str, ...]) -> list[ConfigError]:
+    """A tool list only for a CLI that takes one, and only names it has (a misspelt name would leave the
+    model without that tool, silently)."""
+    if not known:
+        return [ConfigError("agent.tools", list(cfg.agent.tools or ()), f"the {cfg.agent.name} CLI takes no list "
+                            "of built-in tools", "leave agent.tools unset (null)")]
+    errors = []
+    for i, name in enumerate(cfg.agent.tools or ()):
+        if name not in known:
+            errors.append(ConfigError(f"agent.tools[{i}]", name, f"not a built-in tool of the {cfg.agent.name} CLI",
+                                      allowed_hint(name, known)))
+    return errors
