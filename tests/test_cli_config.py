@@ -83,6 +83,12 @@ def test_plan_json_lists_processes_in_start_order(tmp_path, tiny):
     assert [p["name"] for p in plan] == ["engine-0", "teacher", "trainer"]
     trainer = plan[-1]
     assert trainer["argv"][1:4] == ["-m", "torch.distributed.run", "--nproc-per-node"]
+    # one rank on one node (the teacher here, trainer.nproc=1 below) starts without torchrun's agent: rank 0 of a
+    # world of one, its store on a free port
+    assert plan[1]["argv"][1:3] == ["-m", "slimecli.teacher"]
+    assert plan[1]["env"]["WORLD_SIZE"] == "1" and plan[1]["env"]["MASTER_PORT"] == "0"
+    single = json.loads(invoke_cli("plan", f"model.path={tiny}", "trainer.nproc=1", "--json").stdout)[-1]
+    assert single["argv"][1:3] == ["-m", "slimecli.train"] and single["env"]["RANK"] == "0"
     assert trainer["argv"][-2] == "--config" and trainer["argv"][-1].endswith("config.yaml")
     (engine_port,) = plan[0]["ports"]  # rollout.port=auto: a free port, picked for the plan
     assert plan[0]["probe"]["url"].endswith(f":{engine_port}/health_generate")

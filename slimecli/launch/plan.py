@@ -12,7 +12,7 @@ from slimecli.config.groups.rollout import RolloutConfig
 from slimecli.config.layout import node_engines, run_dir_of, teacher_address, teacher_nodes
 from slimecli.config.schema import SlimeConfig
 from slimecli.launch.spec import Probe, ProcessSpec
-from slimecli.launch.torchrun import torchrun_argv
+from slimecli.launch.torchrun import rank_command
 
 CONFIG_FILE = "config.yaml"
 
@@ -151,16 +151,16 @@ def teacher_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec | None:
     if cfg.cluster.node_rank not in teacher_nodes(cfg):
         return None
     host, port = teacher_address(cfg, cfg.cluster.node_rank)
-    return ProcessSpec(name="teacher", kind="server", ports=[port],
-                       argv=torchrun_argv("slimecli.teacher", ["--config", config_path], t.tp * t.dp),
+    argv, env = rank_command("slimecli.teacher", ["--config", config_path], t.tp * t.dp)
+    return ProcessSpec(name="teacher", kind="server", ports=[port], argv=argv, env=env,
                        probe=Probe(f"http://{host}:{port}/healthz"),
                        start_timeout_s=t.start_timeout_s + (t.warmup_timeout_s if t.warmup else 0.0))
 
 
 def trainer_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec:
-    return ProcessSpec(name="trainer", kind="worker", env=_overlap_env(cfg, share_cores=True),
-                       argv=torchrun_argv("slimecli.train", ["--config", config_path], cfg.trainer.nproc, cfg.cluster,
-                                          run_id=cfg.run.name))
+    argv, env = rank_command("slimecli.train", ["--config", config_path], cfg.trainer.nproc, cfg.cluster,
+                             run_id=cfg.run.name)
+    return ProcessSpec(name="trainer", kind="worker", env={**_overlap_env(cfg, share_cores=True), **env}, argv=argv)
 
 
 def build_plan(cfg: SlimeConfig, run_dir: str | Path) -> list[ProcessSpec]:
