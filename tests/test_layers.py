@@ -10,6 +10,7 @@ The layers, lowest first. A package may import the packages of lower layers, nev
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 from pathlib import Path
@@ -56,6 +57,7 @@ def is_module(name: str) -> bool:
     return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
+@functools.cache  # each file parsed once for the layer check and the circle check
 def imports(path: Path) -> list[tuple[int, str]]:
     """(line, absolute module) of every slimecli import in the file, wherever it is (functions, TYPE_CHECKING)."""
     module = module_name(path)
