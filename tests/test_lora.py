@@ -4,15 +4,15 @@ weight sync, adapter checkpoints and their resume, final/ in peft's format, fina
 from __future__ import annotations
 
 import json
-import subprocess
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.helpers import ROOT, invoke_cli
-from tests.helpers.train_e2e import kill_tree, metrics, run_train, train_argv
+from tests.helpers import invoke_cli
+from tests.helpers.train_e2e import metrics, run_train
 
 
 def _validate(*overrides: str) -> tuple[int, str]:
@@ -113,26 +113,22 @@ def _comparable(run: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_lora_run_syncs_adapters_checkpoints_resumes_exactly_and_exports(tmp_path):
-    """A LoRA run (rank 4, KL loss against the adapters-off base) stopped after its first step and resumed for a
-    second, beside the same run uninterrupted: the same step metrics (each sample's own seed gives the resumed
-    engine the same draws), the engine merges each pushed adapter, checkpoints hold adapters and their Adam state,
-    and final/ and final-merged/ load in peft and transformers with the trainer's logits."""
-    run, whole = tmp_path / "run", tmp_path / "whole"
+    """A LoRA run (rank 4, KL loss against the adapters-off base) of 2 steps, and a copy of its directory as it
+    stood after step 1 resumed by the same command: the same step-2 metrics and adapter (each sample's own seed
+    gives the resumed run's fresh engine the same draws); the engine merges each pushed adapter, checkpoints hold
+    adapters and their Adam state, and final/ and final-merged/ load in peft and transformers with the trainer's
+    logits."""
+    whole, run = tmp_path / "whole", tmp_path / "run"
     args = ["trainer.nproc=1", "trainer.lora.rank=4", "trainer.kl_loss_coef=0.01", "eval.at_start=false",
-            "eval.at_end=false", "rollout.batch_size=2", "trainer.global_batch_size=16", "trainer.micro_batch_size=16"]
-    log = tmp_path / "whole.out"
-    with open(log, "w") as out_file:
-        uninterrupted = subprocess.Popen(train_argv(whole, *args, "trainer.max_steps=2"), cwd=ROOT, stdout=out_file,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        for steps in (1, 2):
-            out = run_train(run, *args, f"trainer.max_steps={steps}")
-            assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-        assert uninterrupted.wait(timeout=600) == 0, log.read_text()[-3000:]
-    finally:
-        if uninterrupted.poll() is None:
-            kill_tree(uninterrupted)
-    assert "resumed from" in (run / "logs" / "trainer.log").read_text()
+            "eval.at_end=false", "rollout.batch_size=2", "trainer.global_batch_size=16", "trainer.micro_batch_size=16",
+            "trainer.save_interval=1", "trainer.max_steps=2"]
+    out = run_train(whole, *args)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    # the run as a stop after step 1 leaves it: without what step 2 and the end wrote
+    shutil.copytree(whole, run, ignore=shutil.ignore_patterns(".lock", "logs", "step_2", "v2", "final*"))
+    out = run_train(run, *args)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert f"resumed from {run / 'checkpoints' / 'step_1'} at step 1" in (run / "logs" / "trainer.log").read_text()
     resumed, straight = _comparable(run), _comparable(whole)
     assert [r["step"] for r in resumed] == [r["step"] for r in straight] == [1, 2]
     for a, b in zip(resumed, straight, strict=True):
@@ -140,15 +136,18 @@ def test_lora_run_syncs_adapters_checkpoints_resumes_exactly_and_exports(tmp_pat
         for key in a:  # the draws are the same; log-probs of other engine batches differ in rounding only
             exact = key.startswith(("reward/", "rollout/")) or key in ("step", "weight_version")
             assert a[key] == (b[key] if exact else pytest.approx(b[key], rel=1e-4, abs=1e-6)), key
+    adapter, straight_adapter = (load_file(str(r / "checkpoints" / "step_2" / "model.safetensors")) for r in (run, whole))
+    assert adapter.keys() == straight_adapter.keys()
+    assert all(torch.allclose(adapter[k], straight_adapter[k], atol=1e-5) for k in adapter)
 
-    engine_log = (run / "logs" / "engine-0.log").read_text()
+    engine_log = (whole / "logs" / "engine-0.log").read_text()
     for v in (1, 2):
         assert f"LoRA adapter policy-v{v} merged" in engine_log
+    assert "LoRA adapter policy-v2 merged" in (run / "logs" / "engine-0.log").read_text()
     pushed = run / "weights" / "v2"
     assert sorted(p.name for p in pushed.iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
 
     step = run / "checkpoints" / "step_2"
-    adapter = load_file(str(step / "model.safetensors"))
     assert adapter and all(".lora_A." in k or ".lora_B." in k for k in adapter)
     moments = torch.load(step / "optimizer.pt", weights_only=True)["state"]
     assert len(moments) == len(adapter)  # Adam state for the adapters, nothing for the frozen base
