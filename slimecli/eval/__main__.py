@@ -7,9 +7,7 @@ RUN/metrics.jsonl and exits 0 once the summary is written, whether or not every 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import logging
 import sys
 from pathlib import Path
 
@@ -45,19 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     from slimecli.launch.watchdog import start_parent_watchdog
 
     start_parent_watchdog()
-    parser = argparse.ArgumentParser(prog="python -m slimecli.eval")
-    parser.add_argument("--config", required=True, help="the resolved config.yaml of the evaluation")
-    parser.add_argument("--step", type=int, default=0, help="the training step of the weights (names eval/step_N)")
-    args = parser.parse_args(argv)
-    from slimecli.config.errors import ConfigErrors
-    from slimecli.config.io import load_frozen
+    from slimecli.observe.worker import start_worker
 
-    try:
-        cfg = load_frozen(args.config)
-    except (OSError, ConfigErrors) as exc:
-        print(f"cannot read {args.config}: {exc}", file=sys.stderr)
-        return 2
-    logging.basicConfig(level=cfg.run.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    cfg, args = start_worker("python -m slimecli.eval", argv, arguments=lambda p: p.add_argument(
+        "--step", type=int, default=0, help="the training step of the weights (names eval/step_N)"))
     import aiohttp
 
     from slimecli.model.loading import set_trust_remote_code

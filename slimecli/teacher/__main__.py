@@ -6,7 +6,6 @@ path (HTTP, queue, every rank); only then does the public port open. A failed wa
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import os
@@ -84,19 +83,11 @@ async def run_front(cfg: SlimeConfig, front: Front) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m slimecli.teacher", description=__doc__)
-    parser.add_argument("--config", required=True, help="resolved run config (RUN/config.yaml)")
-    args = parser.parse_args(argv)
-    from slimecli.config.errors import ConfigErrors
-    from slimecli.config.io import load_frozen
+    from slimecli.observe.worker import start_worker
 
-    try:
-        cfg = load_frozen(args.config)
-    except (FileNotFoundError, ConfigErrors) as exc:
-        raise SystemExit(f"teacher: cannot read {args.config}: {exc}") from None
+    cfg, _ = start_worker("python -m slimecli.teacher", argv, __doc__,
+                          log_format=f"%(asctime)s teacher[{os.environ.get('RANK', '0')}] %(levelname)s %(message)s")
     t = cfg.teacher
-    logging.basicConfig(level=cfg.run.log_level.upper(), stream=sys.stderr,
-                        format=f"%(asctime)s teacher[{os.environ.get('RANK', '0')}] %(levelname)s %(message)s")
     from slimecli.model.loading import set_trust_remote_code
 
     set_trust_remote_code(cfg.model.trust_remote_code)  # the teacher's loads, weight updates included

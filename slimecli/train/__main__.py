@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
-import logging
 import sys
 
 
@@ -11,19 +9,10 @@ def main(argv: list[str] | None = None) -> int:
     from slimecli.launch.watchdog import start_parent_watchdog
 
     start_parent_watchdog()
-    parser = argparse.ArgumentParser(prog="python -m slimecli.train")
-    parser.add_argument("--config", required=True, help="the resolved config.yaml of the run")
-    args = parser.parse_args(argv)
-    from slimecli.config.errors import ConfigErrors
-    from slimecli.config.io import load_frozen
     from slimecli.config.layout import run_dir_of
+    from slimecli.observe.worker import start_worker
 
-    try:
-        cfg = load_frozen(args.config)
-    except (OSError, ConfigErrors) as exc:
-        print(f"cannot read {args.config}: {exc}", file=sys.stderr)
-        return 2
-    logging.basicConfig(level=cfg.run.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    cfg, args = start_worker("python -m slimecli.train", argv)
     import aiohttp
 
     from slimecli.model.loading import set_trust_remote_code

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 from pathlib import Path
@@ -15,15 +14,12 @@ log = logging.getLogger("slimecli.engine")
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m slimecli.rollout.engine", description=__doc__)
-    parser.add_argument("--config", required=True, help="The run's frozen config.yaml.")
-    parser.add_argument("--index", type=int, default=0, help="Engine index: listens on rollout.port + index.")
-    args = parser.parse_args(argv)
-
-    from slimecli.config.io import load_frozen_or_exit
     from slimecli.config.layout import run_dir_of
+    from slimecli.observe.worker import start_worker
 
-    cfg = load_frozen_or_exit(args.config)
+    cfg, args = start_worker("python -m slimecli.rollout.engine", argv, __doc__, log_format=None,  # start() logs
+                             arguments=lambda p: p.add_argument("--index", type=int, default=0,
+                                                                help="Engine index: listens on rollout.port + index."))
     start(cfg, args.index, run_dir_of(args.config))
 
 

@@ -1,0 +1,31 @@
+"""How every worker process starts (trainer, evaluator, teacher, engine): `--config RUN/config.yaml` and its own
+arguments parsed, the frozen config read (a bad one: the message on stderr, exit 2, no traceback), and the
+log configured at run.log_level, so that the four entry points cannot drift apart."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from slimecli.config.io import load_frozen_or_exit
+from slimecli.config.schema import SlimeConfig
+
+LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
+
+
+def start_worker(prog: str, argv: Sequence[str] | None, description: str | None = None,
+                 arguments: Callable[[argparse.ArgumentParser], object] | None = None,
+                 log_format: str | None = LOG_FORMAT) -> tuple[SlimeConfig, argparse.Namespace]:
+    """The worker's config and arguments. ``arguments`` adds the worker's own; ``log_format`` None leaves the
+    log to the worker (the engine configures it with its server)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--config", required=True, help="the run's resolved config (RUN/config.yaml)")
+    if arguments is not None:
+        arguments(parser)
+    args = parser.parse_args(argv)
+    cfg = load_frozen_or_exit(args.config)
+    if log_format is not None:
+        logging.basicConfig(level=cfg.run.log_level.upper(), stream=sys.stderr, format=log_format)
+    return cfg, args
