@@ -18,8 +18,8 @@ from slimecli.rollout.sample import Sample, Status
 
 
 class Engine:
-    """Answers each sample asked for (sampling_params.n per request) with "HELLO" and "nope" in turn; records
-    every sample's sampling params."""
+    """Answers each sample asked for (a batch entry, or one of sampling_params.n copies) with "HELLO" and "nope"
+    in turn; records every sample's sampling params."""
 
     base_url = "http://127.0.0.1:1"
 
@@ -28,15 +28,16 @@ class Engine:
         self.requests: list[dict] = []
 
     async def generate(self, input_ids, sampling_params, return_logprob=True):
-        n = sampling_params.get("n", 1)
+        batch = isinstance(sampling_params, list)
+        each = sampling_params if batch else [sampling_params] * sampling_params.get("n", 1)
         replies = []
-        for _ in range(n):
-            self.requests.append(dict(sampling_params))
+        for params in each:
+            self.requests.append(dict(params))
             text = "HELLO" if len(self.requests) % 2 else "nope"
             ids = self.tok.encode(text)
             replies.append({"text": text, "meta_info": {"output_token_logprobs": [[-0.5, i, None] for i in ids],
                                                         "finish_reason": {"type": "stop"}, "weight_version": "7"}})
-        return replies if n > 1 else replies[0]
+        return replies if batch or len(each) > 1 else replies[0]
 
 
 def recipe(tmp_path, body: str) -> str:
@@ -78,6 +79,7 @@ def test_single_turn_datasets_with_their_overrides(tmp_path, tok):
     first = engine.requests[:12]
     assert all(r["temperature"] == 0.5 and r["stop"] == ["!"] for r in first)
     assert all(r["temperature"] == cfg.rollout.temperature and "stop" not in r for r in engine.requests[12:])
+    assert len({r["sampling_seed"] for r in engine.requests}) == len(engine.requests) == 16  # a seed per sample
     assert caps.metrics["samples"] == 12 and caps.metrics["prompts"] == 3
     assert caps.metrics["reward_mean"] == pytest.approx(0.5)  # exact_match against the label: every other answer
     assert caps.metrics["pass@1"] == pytest.approx(0.5) and caps.metrics["pass@4"] == pytest.approx(1.0)
