@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 
 import pytest
@@ -46,16 +47,6 @@ def test_tp2_learns_the_quickstart(tmp_path):
     assert final.config.architectures == ["Qwen3ForCausalLM"]
 
 
-def test_tp2_weights_reach_the_engine_by_broadcast(tmp_path):
-    """trainer.weight_sync=nccl (gloo on CPU): the TP shards gathered on rank 0 go to the engine over a process
-    group instead of a directory, through the same weight-sync interface as trainer=torch."""
-    run = tmp_path / "nccl"
-    out = run_train(run, *TP2, "trainer.weight_sync=nccl", "trainer.max_steps=3", timeout=900)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert (run / "logs" / "engine-0.log").read_text().count("weights updated from group") == 3
-    assert [r["weight_version"] for r in metrics(run)] == [1, 2, 3]
-
-
 def test_tp2_stateless_adam_learns_and_keeps_no_moments(tmp_path):
     run = tmp_path / "sa"
     out = run_train(run, *TP2, "optimizer=stateless_adam", "trainer.save_interval=0", timeout=1200)
@@ -66,11 +57,15 @@ def test_tp2_stateless_adam_learns_and_keeps_no_moments(tmp_path):
     assert ckpt.sharded is not None and not [k for k in sharded_keys(ckpt.sharded) if "optimizer" in k]
 
 
-def test_resume_after_kill_of_a_trainer_rank(tmp_path):
+def test_resume_after_kill_of_a_trainer_rank_with_weights_sent_by_broadcast(tmp_path):
     """kill -9 one TP rank mid-run: the run stops; the same command resumes at the next step with both ranks'
-    Adam state, and metrics.jsonl has every step exactly once."""
+    Adam state, and metrics.jsonl has every step exactly once.
+
+    trainer.weight_sync=nccl (gloo on CPU): the TP shards gathered on rank 0 go to the engine over a process
+    group instead of a directory, through the same weight-sync interface as trainer=torch, in the first run and
+    again after the resume (a new group with the new engine)."""
     run = tmp_path / "r"
-    args = (*TP2, "trainer.max_steps=6", "trainer.save_interval=1")
+    args = (*TP2, "trainer.max_steps=6", "trainer.save_interval=1", "trainer.weight_sync=nccl")
     proc = start_train(run, *args)
     try:
         wait_until(lambda: (found := checkpoint.latest_complete(run)) is not None and found.name == "step_3", 300,
@@ -94,3 +89,9 @@ def test_resume_after_kill_of_a_trainer_rank(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert f"at step {done_before}" in out.stdout
     assert [r["step"] for r in metrics(run)] == list(range(1, 7))
+    assert [r["weight_version"] for r in metrics(run)] == list(range(1, 7))
+    # the resumed run's engine (its part of the log: after its own start line) took its weights from the group:
+    # the checkpoint's first, then one update per step it ran
+    resumed = (run / "logs" / "engine-0.log").read_text().rsplit("slimecli engine ready", 1)[1]
+    versions = re.findall(r"weights updated from group \(\d+ tensors, weight_version=(\d+)\)", resumed)
+    assert versions == [str(v) for v in range(done_before, 7)], resumed
