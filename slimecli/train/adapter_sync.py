@@ -17,10 +17,10 @@ from typing import Any
 import torch
 
 from slimecli.config.schema import SlimeConfig
-from slimecli.train.sync_base import Runner, _check, _gather, _ready
+from slimecli.train.sync_base import DeferredDelivery, Runner, _check, _gather, _ready
 
 
-class AdapterDiskSync:
+class AdapterDiskSync(DeferredDelivery):
     """trainer.lora over disk: RUN/weights/v<N>/ is a peft adapter directory (kilobytes to megabytes); each engine
     loads it as adapter ``policy-v<N>``, reports weight version N, then drops the adapter it served before."""
 
@@ -29,11 +29,6 @@ class AdapterDiskSync:
         self.loaded: dict[str, str] = {}  # engine url -> the adapter it serves
         # the embedded engine serves the adapter it merged last to every request (a lora_path there must be empty)
         self.names_adapter = cfg.rollout.name == "sglang"
-
-    def push(self, state: dict[str, torch.Tensor], version: int, engines_free: Callable[[], None] = _ready) -> str:
-        path, delivery = self.begin_push(state, version, engines_free)
-        self.run(delivery)
-        return path
 
     def begin_push(self, state: dict[str, torch.Tensor], version: int,
                    engines_free: Callable[[], None] = _ready) -> tuple[str, Awaitable[None]]:

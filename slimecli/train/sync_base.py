@@ -40,6 +40,21 @@ class WeightSync(Protocol):
 Runner = Callable[[Awaitable[Any]], Any]  # runs a coroutine on rank 0's event loop
 
 
+class DeferredDelivery:
+    """A kind whose engines' part comes back from begin_push as a coroutine; push runs that part at once."""
+
+    run: Runner
+
+    def begin_push(self, state: dict[str, torch.Tensor], version: int,
+                   engines_free: Callable[[], None] = _ready) -> tuple[str, Awaitable[None]]:
+        raise NotImplementedError
+
+    def push(self, state: dict[str, torch.Tensor], version: int, engines_free: Callable[[], None] = _ready) -> str:
+        path, delivery = self.begin_push(state, version, engines_free)
+        self.run(delivery)
+        return path
+
+
 def _check(engine: Any, result: dict[str, Any], what: str) -> None:
     if not result.get("success", False):
         why = result.get("message") or result.get("error_message")  # SGLang's LoRA replies say error_message

@@ -29,7 +29,7 @@ import torch
 
 from slimecli.config.schema import SlimeConfig
 from slimecli.net.ports import free_port
-from slimecli.train.sync_base import Runner, WeightSync, _check, _gather, _ready
+from slimecli.train.sync_base import DeferredDelivery, Runner, WeightSync, _check, _gather, _ready
 
 log = logging.getLogger("slimecli.train")
 GROUP_NAME = "slimecli_weight_update"
@@ -58,14 +58,9 @@ def make_weight_sync(cfg: SlimeConfig, run_dir: Path, engines: list[Any], run: R
     raise ValueError(f"trainer.weight_sync: unknown kind {kind!r}")  # the schema admits only the three
 
 
-class DiskSync:
+class DiskSync(DeferredDelivery):
     def __init__(self, cfg: SlimeConfig, run_dir: Path, engines: list[Any], run: Runner) -> None:
         self.cfg, self.run_dir, self.engines, self.run = cfg, run_dir, engines, run
-
-    def push(self, state: dict[str, torch.Tensor], version: int, engines_free: Callable[[], None] = _ready) -> str:
-        path, delivery = self.begin_push(state, version, engines_free)
-        self.run(delivery)
-        return path
 
     def begin_push(self, state: dict[str, torch.Tensor], version: int,
                    engines_free: Callable[[], None] = _ready) -> tuple[str, Awaitable[None]]:
