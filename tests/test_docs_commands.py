@@ -99,7 +99,8 @@ def test_docs_have_commands():
 @pytest.fixture(scope="module")
 def places(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Real values for the docs' placeholders: a model directory, a finished-looking run, a destination, and a
-    working directory holding the data files the docs name (test.jsonl, gsm.jsonl, swe.jsonl, fix.diff)."""
+    working directory holding the data files the docs name (test.jsonl, gsm.jsonl, swe.jsonl, tasks.jsonl,
+    iso.jsonl, fix.diff)."""
     import shutil
 
     import slimecli
@@ -110,6 +111,8 @@ def places(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, st
     for name in ("test.jsonl", "gsm.jsonl"):
         (cwd / name).write_text('{"prompt": "1 + 1 =", "label": "2"}\n')
     shutil.copyfile(Path(slimecli.__file__).parent / "swe/data/swe_tiny/tasks.jsonl", cwd / "swe.jsonl")
+    for name in ("tasks.jsonl", "iso.jsonl"):  # what `tasks synth --choices 3` writes for the smoke recipe
+        shutil.copyfile(Path(slimecli.__file__).parent / "swe/data/swe_tiny_smoke/tasks.jsonl", cwd / name)
     (cwd / "fix.diff").write_text("")
     shutil.copyfile(ROOT / "recipes" / "quickstart.yaml", cwd / "my.yaml")  # `+recipe=./my.yaml`
     run = cwd / "run"
@@ -153,8 +156,9 @@ def _split(args: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=str)
 def test_docs_command(cmd: Command, places: dict[str, str], monkeypatch: pytest.MonkeyPatch):
-    from slimecli.config.compose import AGENT_ENV, load
+    from slimecli.config.compose import AGENT_ENV
     from slimecli.config.errors import ConfigErrors
+    from slimecli.launch.source_checks import load  # as the commands read a config: the files it names too
 
     words, rest = _split(cmd.args)
     if words in SKIPPED:
