@@ -332,7 +332,7 @@ def test_run_out_of_time_keeps_its_turns_only_with_on_timeout_zero(on_timeout, t
     sandbox = SimpleNamespace(kind="fake", workdir=tmp_path, close=lambda: None)
     service = SimpleNamespace(
         cfg=SimpleNamespace(agent=SimpleNamespace(time_budget_s=1.0, on_timeout=on_timeout, binary=None,
-                                                  tools_dir=None)),
+                                                  tools_dir=None, tools=None)),
         name="fake", harness_cls=OutOfTime, adapter=SimpleNamespace(settings=SimpleNamespace(model_name="m")),
         renderer=SimpleNamespace(context_len=64), manager=manager, port=1, base_url="http://127.0.0.1:1",
         engine=SimpleNamespace(release=lambda sid: released.append(sid), assigned=lambda sid: 0),

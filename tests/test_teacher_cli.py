@@ -82,6 +82,7 @@ def test_a_rank_that_dies_ends_serve_with_one_clear_message(tmp_path):
         os.kill(rank, signal.SIGKILL)
         assert srv.proc.wait(60) == 1
         log = srv.read_log()
-        assert "teacher exited (exit code" in log and "logs/teacher.log" in log
+        # one rank runs without torchrun (tp=1): its own death is the teacher's
+        assert "teacher failed (killed by SIGKILL" in log and "logs/teacher.log" in log, log[-2000:]
     finally:
         srv.stop()
