@@ -61,8 +61,8 @@ def main() -> None:
     a = ap.parse_args()
     from transformers import AutoModelForCausalLM
 
+    from slimecli.engine.adapters import AdapterRoutes
     from slimecli.model.lora import read_adapter
-    from slimecli.rollout.engine.adapters import AdapterRoutes
     from slimecli.train.checkpoint import dedupe_views
     from slimecli.train.hf_export import export_hf
     from slimecli.train.lora import adapter_state, wrap, write_adapter

@@ -21,7 +21,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from slimecli.rollout.engine.protocol import parse_generate  # noqa: E402
+from slimecli.engine.protocol import parse_generate  # noqa: E402
 from slimecli.teacher.protocol import parse_generate as parse_teacher  # noqa: E402
 
 VOCAB = 151_936

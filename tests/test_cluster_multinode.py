@@ -73,7 +73,7 @@ def test_two_nodes_train_together_and_a_dead_node_stops_both_then_the_same_comma
     try:
         wait_until(lambda: len(metrics(run)) >= 2, 400, "two steps on two nodes", proc=nodes[0])
         node1_children = descendants(nodes[1].pid)
-        assert any(b"slimecli.rollout.engine" in cmdline(p) for p in node1_children)  # node 1 serves an engine
+        assert any(b"slimecli.engine" in cmdline(p) for p in node1_children)  # node 1 serves an engine
         nodes[1].send_signal(signal.SIGKILL)  # node 1's controller dies: its engine and trainer rank follow
         nodes[1].wait()
         code = nodes[0].wait(timeout=180)  # node 0 notices through the rendezvous / its engine link, and stops

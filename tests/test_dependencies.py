@@ -133,7 +133,7 @@ def test_text_config_and_logits_to_keep(model: Any) -> None:
 def test_dynamic_cache_is_per_layer(model: Any) -> None:
     from transformers.cache_utils import DynamicCache, DynamicLayer
 
-    from slimecli.rollout.engine.runner import _cache_kwarg
+    from slimecli.engine.runner import _cache_kwarg
 
     cache = DynamicCache()
     with torch.inference_mode():
@@ -147,8 +147,8 @@ def test_dynamic_cache_is_per_layer(model: Any) -> None:
 
 def test_engine_batch_cache_serves_as_the_models_cache(model: Any) -> None:
     """The engine's BatchCache (SlotLayer per layer) in prefill and decode gives the logits of a full forward."""
-    from slimecli.rollout.engine.kvcache import BatchCache
-    from slimecli.rollout.engine.runner import _cache_kwarg
+    from slimecli.engine.kvcache import BatchCache
+    from slimecli.engine.runner import _cache_kwarg
 
     ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
     cache = BatchCache(model.config.get_text_config().num_hidden_layers)

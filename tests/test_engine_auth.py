@@ -20,7 +20,8 @@ import pytest
 
 from slimecli.config.compose import load
 from slimecli.model.tiny import create_tiny_model
-from slimecli.rollout.client import API_KEY_ENV, EngineClient, EngineError, engine_api_key
+from slimecli.net.auth import API_KEY_ENV, engine_api_key
+from slimecli.rollout.client import EngineClient, EngineError
 from tests.helpers.engine import Engine, engine_fixture
 
 KEY = "k-3f9a"
@@ -178,7 +179,7 @@ def test_paths_that_are_no_paths_are_400(engine: Engine, path: str, words: str) 
 
 
 def test_the_default_root_is_the_run_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from slimecli.rollout.engine.__main__ import weight_roots
+    from slimecli.engine.__main__ import weight_roots
 
     monkeypatch.delenv("SLIMECLI_RUN_DIR", raising=False)
     assert weight_roots(load([]), tmp_path / "run") == [tmp_path / "run"]
@@ -193,11 +194,11 @@ def test_key_resolution_and_the_sglang_launch_argv(tmp_path: Path, monkeypatch: 
     from slimecli.launch.plan import build_plan
 
     monkeypatch.delenv(API_KEY_ENV, raising=False)
-    assert engine_api_key(load([]).rollout) is None
-    assert engine_api_key(load(["rollout.api_key=abc"]).rollout) == "abc"
+    assert engine_api_key(load([]).rollout.api_key) is None
+    assert engine_api_key(load(["rollout.api_key=abc"]).rollout.api_key) == "abc"
     monkeypatch.setenv(API_KEY_ENV, "from-env")
-    assert engine_api_key(load([]).rollout) == "from-env"
-    assert engine_api_key(load(["rollout.api_key=abc"]).rollout) == "abc"
+    assert engine_api_key(load([]).rollout.api_key) == "from-env"
+    assert engine_api_key(load(["rollout.api_key=abc"]).rollout.api_key) == "abc"
     model = create_tiny_model(tmp_path / "m", seed=0)
     cfg = load(["rollout=sglang", "rollout.api_key=abc", f"model.path={model}", "rollout.port=30000"])
     (spec, *_) = build_plan(cfg, tmp_path)

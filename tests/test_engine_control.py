@@ -175,11 +175,11 @@ def test_update_weights_from_disk(engine: Engine, tmp_path: Path) -> None:
 
 
 def test_engine_module_from_frozen_config(tmp_path: Path) -> None:
-    """The supervisor's command: python -m slimecli.rollout.engine --config RUN/config.yaml --index i."""
+    """The supervisor's command: python -m slimecli.engine --config RUN/config.yaml --index i."""
     port = free_port()
     cfg = load([f"model.cache_dir={tmp_path / 'cache'}", f"rollout.port={port - 1}"])
     cfg_path = save_frozen(cfg, tmp_path / "run" / "config.yaml")
-    argv = [sys.executable, "-m", "slimecli.rollout.engine", "--config", str(cfg_path), "--index", "1"]
+    argv = [sys.executable, "-m", "slimecli.engine", "--config", str(cfg_path), "--index", "1"]
     eng = start_engine(argv, port, tmp_path, tmp_path / "engine.log")
     try:
         async def main() -> None:

@@ -11,9 +11,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from slimecli.engine.disk_update import _in_place
 from slimecli.model.loading import load_model
 from slimecli.model.tiny import create_tiny_model
-from slimecli.rollout.engine.disk_update import _in_place
 
 
 def served(path: Path) -> SimpleNamespace:

@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
+from slimecli.engine import compat
+from slimecli.engine.protocol import CONSTRAINT_KEYS, SAMPLING_KEYS
 from slimecli.rollout.client import EngineClient
-from slimecli.rollout.engine import compat
-from slimecli.rollout.engine.protocol import CONSTRAINT_KEYS, SAMPLING_KEYS
 from tests.helpers import wait_until_async
 from tests.helpers.engine import Engine
 

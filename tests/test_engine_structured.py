@@ -17,10 +17,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from slimecli.engine.grammar import GrammarCache, allowed_tokens
+from slimecli.engine.protocol import BadRequest, Constraint
 from slimecli.model.loading import load_tokenizer
 from slimecli.rollout.client import EngineClient
-from slimecli.rollout.engine.grammar import GrammarCache, allowed_tokens
-from slimecli.rollout.engine.protocol import BadRequest, Constraint
 from tests.helpers import ROOT
 from tests.helpers.engine import Engine
 

@@ -8,11 +8,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from slimecli.engine.protocol import Item, SamplingParams
+from slimecli.engine.runner import Runner
+from slimecli.engine.sampling import RowState, make_generator, sample
+from slimecli.engine.seq import Seq
 from slimecli.model.tiny import create_tiny_model
-from slimecli.rollout.engine.protocol import Item, SamplingParams
-from slimecli.rollout.engine.runner import Runner
-from slimecli.rollout.engine.sampling import RowState, make_generator, sample
-from slimecli.rollout.engine.seq import Seq
 
 
 def row(seed: int | None = None, **kw: object) -> RowState:
@@ -113,7 +113,7 @@ def test_runner_joins_rows_mid_batch_and_matches_full_forward(tiny: Path, arch: 
 
 
 def test_prefix_cache_reuses_a_shared_prefix(tiny: Path) -> None:
-    from slimecli.rollout.engine.prefix_cache import PrefixCache, common_prefix
+    from slimecli.engine.prefix_cache import PrefixCache, common_prefix
 
     assert common_prefix([1, 2, 3, 4], [1, 2, 9]) == 2 and common_prefix([1, 2], [1, 2, 3]) == 2
     model = AutoModelForCausalLM.from_pretrained(str(tiny), attn_implementation="sdpa").eval()

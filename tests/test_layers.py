@@ -25,8 +25,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("slimecli",),  # __version__
     ("config", "net", "process"),  # the schema and its rules; HTTP plumbing; process groups
     ("model", "observe", "reward", "sandbox"),
-    ("swe",),  # SWE tasks, workspaces and grading (in sandboxes)
-    ("rollout",),  # samples, the engine and its client, the collect loop and the single-turn driver
+    ("swe", "engine"),  # SWE tasks, workspaces and grading (in sandboxes); the embedded inference server
+    ("rollout",),  # samples, the engine client, the collect loop and the single-turn driver
     ("teacher", "agent"),  # the teacher server and client; agent CLIs, adapters, trajectories
     ("launch",),  # the process plan, preflight checks (agent, teacher, sandbox) and the supervisor
     ("eval",),  # held-out evaluation: the evaluator the trainer and `slimecli eval` run (launch's watchdog)

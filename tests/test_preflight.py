@@ -115,9 +115,9 @@ def test_engine_keys_are_config_keys_with_rules() -> None:
 
 def test_engine_process_gets_its_settings_from_the_run_config(monkeypatch: pytest.MonkeyPatch, tiny: Path) -> None:
     """rollout.device, rollout.prefix_cache_mb, model.trust_remote_code and run.log_level reach the engine."""
+    from slimecli.engine import __main__ as engine_main
+    from slimecli.engine import app, server
     from slimecli.model import loading
-    from slimecli.rollout.engine import __main__ as engine_main
-    from slimecli.rollout.engine import app, server
 
     seen: dict[str, object] = {}
 

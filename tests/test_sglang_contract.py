@@ -231,7 +231,7 @@ def test_the_schema_check_is_strict():
 TRAINER_SIDE = textwrap.dedent("""
     import sys, torch
     import torch.distributed as dist
-    from slimecli.rollout.weight_transfer import destroy_weight_group, init_weight_group
+    from slimecli.engine.weight_transfer import destroy_weight_group, init_weight_group
     group = init_weight_group("gloo", "127.0.0.1", int(sys.argv[1]), 2, 0, "slimecli_weight_update", 120.0)
     dist.broadcast(torch.full((3, 4), 0.5, dtype=torch.bfloat16), src=0, group=group)
     destroy_weight_group(group)

@@ -13,10 +13,10 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
+from slimecli.engine.core import roots as _roots
 from slimecli.model.tiny import create_tiny_model
 from slimecli.net.paths import request_dir
 from slimecli.net.server import HttpError
-from slimecli.rollout.engine.core import roots as _roots
 from tests.helpers import free_port
 from tests.helpers.engine import Engine, start_engine, stop_engine
 
@@ -119,7 +119,7 @@ def test_the_refusal_says_how_to_allow_the_path(tmp_path: Path) -> None:
 
 def test_the_default_roots_hold_the_run_and_the_served_model(tmp_path: Path, monkeypatch) -> None:
     from slimecli.config.compose import load
-    from slimecli.rollout.engine.__main__ import weight_roots
+    from slimecli.engine.__main__ import weight_roots
 
     monkeypatch.delenv("SLIMECLI_RUN_DIR", raising=False)
     model = tmp_path / "model"

@@ -73,7 +73,7 @@ def test_engine_kill_stops_the_run_then_the_same_command_finishes(tmp_path):
     try:
         wait_until(lambda: len(metrics(run)) >= 2, 300, "two steps", proc=proc)
         children = descendants(proc.pid)
-        (engine_pid,) = [p for p in children if b"slimecli.rollout.engine" in cmdline(p)]
+        (engine_pid,) = [p for p in children if b"slimecli.engine" in cmdline(p)]
         os.kill(engine_pid, signal.SIGKILL)
         code = proc.wait(timeout=30)  # the supervisor notices the death itself: no request has to time out
         output = proc.stdout.read()

@@ -16,10 +16,10 @@ from transformers import AutoModelForCausalLM
 
 from slimecli.config.compose import load
 from slimecli.config.errors import ConfigErrors
+from slimecli.engine.shm import SEGMENT_PREFIX, remove_stale_segments, segment_dir
+from slimecli.engine.weight_transfer import SharedSegment, layout
 from slimecli.model.tiny import create_tiny_model
 from slimecli.rollout.client import EngineClient
-from slimecli.rollout.shm import SEGMENT_PREFIX, remove_stale_segments, segment_dir
-from slimecli.rollout.weight_transfer import SharedSegment, layout
 from slimecli.train.weight_sync import make_weight_sync
 from tests.helpers.engine import Engine, engine_fixture, hf_logprobs
 

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 
 class EngineProcess:
-    """The embedded engine (`python -m slimecli.rollout.engine --config FILE`) as a child process."""
+    """The embedded engine (`python -m slimecli.engine --config FILE`) as a child process."""
 
     def __init__(self, cfg: SlimeConfig, workdir: Path) -> None:
         from slimecli.config.io import save_frozen
@@ -45,7 +45,7 @@ class EngineProcess:
 
     def start(self) -> None:
         log_file = self.log_path.open("ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "slimecli.rollout.engine", "--config",
+        self.proc = subprocess.Popen([sys.executable, "-m", "slimecli.engine", "--config",
                                       str(self.config_path)], stdout=log_file, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
 

@@ -23,10 +23,10 @@ def register(app: typer.Typer) -> None:
 
         from slimecli.config.errors import ConfigErrors
         from slimecli.config.layout import engine_slot
+        from slimecli.engine.__main__ import start
         from slimecli.launch.free_ports import with_free_rollout_port
         from slimecli.launch.preflight import materialize, rollout_serve_errors
         from slimecli.launch.rundir import prepare
-        from slimecli.rollout.engine.__main__ import start
 
         overrides = split_overrides(ctx.args)
         cfg = load_config_or_exit(overrides, recipe_dir)

@@ -25,7 +25,7 @@ def engine_specs(cfg: SlimeConfig, config_path: str) -> list[ProcessSpec]:
     for slot in node_engines(cfg):
         env = _overlap_env(cfg, share_cores=r.name == "local")
         if r.name == "local":
-            argv = [sys.executable, "-m", "slimecli.rollout.engine", "--config", config_path, "--index", str(slot.index)]
+            argv = [sys.executable, "-m", "slimecli.engine", "--config", config_path, "--index", str(slot.index)]
             if slot.index in gpus:
                 env = {**env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus[slot.index]))}
         else:
@@ -139,9 +139,9 @@ def node_threads(cfg: SlimeConfig) -> int:
 
 def _api_key_args(r: RolloutConfig) -> list[str]:
     """SGLang's --api-key: rollout.api_key, else $SLIMECLI_ENGINE_API_KEY (the embedded engine reads the same)."""
-    from slimecli.rollout.client import engine_api_key
+    from slimecli.net.auth import engine_api_key
 
-    key = engine_api_key(r)
+    key = engine_api_key(r.api_key)
     return ["--api-key", key] if key else []
 
 

@@ -79,7 +79,7 @@ def weight_sync_errors(cfg: SlimeConfig) -> list[ConfigError]:
         return []  # the embedded tiny model is a few MiB
     import shutil
 
-    from slimecli.rollout.shm import segment_dir
+    from slimecli.engine.shm import segment_dir
 
     model = Path(cfg.model.path).expanduser()
     need = sum(f.stat().st_size for g in WEIGHT_GLOBS for f in model.glob(g) if f.is_file())

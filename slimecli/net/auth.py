@@ -9,6 +9,7 @@ stay open: SGLang leaves /health*, /ready* and /metrics* open so that probes nee
 from __future__ import annotations
 
 import hmac
+import os
 from collections.abc import Callable, Mapping
 
 from aiohttp import web
@@ -17,6 +18,12 @@ from aiohttp.typedefs import Handler, Middleware
 from slimecli.net.server import HttpError
 
 SGLANG_OPEN_PREFIXES = ("/health", "/ready", "/metrics")
+API_KEY_ENV = "SLIMECLI_ENGINE_API_KEY"
+
+
+def engine_api_key(configured: str | None = None) -> str | None:
+    """The engines' api key: the configured one (rollout.api_key), else $SLIMECLI_ENGINE_API_KEY, else None."""
+    return configured or os.environ.get(API_KEY_ENV) or None
 
 
 def sglang_open_path(path: str) -> bool:

@@ -8,25 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from slimecli.net.auth import engine_api_key
 from slimecli.net.retry import RetryPolicy, with_retries
 
 if TYPE_CHECKING:
-    from slimecli.config.groups.rollout import RolloutConfig
-
-API_KEY_ENV = "SLIMECLI_ENGINE_API_KEY"
-
-
-def engine_api_key(r: RolloutConfig | None = None) -> str | None:
-    """The engines' api key: rollout.api_key, else $SLIMECLI_ENGINE_API_KEY, else None (no key)."""
-    key = r.api_key if r is not None else None
-    return key or os.environ.get(API_KEY_ENV) or None
+    pass
 
 
 class EngineError(RuntimeError):

@@ -100,8 +100,8 @@ class SharedMemorySync:
 
     def __init__(self, engines: list[Any], run: Runner, dtype: str, policy: torch.nn.Module | None = None, *,
                  lora_config: dict[str, Any] | None = None) -> None:
-        from slimecli.rollout.shm import remove_stale_segments
-        from slimecli.rollout.weight_transfer import parse_dtype
+        from slimecli.engine.shm import remove_stale_segments
+        from slimecli.engine.weight_transfer import parse_dtype
 
         self.engines, self.run = engines, run
         self.lora_config = lora_config  # the tensors are a LoRA adapter the engines merge
@@ -132,8 +132,8 @@ class SharedMemorySync:
         return self.push(state, version, engines_free), None  # the engines read the trainer's memory
 
     def push(self, state: dict[str, torch.Tensor], version: int, engines_free: Callable[[], None] = _ready) -> str:
-        from slimecli.rollout.shm import segment_dir
-        from slimecli.rollout.weight_transfer import SharedSegment, layout
+        from slimecli.engine.shm import segment_dir
+        from slimecli.engine.weight_transfer import SharedSegment, layout
         from slimecli.train.checkpoint import dedupe_views
 
         engines_free()
@@ -213,7 +213,7 @@ class GroupSync:
         self.broken: str | None = None  # why the group can carry no more updates (a broadcast was abandoned)
 
     def _join(self) -> None:
-        from slimecli.rollout.weight_transfer import init_weight_group
+        from slimecli.engine.weight_transfer import init_weight_group
 
         async def sizes() -> list[int]:
             infos = await asyncio.gather(*(e.get_server_info() for e in self.engines))
@@ -245,7 +245,7 @@ class GroupSync:
     def push(self, state: dict[str, torch.Tensor], version: int, engines_free: Callable[[], None] = _ready) -> str:
         import torch.distributed as dist
 
-        from slimecli.rollout.weight_transfer import dtype_name
+        from slimecli.engine.weight_transfer import dtype_name
 
         engines_free()
         from slimecli.train.checkpoint import split_shared
@@ -298,7 +298,7 @@ class GroupSync:
     def close(self) -> None:
         if self.group is None:
             return
-        from slimecli.rollout.weight_transfer import destroy_weight_group
+        from slimecli.engine.weight_transfer import destroy_weight_group
 
         self.run(_gather((e.destroy_weights_update_group(GROUP_NAME) for e in self.engines),
                          return_exceptions=True))

@@ -27,10 +27,10 @@ from typing import Any
 
 from aiohttp import web
 
+from slimecli.engine.core import EngineCore, installer, roots
+from slimecli.engine.protocol import BadRequest
 from slimecli.net import server as net
 from slimecli.net.paths import request_dir
-from slimecli.rollout.engine.core import EngineCore, installer, roots
-from slimecli.rollout.engine.protocol import BadRequest
 
 log = logging.getLogger("slimecli.engine")
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from slimecli.engine.protocol import SamplingParams
 from slimecli.model.softmax import LN2, log2_weights
-from slimecli.rollout.engine.protocol import SamplingParams
 
 NEG_INF = float("-inf")
 CDF_BLOCK = 64  # tokens per block of the two-level draw

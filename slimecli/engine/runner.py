@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from slimecli.rollout.engine.kvcache import GROW_MIN, BatchCache
-from slimecli.rollout.engine.prefix_cache import PrefixCache
-from slimecli.rollout.engine.seq import Seq
+from slimecli.engine.kvcache import GROW_MIN, BatchCache
+from slimecli.engine.prefix_cache import PrefixCache
+from slimecli.engine.seq import Seq
 
 
 def _cache_kwarg(model: Any) -> str:

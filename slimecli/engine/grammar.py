@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from slimecli.rollout.engine.protocol import BadRequest, Constraint
+from slimecli.engine.protocol import BadRequest, Constraint
 
 if TYPE_CHECKING:
     from llguidance._lib import JsonCompileOptions

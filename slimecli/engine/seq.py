@@ -11,10 +11,10 @@ from typing import Any
 
 import torch
 
-from slimecli.rollout.engine.compat import weight_version_spans
-from slimecli.rollout.engine.grammar import Matcher
-from slimecli.rollout.engine.protocol import Item, SamplingParams
-from slimecli.rollout.engine.sampling import RowState, make_generator
+from slimecli.engine.compat import weight_version_spans
+from slimecli.engine.grammar import Matcher
+from slimecli.engine.protocol import Item, SamplingParams
+from slimecli.engine.sampling import RowState, make_generator
 
 _UID = itertools.count()
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from slimecli.rollout.shm import segment_path
+from slimecli.engine.shm import segment_path
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,

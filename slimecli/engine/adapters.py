@@ -19,11 +19,11 @@ from typing import Any
 import torch
 from aiohttp import web
 
+from slimecli.engine.core import EngineCore, roots
+from slimecli.engine.protocol import BadRequest
 from slimecli.model.lora import check_config, deltas, merged, read_adapter
 from slimecli.net.paths import request_dir
 from slimecli.net.server import read_json
-from slimecli.rollout.engine.core import EngineCore, roots
-from slimecli.rollout.engine.protocol import BadRequest
 
 log = logging.getLogger("slimecli.engine")
 

@@ -12,16 +12,16 @@ from typing import Any
 
 from aiohttp import web
 
+from slimecli.engine.compat import stream_due
+from slimecli.engine.disk_update import update_weights_from_disk
+from slimecli.engine.grammar import Compiled, Constraint, GrammarCache
+from slimecli.engine.protocol import BadRequest, GenerateRequest, Item, SamplingParams, parse_generate
+from slimecli.engine.scheduler import Scheduler, Update
+from slimecli.engine.seq import Seq, build_reply
+from slimecli.engine.weights import WeightRoutes
 from slimecli.net import server as net
 from slimecli.net.auth import bearer_auth
 from slimecli.net.listen import MAX_CONNECTIONS
-from slimecli.rollout.engine.compat import stream_due
-from slimecli.rollout.engine.disk_update import update_weights_from_disk
-from slimecli.rollout.engine.grammar import Compiled, Constraint, GrammarCache
-from slimecli.rollout.engine.protocol import BadRequest, GenerateRequest, Item, SamplingParams, parse_generate
-from slimecli.rollout.engine.scheduler import Scheduler, Update
-from slimecli.rollout.engine.seq import Seq, build_reply
-from slimecli.rollout.engine.weights import WeightRoutes
 
 log = logging.getLogger("slimecli.engine")
 MAX_BODY = net.ENGINE_MAX_BODY
@@ -164,7 +164,7 @@ class EngineServer:
         app[net.BODY_LIMITS] = self.limits
         r = app.router
         r.add_post("/generate", self.generate)
-        from slimecli.rollout.engine import loads
+        from slimecli.engine import loads
 
         r.add_get("/v1/loads", functools.partial(loads.handle, self))
         for path, fn in (("/health", self.health), ("/health_generate", self.health_generate),

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     import torch
     from aiohttp import web
 
-    from slimecli.rollout.engine.scheduler import Scheduler
+    from slimecli.engine.scheduler import Scheduler
 
 
 class EngineCore(Protocol):

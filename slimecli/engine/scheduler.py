@@ -18,11 +18,11 @@ from typing import Any, cast
 
 import torch
 
-from slimecli.rollout.engine.grammar import Matcher, allowed_tokens
-from slimecli.rollout.engine.prefix_cache import PrefixCache
-from slimecli.rollout.engine.runner import Runner
-from slimecli.rollout.engine.sampling import sample
-from slimecli.rollout.engine.seq import Seq
+from slimecli.engine.grammar import Matcher, allowed_tokens
+from slimecli.engine.prefix_cache import PrefixCache
+from slimecli.engine.runner import Runner
+from slimecli.engine.sampling import sample
+from slimecli.engine.seq import Seq
 
 log = logging.getLogger("slimecli.engine")
 Update = tuple[Seq, int, "dict[str, Any] | None"]  # a sequence, its token count and finish reason at that moment

@@ -1,4 +1,4 @@
-"""`python -m slimecli.rollout.engine --config RUN/config.yaml [--index i]`: engine i of a run."""
+"""`python -m slimecli.engine --config RUN/config.yaml [--index i]`: engine i of a run."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> None:
     from slimecli.config.layout import run_dir_of
     from slimecli.observe.worker import start_worker
 
-    cfg, args = start_worker("python -m slimecli.rollout.engine", argv, __doc__, log_format=None,  # start() logs
+    cfg, args = start_worker("python -m slimecli.engine", argv, __doc__, log_format=None,  # start() logs
                              arguments=lambda p: p.add_argument("--index", type=int, default=0,
                                                                 help="Engine index: listens on rollout.port + index."))
     start(cfg, args.index, run_dir_of(args.config))
@@ -48,9 +48,9 @@ def start(cfg: SlimeConfig, index: int = 0, run_dir: str | Path | None = None) -
     when rollout.weight_roots is not set."""
     from slimecli.config.groups.rollout import engine_dtype
     from slimecli.config.layout import engine_slot
+    from slimecli.engine.app import run
     from slimecli.model.loading import resolve_model_path, resolve_tokenizer_path
-    from slimecli.rollout.client import engine_api_key
-    from slimecli.rollout.engine.app import run
+    from slimecli.net.auth import engine_api_key
 
     model_path = resolve_model_path(cfg.model)
     r = cfg.rollout
@@ -58,7 +58,7 @@ def start(cfg: SlimeConfig, index: int = 0, run_dir: str | Path | None = None) -
     run(model_path, host=slot.host, port=slot.port, tokenizer_path=resolve_tokenizer_path(cfg.model),
         dtype=engine_dtype(r, cfg.model.dtype, on_gpu(r.device)), max_running=r.max_running_requests, seed=cfg.run.seed + index, device=r.device,
         prefix_cache_mb=r.prefix_cache_mb, trust_remote_code=cfg.model.trust_remote_code,
-        log_level=cfg.run.log_level, api_key=engine_api_key(r), weight_roots=weight_roots(cfg, run_dir, model_path),
+        log_level=cfg.run.log_level, api_key=engine_api_key(r.api_key), weight_roots=weight_roots(cfg, run_dir, model_path),
         read_timeout_s=r.read_timeout_s, max_connections=r.max_connections,
         loopback_loads_anywhere=not r.weight_roots)
 

@@ -8,9 +8,9 @@ import signal
 import sys
 from pathlib import Path
 
+from slimecli.engine import server as server_mod
+from slimecli.engine.server import EngineServer, default_device
 from slimecli.net.listen import MAX_CONNECTIONS, app_runner, start_site
-from slimecli.rollout.engine import server as server_mod
-from slimecli.rollout.engine.server import EngineServer, default_device
 
 
 class EngineStartError(RuntimeError):

@@ -23,8 +23,8 @@ from slimecli.config.decode import (
     spec,
 )
 from slimecli.config.errors import FieldError
-from slimecli.rollout.engine import compat
-from slimecli.rollout.engine.compat import CompatError
+from slimecli.engine import compat
+from slimecli.engine.compat import CompatError
 
 MAX_N = 256
 SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # what a torch generator's manual_seed takes

@@ -19,10 +19,9 @@ from typing import Any, TypeGuard
 import torch
 from aiohttp import web
 
-from slimecli.net.server import read_json
-from slimecli.rollout.engine.core import EngineCore, installer
-from slimecli.rollout.engine.protocol import BadRequest
-from slimecli.rollout.weight_transfer import (
+from slimecli.engine.core import EngineCore, installer
+from slimecli.engine.protocol import BadRequest
+from slimecli.engine.weight_transfer import (
     SharedSegment,
     destroy_weight_group,
     init_weight_group,
@@ -30,6 +29,7 @@ from slimecli.rollout.weight_transfer import (
     parse_manifest,
     parse_shape,
 )
+from slimecli.net.server import read_json
 
 log = logging.getLogger("slimecli.engine")
 GROUP_TIMEOUT_S = 300.0
@@ -59,7 +59,7 @@ class WeightRoutes:
         self.groups: dict[str, Any] = {}
         self.segment: SharedSegment | None = None  # the one the served tensors are views of, if any
         self.session_open = False  # between /begin_weight_update and /end_weight_update
-        from slimecli.rollout.engine.adapters import AdapterRoutes
+        from slimecli.engine.adapters import AdapterRoutes
 
         self.lora = AdapterRoutes(server)  # LoRA adapters (SGLang's /load_lora_adapter), merged into the weights
 
@@ -136,7 +136,7 @@ class WeightRoutes:
 
     async def _adapter_from_shared_memory(self, body: dict[str, Any], version: str | None) -> web.Response:
         """``lora_config`` given: the segment holds a LoRA adapter (peft's names), merged onto the base weights."""
-        from slimecli.rollout.engine.adapters import wire_config
+        from slimecli.engine.adapters import wire_config
 
         config = wire_config(body.get("lora_config"))
         try:
