@@ -27,7 +27,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from slimecli.agent.service import AgentService  # noqa: E402
+from slimecli.agent.api.service import AgentService  # noqa: E402
 from slimecli.config.compose import load  # noqa: E402
 
 PARAGRAPH = ("You are a coding agent working in a sandboxed repository. Read the files you need, make the "

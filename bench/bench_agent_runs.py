@@ -23,10 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from slimecli.agent.jobs import SweJob  # noqa: E402
-from slimecli.agent.rollout import time_split  # noqa: E402
-from slimecli.agent.runner import run_task  # noqa: E402
-from slimecli.agent.service import AgentService  # noqa: E402
+from slimecli.agent.api.service import AgentService  # noqa: E402
+from slimecli.agent.harness.jobs import SweJob  # noqa: E402
+from slimecli.agent.harness.task import run_task  # noqa: E402
+from slimecli.agent.training.collector import time_split  # noqa: E402
 from slimecli.config.compose import load  # noqa: E402
 from slimecli.rollout.sample import Sample  # noqa: E402
 from slimecli.sandbox.factory import grader_factory  # noqa: E402

@@ -11,8 +11,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from slimecli.agent.anthropic import AnthropicAdapter
-from slimecli.agent.responses import ResponsesAdapter
+from slimecli.agent.api.anthropic import AnthropicAdapter
+from slimecli.agent.api.responses import ResponsesAdapter
 from slimecli.rollout.sample import Sample
 from tests.helpers.scripted_engine import Stack
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from slimecli.agent.harness import codex_flags
-from slimecli.agent.install import locate
+from slimecli.agent.harness.clis import codex_flags
+from slimecli.agent.harness.install import locate
 from tests.helpers import ROOT, free_port, host_processes_with, run_cli, wait_dead
 
 pytestmark = [pytest.mark.slow, pytest.mark.agent_cli]
@@ -282,9 +282,9 @@ def test_missing_cli_is_refused_before_the_run_and_swe_agent_picks_the_agent(tmp
     # a CLI gone by the time the run starts (pre-flight passed) is an aborted sample, never a crash
     import asyncio
 
-    from slimecli.agent.jobs import AgentJob
-    from slimecli.agent.runner import run_task
-    from slimecli.agent.service import AgentService
+    from slimecli.agent.api.service import AgentService
+    from slimecli.agent.harness.jobs import AgentJob
+    from slimecli.agent.harness.task import run_task
     from slimecli.config.compose import load
 
     monkeypatch.setenv("SWE_AGENT", "codex")

@@ -17,17 +17,17 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from slimecli.agent import constrain
-from slimecli.agent.adapter import AdapterSettings
-from slimecli.agent.anthropic import AnthropicAdapter
-from slimecli.agent.anthropic import tool_choice as anthropic_choice
-from slimecli.agent.constrain import GrammarError, ToolChoice
-from slimecli.agent.engine_link import EngineLink
-from slimecli.agent.parsers import HermesToolParser, ParsedOutput
-from slimecli.agent.render import Renderer, tool_schema
-from slimecli.agent.responses import ResponsesAdapter
-from slimecli.agent.responses import tool_choice as responses_choice
-from slimecli.agent.trajectory import TrajectoryManager
+from slimecli.agent.api import constrain
+from slimecli.agent.api.adapter import AdapterSettings
+from slimecli.agent.api.anthropic import AnthropicAdapter
+from slimecli.agent.api.anthropic import tool_choice as anthropic_choice
+from slimecli.agent.api.constrain import GrammarError, ToolChoice
+from slimecli.agent.api.engine_link import EngineLink
+from slimecli.agent.api.parsers import HermesToolParser, ParsedOutput
+from slimecli.agent.api.render import Renderer, tool_schema
+from slimecli.agent.api.responses import ResponsesAdapter
+from slimecli.agent.api.responses import tool_choice as responses_choice
+from slimecli.agent.trajectory.manager import TrajectoryManager
 from slimecli.config.compose import load
 from slimecli.config.errors import ConfigErrors
 from slimecli.config.rules import agent as agent_rules
@@ -374,7 +374,7 @@ def test_grammar_building_units() -> None:
 
 
 def test_tool_choice_parsing() -> None:
-    from slimecli.agent.adapter import ApiError
+    from slimecli.agent.api.adapter import ApiError
 
     assert anthropic_choice(None) == ToolChoice()
     assert anthropic_choice({"type": "any"}) == ToolChoice("required")
@@ -449,7 +449,7 @@ def test_config_rules() -> None:
 def test_real_claude_code_runs_the_one_listed_bash_call_then_stops(tmp_path) -> None:
     """The random model, constrained to a single choice (one Bash call), makes Claude Code run the command in
     its workspace; the turn after the tool result is the final text, so the CLI ends its run."""
-    from slimecli.agent.install import locate
+    from slimecli.agent.harness.install import locate
     from slimecli.config.groups.model import ModelConfig
     from slimecli.model.loading import resolve_model_path
 

@@ -11,8 +11,8 @@ from typing import Any
 import aiohttp
 from test_agent_adapters import anthropic_body, post, responses_body, tokenizer
 
-from slimecli.agent.anthropic import AnthropicAdapter
-from slimecli.agent.responses import ResponsesAdapter
+from slimecli.agent.api.anthropic import AnthropicAdapter
+from slimecli.agent.api.responses import ResponsesAdapter
 from tests.helpers.scripted_engine import Stack
 
 WEIRD: list[Any] = [None, True, 0, -1, 2**70, 1.5, float("nan"), "", "x" * 50, [], [None], [[]], {}, {"type": None},

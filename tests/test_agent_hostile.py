@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from test_agent_adapters import WRITE_TOOL, anthropic_body, responses_body, tokenizer
 
-from slimecli.agent.anthropic import AnthropicAdapter
-from slimecli.agent.responses import ResponsesAdapter
+from slimecli.agent.api.anthropic import AnthropicAdapter
+from slimecli.agent.api.responses import ResponsesAdapter
 from tests.helpers.scripted_engine import Stack
 from tests.helpers.streaming_engine import StreamingEngine
 
@@ -193,7 +193,7 @@ def test_clients_that_drop_mid_request_or_mid_stream(served: Served, keep: int) 
 def test_stalled_request_heads_are_closed_and_the_adapter_keeps_serving(adapter_cls: type) -> None:
     """How `agent serve` and training serve an adapter (service.serve_app): a client that sends part of its
     request head and stalls is disconnected by the server; others are served meanwhile and after."""
-    from slimecli.agent.service import serve_app
+    from slimecli.agent.api.service import serve_app
 
     async def main() -> None:
         async with Stack(adapter_cls, tokenizer(), []) as st:

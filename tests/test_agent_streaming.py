@@ -1,5 +1,5 @@
 """Streamed turns: the adapters forward the engine's tokens as they are sampled, show only text the finished
-turn keeps (the streaming rule of slimecli.agent.streaming), and record exactly what a non-streamed turn records."""
+turn keeps (the streaming rule of slimecli.agent.api.streaming), and record exactly what a non-streamed turn records."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_agent_adapters import anthropic_body, call, post, responses_body, sse, tokenizer
 
-from slimecli.agent.anthropic import AnthropicAdapter
-from slimecli.agent.parsers import HermesToolParser
-from slimecli.agent.responses import ResponsesAdapter
-from slimecli.agent.streaming import LiveText
+from slimecli.agent.api.anthropic import AnthropicAdapter
+from slimecli.agent.api.parsers import HermesToolParser
+from slimecli.agent.api.responses import ResponsesAdapter
+from slimecli.agent.api.streaming import LiveText
 from slimecli.rollout.sample import Sample
 from tests.helpers.scripted_engine import Stack
 from tests.helpers.streaming_engine import StreamingEngine
@@ -293,11 +293,11 @@ def test_real_engine_streamed_and_plain_turns_record_the_same_tokens(tmp_path_fa
     from aiohttp import web
     from transformers import AutoTokenizer
 
-    from slimecli.agent.adapter import AdapterSettings
-    from slimecli.agent.engine_link import EngineLink
-    from slimecli.agent.parsers import get_parser
-    from slimecli.agent.render import Renderer
-    from slimecli.agent.trajectory import TrajectoryManager
+    from slimecli.agent.api.adapter import AdapterSettings
+    from slimecli.agent.api.engine_link import EngineLink
+    from slimecli.agent.api.parsers import get_parser
+    from slimecli.agent.api.render import Renderer
+    from slimecli.agent.trajectory.manager import TrajectoryManager
     from tests.helpers.engine import engine_fixture
 
     fixture = engine_fixture(tmp_path_factory.mktemp("engine"))

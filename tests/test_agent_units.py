@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from slimecli.agent import install, registry
-from slimecli.agent.parsers import HermesToolParser, get_parser
-from slimecli.agent.trajectory import SessionClosed, TooManyTurns, TrajectoryManager, Turn
+from slimecli.agent import registry
+from slimecli.agent.api.parsers import HermesToolParser, get_parser
+from slimecli.agent.harness import install
+from slimecli.agent.trajectory.manager import SessionClosed, TooManyTurns, TrajectoryManager, Turn
 from slimecli.rollout.sample import Sample, Status
 
 STOP = 99
@@ -43,7 +44,7 @@ def test_parser_ill_formed_is_returned_as_text(bad):
 
 def test_get_parser_by_name_and_import_path():
     assert isinstance(get_parser("qwen"), HermesToolParser)
-    assert isinstance(get_parser("slimecli.agent.parsers:HermesToolParser"), HermesToolParser)
+    assert isinstance(get_parser("slimecli.agent.api.parsers:HermesToolParser"), HermesToolParser)
     with pytest.raises(ValueError, match="valid: hermes, qwen"):
         get_parser("nope")
 
@@ -168,11 +169,11 @@ def test_registry_names_env_and_custom_pairs(monkeypatch):
     assert registry.resolve("codex")[2].__name__ == "ResponsesAdapter"
     with pytest.raises(ValueError, match="valid: claude_code, codex"):
         registry.resolve("aider")
-    name, h, a = registry.resolve("mine", "slimecli.agent.harness:ClaudeCodeHarness",
-                                  "slimecli.agent.responses:ResponsesAdapter")
+    name, h, a = registry.resolve("mine", "slimecli.agent.harness.clis:ClaudeCodeHarness",
+                                  "slimecli.agent.api.responses:ResponsesAdapter")
     assert (name, h.__name__, a.__name__) == ("mine", "ClaudeCodeHarness", "ResponsesAdapter")
     with pytest.raises(ValueError, match="cannot import"):
-        registry.resolve("mine", "nowhere.mod:X", "slimecli.agent.responses:ResponsesAdapter")
+        registry.resolve("mine", "nowhere.mod:X", "slimecli.agent.api.responses:ResponsesAdapter")
 
 
 def test_install_command_is_pinned_into_the_tools_dir(tmp_path, monkeypatch):
@@ -190,7 +191,7 @@ class ShellHarness:
 
     @staticmethod
     def make(script: str):
-        from slimecli.agent.harness import Harness
+        from slimecli.agent.harness.clis import Harness
 
         class _H(Harness):
             agent = "shell"
@@ -291,7 +292,7 @@ def test_locate_skips_the_claude_placeholder_when_npm_skipped_install_scripts(tm
 def test_engine_pool_keeps_each_session_on_one_engine_and_balances_new_ones():
     import asyncio
 
-    from slimecli.agent.engine_link import EnginePool
+    from slimecli.agent.api.engine_link import EnginePool
 
     pool = EnginePool(["http://127.0.0.1:1", "http://127.0.0.1:2"])
     served: list[tuple[str, str]] = []
@@ -316,7 +317,7 @@ def test_engine_pool_keeps_each_session_on_one_engine_and_balances_new_ones():
 
 
 def test_the_cli_dials_the_advertised_host_of_a_wildcard_bind():
-    from slimecli.agent.service import dial_url
+    from slimecli.agent.api.service import dial_url
 
     assert dial_url("127.0.0.1", 8001) == "http://127.0.0.1:8001"
     assert dial_url("0.0.0.0", 8001) == "http://127.0.0.1:8001"  # a wildcard is not an address to dial

@@ -166,7 +166,7 @@ def test_engine_batch_cache_serves_as_the_models_cache(model: Any) -> None:
 
 def test_chat_template_gives_the_same_ids_both_ways(tok: Any) -> None:
     """The rollout driver's call (tokenize=True) and the agent renderer's (return_dict=False) give the ids of the text."""
-    from slimecli.agent.render import Renderer
+    from slimecli.agent.api.render import Renderer
 
     messages = [{"role": "user", "content": "Say HI"}]
     tools = [{"type": "function", "function": {"name": "shout", "parameters": {"type": "object"}}}]

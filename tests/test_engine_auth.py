@@ -78,7 +78,7 @@ def test_health_stays_open_like_sglang_and_the_key_opens_the_rest(engine: Engine
 
 
 def test_engine_client_and_engine_link_send_the_key(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    from slimecli.agent.engine_link import EngineLink, EnginePool
+    from slimecli.agent.api.engine_link import EngineLink, EnginePool
 
     async def main() -> None:
         async with EngineClient(engine.url) as anonymous:

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from slimecli.agent import rollout as agent_rollout
+from slimecli.agent.training import collector as agent_rollout
 from slimecli.config.compose import load
 from slimecli.eval.runner import Evaluator, flat_metrics, headline, read_summary
 from slimecli.rollout.sample import Sample, Status
@@ -115,7 +115,7 @@ class FakeService:
 
 
 def test_swe_task_sets_give_the_resolved_rate_and_pass_at_k(tmp_path, tok, monkeypatch):
-    from slimecli.agent import service
+    from slimecli.agent.api import service
 
     async def run_task(service, job, *, base_sample: Sample, **_):
         await asyncio.sleep(0)

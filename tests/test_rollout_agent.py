@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from slimecli.agent import rollout as agent_rollout
+from slimecli.agent.training import collector as agent_rollout
 from slimecli.config.compose import load
 from slimecli.config.errors import ConfigErrors
 from slimecli.rollout.data import PromptSource
@@ -225,7 +225,7 @@ def test_generate_rules():
         config("trainer.loss_reduction=per_token")
     with pytest.raises(ConfigErrors, match="cannot find the rollout function"):
         load(["rollout.generate=no_such_pkg.mod:fn"])
-    assert load(["rollout.generate=slimecli.agent.rollout:AgentRollout"]).rollout.generate.endswith(":AgentRollout")
+    assert load(["rollout.generate=slimecli.agent.training.collector:AgentRollout"]).rollout.generate.endswith(":AgentRollout")
     with pytest.raises(ConfigErrors, match="did you mean 'mask'"):
         config("agent.on_timeout=maks")
     with pytest.raises(ConfigErrors, match="agent.max_retries"):
@@ -264,7 +264,7 @@ def test_preflight_refuses_what_cannot_run(tmp_path):
 
 
 def test_agent_tools_reach_the_claude_command_line(tmp_path):
-    from slimecli.agent.harness import ClaudeCodeHarness
+    from slimecli.agent.harness.clis import ClaudeCodeHarness
 
     default = ClaudeCodeHarness().command("claude", "fix it", None)  # type: ignore[arg-type]
     assert "--tools" not in default
@@ -277,7 +277,7 @@ def test_agent_tools_reach_the_claude_command_line(tmp_path):
 def test_rank0_puts_the_agent_service_in_front_of_the_first_engine(monkeypatch, tmp_path):
     from types import SimpleNamespace
 
-    from slimecli.agent import service as service_mod
+    from slimecli.agent.api import service as service_mod
     from slimecli.train.coordinator import RolloutCoordinator
 
     events = []
@@ -310,10 +310,10 @@ def test_rank0_puts_the_agent_service_in_front_of_the_first_engine(monkeypatch, 
 def test_run_out_of_time_keeps_its_turns_only_with_on_timeout_zero(on_timeout, tmp_path):
     from types import SimpleNamespace
 
-    from slimecli.agent.harness import HarnessResult
-    from slimecli.agent.jobs import AgentJob
-    from slimecli.agent.runner import run_task
-    from slimecli.agent.trajectory import TrajectoryManager, Turn
+    from slimecli.agent.harness.clis import HarnessResult
+    from slimecli.agent.harness.jobs import AgentJob
+    from slimecli.agent.harness.task import run_task
+    from slimecli.agent.trajectory.manager import TrajectoryManager, Turn
 
     manager = TrajectoryManager(stop_ids=[9], decode=lambda ids: " ".join(map(str, ids)))
 
@@ -362,7 +362,7 @@ def test_each_update_takes_whole_rollouts_so_no_branch_is_left_untrained():
 def test_archive_keeps_the_newest_runs_and_a_row_per_task(monkeypatch, tmp_path):
     """RUN/agent/: tasks.jsonl counts each task's runs per step; the newest agent.keep_runs runs are kept, each
     with its transcript (all tokens decoded), diff and outcome; a live status is reported as runs finish."""
-    from slimecli.agent.archive import RunArchive
+    from slimecli.agent.trajectory.archive import RunArchive
 
     cfg = config("agent.keep_runs=5")
 

@@ -123,7 +123,7 @@ def claude_code_run(task_file: Path, tmp_path: Path, command: str, *extra: str) 
     import time
     import urllib.request
 
-    from slimecli.agent.install import locate
+    from slimecli.agent.harness.install import locate
     from slimecli.config.groups.model import ModelConfig
     from slimecli.model.loading import resolve_model_path
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from slimecli.agent.install import locate
+from slimecli.agent.harness.install import locate
 from tests.helpers.train_e2e import metrics, run_train
 
 pytestmark = [pytest.mark.slow, pytest.mark.agent_cli]
@@ -38,8 +38,8 @@ def gold_share(model_dir: str | Path, tokenizer, prompt_ids: list[int], texts: l
 
 def first_requests(run: Path, agent: str, tokenizer, limit: int) -> list[tuple[list[int], list[str], int]]:
     """(prompt ids, choice texts, gold index) of the first `limit` distinct archived tasks."""
-    from slimecli.agent.constrain import resolve_choices
-    from slimecli.agent.parsers import HermesToolParser
+    from slimecli.agent.api.constrain import resolve_choices
+    from slimecli.agent.api.parsers import HermesToolParser
     from slimecli.agent.registry import resolve
     from slimecli.swe.builtin import task_file
 

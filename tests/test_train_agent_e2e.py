@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from slimecli.agent.install import locate
+from slimecli.agent.harness.install import locate
 from tests.helpers.train_e2e import metrics, run_train
 
 pytestmark = [pytest.mark.slow, pytest.mark.agent_cli,

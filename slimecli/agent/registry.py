@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slimecli.agent.parsers import load_object
+from slimecli.agent.api.parsers import load_object
 from slimecli.config.registry import AGENTS, UnknownPluginError
 
 

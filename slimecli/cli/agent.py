@@ -48,7 +48,7 @@ def _config(ctx: typer.Context, recipe_dir: list[str],
 
 
 def _service(cfg, port: int | None = None):
-    from slimecli.agent.service import AgentService
+    from slimecli.agent.api.service import AgentService
 
     try:
         return AgentService(cfg, port=port)
@@ -58,7 +58,7 @@ def _service(cfg, port: int | None = None):
 
 def _job(cfg):
     """What `agent run` works on: one SWE task (graded), or a plain prompt."""
-    from slimecli.agent.jobs import AgentJob, SweJob
+    from slimecli.agent.harness.jobs import AgentJob, SweJob
     from slimecli.swe.env.resolve import resolve
 
     if cfg.task.name != "swe":
@@ -72,7 +72,7 @@ def _job(cfg):
 
 
 def _usage(service) -> str:
-    from slimecli.agent.harness import codex_flags
+    from slimecli.agent.harness.clis import codex_flags
 
     url = service.base_url
     if service.name == "codex":
@@ -158,7 +158,7 @@ def register(app: typer.Typer) -> None:
         service = _service(cfg, port=0)
 
         async def main():
-            from slimecli.agent.runner import run_task
+            from slimecli.agent.harness.task import run_task
 
             echo_err(f"agent {service.name}: starting the engine and the adapter")
             await service.start()
@@ -179,7 +179,7 @@ def register(app: typer.Typer) -> None:
         with out.open("w") as f:
             for sample in samples:
                 f.write(json.dumps(sample.to_dict(), default=str) + "\n")
-        from slimecli.agent import transcript
+        from slimecli.agent.trajectory import transcript
 
         meta = samples[0].metadata
         statuses = ", ".join(s.status.value for s in samples)
@@ -197,7 +197,7 @@ def register(app: typer.Typer) -> None:
                                               "$SLIMECLI_TOOLS_DIR or ~/.cache/slimecli/tools)."),
                 print_only: bool = typer.Option(False, "--print", help="Print the npm command, do not run it.")) -> None:
         """Install the pinned npm package of an agent CLI into slimecli's tools directory."""
-        from slimecli.agent import install as inst
+        from slimecli.agent.harness import install as inst
 
         try:
             cmd = inst.install_command(name, tools_dir)

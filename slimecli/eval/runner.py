@@ -167,8 +167,8 @@ class Evaluator:
 
     async def _agent_outcomes(self, cfg: SlimeConfig, records: list[dict[str, Any]]) -> list[Outcome]:
         """n agent runs of every task, through an adapter of their own in front of the engines."""
-        from slimecli.agent.rollout import AgentRollout, abort_reason
-        from slimecli.agent.service import AgentService
+        from slimecli.agent.api.service import AgentService
+        from slimecli.agent.training.collector import AgentRollout, abort_reason
 
         service = AgentService(cfg, port=0, engine_urls=[e.base_url for e in self.engines])
         await service.start()

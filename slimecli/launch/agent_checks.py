@@ -77,7 +77,7 @@ def task_env_errors(cfg: SlimeConfig) -> list[ConfigError]:
 
 def agent_cli_errors(cfg: SlimeConfig) -> list[ConfigError]:
     """The agent's CLI is installed here (or agent.binary is an executable); custom harnesses bring their own."""
-    from slimecli.agent.install import PACKAGES, locate
+    from slimecli.agent.harness.install import PACKAGES, locate
 
     a = cfg.agent
     if a.harness or a.name not in PACKAGES or locate(a.name, a.binary, a.tools_dir) is not None:

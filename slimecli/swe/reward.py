@@ -1,4 +1,4 @@
-"""reward=swe_tests: an agent run grades its own diff (slimecli.agent.jobs.SweJob.score), so the reward layer
+"""reward=swe_tests: an agent run grades its own diff (slimecli.agent.harness.jobs.SweJob.score), so the reward layer
 passes the grade through; a sample without one was never graded and gets a reward error, not a silent 0."""
 
 from __future__ import annotations

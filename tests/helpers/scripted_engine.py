@@ -120,11 +120,11 @@ class Stack:
 
     def __init__(self, adapter_cls: type, tokenizer: Any, script: list[Any], context_len: int = 65536,
                  max_turns: int = 64, max_body_bytes: int = 32 << 20) -> None:
-        from slimecli.agent.adapter import AdapterSettings
-        from slimecli.agent.engine_link import EngineLink
-        from slimecli.agent.parsers import get_parser
-        from slimecli.agent.render import Renderer
-        from slimecli.agent.trajectory import TrajectoryManager
+        from slimecli.agent.api.adapter import AdapterSettings
+        from slimecli.agent.api.engine_link import EngineLink
+        from slimecli.agent.api.parsers import get_parser
+        from slimecli.agent.api.render import Renderer
+        from slimecli.agent.trajectory.manager import TrajectoryManager
 
         self.engine = ScriptedEngine(tokenizer, script)
         self.renderer = Renderer(tokenizer, context_len)

@@ -4,7 +4,7 @@ A subclass translates its API's request into chat messages + tools and the turn 
 Every refusal is a 4xx JSON body in the client's own error format; a turn is recorded only after its reply
 was written; a client that goes away cancels the handler, which aborts the engine request.
 
-agent.constrain (see slimecli.agent.constrain) adds a grammar to each turn's sampling params:
+agent.constrain (see slimecli.agent.api.constrain) adds a grammar to each turn's sampling params:
 - tool_calls: plain text or tool calls valid against the request's tools, honouring its tool_choice;
 - choices: exactly one of the session's alternatives (`set_choices`, else agent.choices_file), while the
   conversation has no tool result yet. Once a tool ran (the choice was made and executed), the next turn
@@ -12,7 +12,7 @@ agent.constrain (see slimecli.agent.constrain) adds a grammar to each turn's sam
   CLI ends its run after executing exactly one listed edit; `none` leaves it unconstrained; `tool_calls`
   constrains it as in tool_calls mode.
 
-A streaming request (`stream: true`) is streamed from the engine as it is sampled (slimecli.agent.streaming
+A streaming request (`stream: true`) is streamed from the engine as it is sampled (slimecli.agent.api.streaming
 has the rule for what is shown when). Everything a stream echoes is checked before it opens, and it opens only
 when the engine's first chunk arrives, so a refusal is still an HTTP error; a failure after that (the engine
 aborted the turn for a weight update, or failed) is the API's in-stream error event, never a cut connection.
@@ -31,14 +31,14 @@ from typing import Any
 
 from aiohttp import web
 
-from slimecli.agent import constrain
-from slimecli.agent.constrain import GrammarError, ToolChoice
-from slimecli.agent.engine_link import EngineLink, Generation, Progress
-from slimecli.agent.fields import ApiError, echoed, int_field, text_of
-from slimecli.agent.parsers import ParsedOutput, ToolParser
-from slimecli.agent.render import Renderer
-from slimecli.agent.streaming import KEEPALIVE_S, STREAM_INTERVAL, LiveText, StreamWriter, open_sse
-from slimecli.agent.trajectory import SessionClosed, TooManyTurns, TrajectoryManager, Turn
+from slimecli.agent.api import constrain
+from slimecli.agent.api.constrain import GrammarError, ToolChoice
+from slimecli.agent.api.engine_link import EngineLink, Generation, Progress
+from slimecli.agent.api.fields import ApiError, echoed, int_field, text_of
+from slimecli.agent.api.parsers import ParsedOutput, ToolParser
+from slimecli.agent.api.render import Renderer
+from slimecli.agent.api.streaming import KEEPALIVE_S, STREAM_INTERVAL, LiveText, StreamWriter, open_sse
+from slimecli.agent.trajectory.manager import SessionClosed, TooManyTurns, TrajectoryManager, Turn
 from slimecli.net import server as net
 from slimecli.rollout.client import EngineError, EngineRejected
 
@@ -87,7 +87,7 @@ class AdapterSettings:
     top_k: int = -1
     max_new_tokens: int = 1024  # cap per turn, whatever the client asks
     max_body_bytes: int = net.ADAPTER_MAX_BODY
-    constrain: str = "none"  # none | tool_calls | choices (slimecli.agent.constrain)
+    constrain: str = "none"  # none | tool_calls | choices (slimecli.agent.api.constrain)
     choices_then: str = "final"  # choices mode, once a tool ran: final | none | tool_calls
     choices_final: str = "Done."  # the text a `final` turn is constrained to
     choices_file: str | None = None  # JSON list of choices for sessions that registered none

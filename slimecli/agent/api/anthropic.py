@@ -1,6 +1,6 @@
 """Anthropic Messages API adapter (agent=claude_code): /v1/messages (streaming and not) and count_tokens.
 
-A streamed reply is streamed as it is sampled (slimecli.agent.streaming): message_start and a ping when the
+A streamed reply is streamed as it is sampled (slimecli.agent.api.streaming): message_start and a ping when the
 engine's first chunk arrives, a thinking block once the reasoning is complete, text_delta events as the text
 comes, tool_use blocks (one input_json_delta each) when the turn ends, then message_delta and message_stop. A
 failure after the stream opened is an `error` event (overloaded_error for an aborted turn: the CLI retries)."""
@@ -12,11 +12,11 @@ from typing import Any
 
 from aiohttp import web
 
-from slimecli.agent.adapter import Adapter, ApiError, TurnRequest, TurnResult, new_id, send_json
-from slimecli.agent.constrain import ToolChoice
-from slimecli.agent.fields import echoed, int_field, text_of
-from slimecli.agent.render import tool_schema
-from slimecli.agent.streaming import LiveText, sse_event
+from slimecli.agent.api.adapter import Adapter, ApiError, TurnRequest, TurnResult, new_id, send_json
+from slimecli.agent.api.constrain import ToolChoice
+from slimecli.agent.api.fields import echoed, int_field, text_of
+from slimecli.agent.api.render import tool_schema
+from slimecli.agent.api.streaming import LiveText, sse_event
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slimecli.agent.archive import RunArchive
-from slimecli.agent.jobs import AgentJob, SweJob
-from slimecli.agent.runner import run_task
+from slimecli.agent.harness.jobs import AgentJob, SweJob
+from slimecli.agent.harness.task import run_task
+from slimecli.agent.trajectory.archive import RunArchive
 from slimecli.config.schema import SlimeConfig
 from slimecli.rollout.collect import Filters, RolloutResult, Run, collect
 from slimecli.rollout.data import PromptSource
@@ -175,7 +175,7 @@ def agent_collector(cfg: SlimeConfig, tokenizer: Any, engines: list[Any], source
                     run_dir: Path) -> AgentRollout:
     """rollout.generate=agent: the CLI's adapter on a free port, over the managed engines (weights pushed there
     reach the agent; each agent session sticks to one engine, whose prefix cache then holds its context)."""
-    from slimecli.agent.service import AgentService
+    from slimecli.agent.api.service import AgentService
 
     service = AgentService(cfg, port=0, engine_urls=[e.base_url for e in engines])
     archive = RunArchive(run_dir / "agent", cfg.agent.keep_runs, decode=service.renderer.decode_all)

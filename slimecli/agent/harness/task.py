@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from slimecli.agent.harness import CliMissing, HarnessResult
-from slimecli.agent.jobs import AgentJob, JobAborted
-from slimecli.agent.service import AgentService
+from slimecli.agent.api.service import AgentService
+from slimecli.agent.harness.clis import CliMissing, HarnessResult
+from slimecli.agent.harness.jobs import AgentJob, JobAborted
 from slimecli.rollout.sample import Sample
 from slimecli.sandbox.base import Sandbox
 
@@ -41,7 +41,7 @@ def default_factory(service: AgentService) -> SandboxFactory:
 async def run_task(service: AgentService, job: AgentJob, *, budget_s: float | None = None,
                    base_sample: Sample | None = None, sandbox_factory: SandboxFactory | None = None,
                    on_event: Callable[[str], None] | None = None) -> list[Sample]:
-    """`job`: what to work on and how the result is scored (slimecli.agent.jobs). ``on_event``: told each
+    """`job`: what to work on and how the result is scored (slimecli.agent.harness.jobs). ``on_event``: told each
     phase as it starts (sandbox ready, agent started, grading), for a user watching one run."""
     say = on_event or (lambda _text: None)
     agent = service.cfg.agent

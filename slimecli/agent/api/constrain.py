@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slimecli.agent.parsers import ToolCallFormat
+from slimecli.agent.api.parsers import ToolCallFormat
 
 MODES = ("none", "tool_calls", "choices")
 CHOICES_THEN = ("final", "none", "tool_calls")
@@ -140,7 +140,7 @@ def tool_call_grammar(tools: Sequence[Mapping[str, Any]], choice: ToolChoice, fm
                       tokens: Mapping[str, int], max_string_len: int | None = None) -> str:
     """Plain text or tool calls (per `choice`) whose arguments follow the tools' schemas.
 
-    `tools` are in the OpenAI function shape the chat template renders (slimecli.agent.render.tool_schema).
+    `tools` are in the OpenAI function shape the chat template renders (slimecli.agent.api.render.tool_schema).
     """
     if choice.mode not in TOOL_CHOICE_MODES:
         raise GrammarError(f"tool_choice mode must be one of {', '.join(TOOL_CHOICE_MODES)}")

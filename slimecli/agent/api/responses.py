@@ -1,6 +1,6 @@
 """OpenAI Responses API adapter (agent=codex): /v1/responses, streaming with the events Codex waits for.
 
-A streamed reply is streamed as it is sampled (slimecli.agent.streaming): response.created and
+A streamed reply is streamed as it is sampled (slimecli.agent.api.streaming): response.created and
 response.in_progress when the engine's first chunk arrives, a reasoning item once the reasoning is complete, the
 message item's response.output_text.delta events as the text comes, function_call items when the turn ends, then
 response.completed. A reply cut by max_output_tokens (or by the context window) is `status: "incomplete"` with
@@ -15,11 +15,11 @@ from typing import Any
 
 from aiohttp import web
 
-from slimecli.agent.adapter import Adapter, ApiError, TurnRequest, TurnResult, new_id, send_json
-from slimecli.agent.constrain import ToolChoice
-from slimecli.agent.fields import echoed, int_field, text_of
-from slimecli.agent.render import tool_schema
-from slimecli.agent.streaming import LiveText, sse_event
+from slimecli.agent.api.adapter import Adapter, ApiError, TurnRequest, TurnResult, new_id, send_json
+from slimecli.agent.api.constrain import ToolChoice
+from slimecli.agent.api.fields import echoed, int_field, text_of
+from slimecli.agent.api.render import tool_schema
+from slimecli.agent.api.streaming import LiveText, sse_event
 
 # A reply cut by the length limit the client asked for (or by the context window) is "incomplete", as the
 # Responses API marks it.

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from slimecli.agent.install import locate, tools_dir
+from slimecli.agent.harness.install import locate, tools_dir
 
 if TYPE_CHECKING:
     from slimecli.sandbox.base import Sandbox

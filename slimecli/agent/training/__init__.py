@@ -1,0 +1,1 @@
+"""Agent runs as a rollout kind of the trainer (rollout.generate=agent)."""
