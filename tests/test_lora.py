@@ -87,6 +87,25 @@ def test_engine_lora_api_refuses_bad_requests_with_4xx(engine, tmp_path):
     assert engine.post("/load_lora_adapter", {"lora_name": "x", "lora_path": 3, "bogus": 1}).status_code == 400
 
 
+def test_engine_lora_bodies_are_decoded_with_errors_naming_each_field(engine):
+    """The adapter endpoints' bodies go through the one request decoder: every problem at once, by field."""
+    def error(path: str, body: dict) -> str:
+        resp = engine.post(path, body)
+        assert resp.status_code == 400, resp.text
+        return resp.json()["error"]["message"]
+
+    text = error("/load_lora_adapter", {"lora_nme": "x", "lora_path": 3, "pinned": "yes"})
+    assert "lora_nme: unknown key" in text and "did you mean 'lora_name'?" in text
+    assert "lora_path: expected str (got 3)" in text and "pinned: expected bool" in text
+    assert "lora_name: is required" in text
+    assert "lora_name: must not be empty" in error("/load_lora_adapter", {"lora_name": ""})
+    assert "lora_name: longer than 256 characters" in error("/load_lora_adapter", {"lora_name": "n" * 300})
+    assert "lora_name: expected str (got 5)" in error("/unload_lora_adapter", {"lora_name": 5})
+    assert "new_version: is required" in error("/update_weight_version", {"abort_all_requests": False})
+    text = error("/update_weight_version", {"new_version": True, "abort_all_requests": 1})
+    assert "new_version: expected str | int" in text and "abort_all_requests: expected bool" in text
+
+
 def _trainer_logits(run: Path, step_dir: Path, ids: torch.Tensor) -> torch.Tensor:
     """The logits of the trainer's own model: peft around the base, the checkpoint's adapter loaded the way a resume
     loads it."""

@@ -14,18 +14,47 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from aiohttp import web
 
+from slimecli.config.decode import spec
 from slimecli.engine.core import EngineCore, roots
-from slimecli.engine.protocol import BadRequest
+from slimecli.engine.protocol import BadRequest, parse_body
 from slimecli.model.lora import check_config, deltas, merged, read_adapter
 from slimecli.net.paths import request_dir
 from slimecli.net.server import read_json
 
 log = logging.getLogger("slimecli.engine")
+MAX_NAME = 256  # characters of an adapter name
+
+
+@dataclass(frozen=True)
+class LoadAdapter:
+    """/load_lora_adapter's body (SGLang's LoadLoRAAdapterReqInput); lora_id and pinned are accepted, not used."""
+
+    lora_name: str = spec(nonempty=True)
+    lora_path: str | None = None  # request_dir says what it must be: a directory inside rollout.weight_roots
+    pinned: bool = False
+    lora_id: str | None = None
+
+
+@dataclass(frozen=True)
+class UnloadAdapter:
+    """/unload_lora_adapter's body (SGLang's UnloadLoRAAdapterReqInput)."""
+
+    lora_name: str = spec(nonempty=True)
+    lora_id: str | None = None
+
+
+@dataclass(frozen=True)
+class WeightVersion:
+    """/update_weight_version's body (SGLang's UpdateWeightVersionReqInput; a number is taken as its text)."""
+
+    new_version: str | int = spec(nonempty=True)
+    abort_all_requests: bool = False
 
 
 class AdapterRoutes:
@@ -93,15 +122,13 @@ class AdapterRoutes:
     async def load(self, request: web.Request) -> web.Response:
         if (resp := self.server._not_ready()) is not None:
             return resp
-        body = await read_json(request)
-        _known(body, {"lora_name", "lora_path", "pinned", "lora_id"})
-        name = body.get("lora_name")
-        if not isinstance(name, str) or not name or len(name) > 256:
-            raise BadRequest("lora_name: required, a non-empty string")
+        body = parse_body(LoadAdapter, await read_json(request))
+        name = body.lora_name
+        if len(name) > MAX_NAME:
+            raise BadRequest(f"lora_name: longer than {MAX_NAME} characters ({len(name)})")
         if name in self.loaded:
             return _failed(f"an adapter named {name!r} is already loaded (unload it first)")
-        path = str(request_dir(body.get("lora_path"), "lora_path", roots(self.server, request),
-                               "rollout.weight_roots"))
+        path = str(request_dir(body.lora_path, "lora_path", roots(self.server, request), "rollout.weight_roots"))
         try:
             config, tensors = await asyncio.to_thread(read_adapter, path)
             await self.merge(config, tensors, name)
@@ -115,10 +142,8 @@ class AdapterRoutes:
     async def unload(self, request: web.Request) -> web.Response:
         if (resp := self.server._not_ready()) is not None:
             return resp
-        body = await read_json(request)
-        _known(body, {"lora_name", "lora_id"})
-        name = body.get("lora_name")
-        if not isinstance(name, str) or name not in self.loaded:
+        name = parse_body(UnloadAdapter, await read_json(request)).lora_name
+        if name not in self.loaded:
             return _failed(f"no LoRA adapter named {name!r} is loaded (loaded: {', '.join(self.loaded) or 'none'})")
         if name == self.merged:  # the served adapter: back to the base weights
             sch = self.server._sched
@@ -133,16 +158,13 @@ class AdapterRoutes:
         """SGLang's ``{"new_version", "abort_all_requests"?}``: the weight_version later generations report."""
         if (resp := self.server._not_ready()) is not None:
             return resp
-        body = await read_json(request)
-        _known(body, {"new_version", "abort_all_requests"})
-        version = body.get("new_version")
-        if not isinstance(version, str | int) or isinstance(version, bool) or not str(version):
-            raise BadRequest("new_version: required, a string")
+        body = parse_body(WeightVersion, await read_json(request))
+        version = str(body.new_version)
         sch = self.server._sched
         async with self.server._update_lock:
-            if body.get("abort_all_requests"):
+            if body.abort_all_requests:
                 await asyncio.wrap_future(sch.call(lambda: sch.abort(lambda s: True, "Aborted: weight update.")))
-            await asyncio.wrap_future(sch.call(lambda: sch.load_weights(lambda _m: None, str(version))))
+            await asyncio.wrap_future(sch.call(lambda: sch.load_weights(lambda _m: None, version)))
         return web.json_response({"success": True, "message": "Success"})
 
 
@@ -164,12 +186,3 @@ def _failed(message: str) -> web.Response:
     """SGLang's LoRA failure reply (400, success=false), with the error envelope of every other 4xx."""
     return web.json_response({"success": False, "error_message": message, "message": message,
                               "error": {"message": message}}, status=400)
-
-
-def _known(body: dict[str, Any], allowed: set[str]) -> None:
-    unknown = sorted(set(body) - allowed)
-    if unknown:
-        raise BadRequest(f"{unknown[0]}: unknown field (allowed: {', '.join(sorted(allowed))})")
-    for key in ("pinned", "abort_all_requests"):
-        if body.get(key) is not None and not isinstance(body[key], bool):
-            raise BadRequest(f"{key}: must be true or false")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from slimecli.config.decode import (
     MISSING,
@@ -25,6 +25,11 @@ from slimecli.config.decode import (
 from slimecli.config.errors import FieldError
 from slimecli.engine import compat
 from slimecli.engine.compat import CompatError
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 
 MAX_N = 256
 SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # what a torch generator's manual_seed takes
@@ -135,6 +140,15 @@ class PromptOptions:
 def _check(errors: list[FieldError]) -> None:
     if errors:
         raise BadRequest(message(errors))
+
+
+def parse_body(cls: type[T], body: dict[str, Any]) -> T:
+    """A control endpoint's JSON body as its dataclass; BadRequest naming every bad, missing or unknown field."""
+    errors: list[FieldError] = []
+    out = decode(cls, body, "", errors, REQUEST)
+    _check(errors)
+    assert out is not None  # not built only when a field is missing, which is an error
+    return out
 
 
 def _decoded(value: Any, tp: Any, where: str, fs: Spec = NO_SPEC, vocab_size: int = 0) -> Any:
