@@ -146,6 +146,26 @@ def _executor() -> Any:
     return _EXECUTOR
 
 
+def forced_token(m: Matcher) -> int | None:
+    """The one token the grammar allows next, or None when it allows several (or none).
+
+    A forced token is what the sampler would pick with certainty: the masked distribution puts all its mass
+    on it, so its log-prob is exactly 0 whatever the logits. The scheduler appends such tokens without a
+    decode step (jump-forward over the literal parts of a grammar).
+    """
+    words = (m.vocab + 31) // 32
+    bitmask = torch.zeros(words, dtype=torch.int32)
+    m._m.unsafe_compute_mask_ptr(bitmask.data_ptr(), words * 4)
+    set_words = bitmask.nonzero()
+    if set_words.numel() != 1:
+        return None
+    word = int(set_words[0, 0])
+    bits = int(bitmask[word]) & 0xFFFFFFFF
+    if bits & (bits - 1):
+        return None
+    return word * 32 + bits.bit_length() - 1
+
+
 def allowed_tokens(matchers: list[Matcher], vocab: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """[len(matchers), vocab] bool: the tokens each matcher accepts next (computed in parallel for a batch).
 

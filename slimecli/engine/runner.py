@@ -200,6 +200,27 @@ class Runner:
             mask = mask.to(dev)
         return self._forward(ids, mask, pos, self.cache)[:, -1, :]
 
+    def extend(self, seqs: list[Seq]) -> torch.Tensor:
+        """Rows with several tokens not yet in the cache (grammar-forced tokens appended without a decode step):
+        each leaves the batch with its keys/values, runs its uncached tokens in one forward and joins again.
+        Returns next-token logits [len(seqs), vocab]; the invariant holds again afterwards."""
+        assert self.cache is not None
+        length = self.cache.length
+        layers = [layer.valid() for layer in self.cache.slot_layers]
+        where = {s.uid: i for i, s in enumerate(self.rows)}
+        kept = []
+        for s in seqs:
+            i, pad = where[s.uid], self.pads[where[s.uid]]
+            kv = [(k[i:i + 1, :, pad:length].clone(), v[i:i + 1, :, pad:length].clone()) for k, v in layers]
+            kept.append((s, length - pad, kv, s.kv_weights))
+        leaving = {s.uid for s in seqs}
+        self._drop([s.uid not in leaving for s in self.rows])
+        out = []
+        for s, cached, kv, generation in kept:
+            out.append(self._prefill_cached(s, cached, kv))
+            s.kv_weights = generation  # its older keys/values stay marked as such (prefix cache guard)
+        return torch.stack(out)
+
     def save(self, rows: list[int]) -> None:
         """Hand these rows' keys/values (their context minus the last sampled token) to the prefix cache."""
         if self.prefix is None or self.cache is None:
@@ -219,6 +240,9 @@ class Runner:
         if all(keep):
             return
         self.save([i for i, k in enumerate(keep) if not k])
+        self._drop(keep)
+
+    def _drop(self, keep: list[bool]) -> None:
         idx = [i for i, k in enumerate(keep) if k]
         if not idx:
             self.clear()

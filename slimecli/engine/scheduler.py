@@ -18,10 +18,10 @@ from typing import Any, cast
 
 import torch
 
-from slimecli.engine.grammar import Matcher, allowed_tokens
+from slimecli.engine.grammar import Matcher, allowed_tokens, forced_token
 from slimecli.engine.prefix_cache import PrefixCache
 from slimecli.engine.runner import Runner
-from slimecli.engine.sampling import sample
+from slimecli.engine.sampling import NEG_INF, sample
 from slimecli.engine.seq import Seq
 
 log = logging.getLogger("slimecli.engine")
@@ -31,12 +31,13 @@ Update = tuple[Seq, int, "dict[str, Any] | None"]  # a sequence, its token count
 class Scheduler:
     def __init__(self, model: Any, tokenizer: Any, *, max_running: int = 64, pad_id: int = 0,
                  max_prefill_tokens: int = 8192, seed: int | None = None, prefix_cache_bytes: int = 1 << 30,
-                 prefix_cache_min_tokens: int = 256,
+                 prefix_cache_min_tokens: int = 256, jump_forward: bool = True,
                  dispatch: Callable[[list[Update]], None] | None = None) -> None:
         self.prefix = PrefixCache(prefix_cache_bytes, prefix_cache_min_tokens)
         self.runner = Runner(model, pad_id=pad_id, max_prefill_tokens=max_prefill_tokens, prefix_cache=self.prefix)
         self.tokenizer = tokenizer
         self.max_running = max_running
+        self.jump_forward = jump_forward  # append grammar-forced tokens without decode steps
         self.dispatch = dispatch or (lambda seqs: None)
         self.weight_version = "default"
         self.paused = False
@@ -53,7 +54,8 @@ class Scheduler:
         self.stats: dict[str, float] = {
             "steps": 0, "prefills": 0, "generated_tokens": 0, "prefill_tokens": 0, "finished_requests": 0,
             "aborted_requests": 0, "step_errors": 0, "max_batch": 0, "prefill_s": 0.0, "decode_s": 0.0,
-            "sample_s": 0.0, "grammar_s": 0.0}
+            "sample_s": 0.0, "grammar_s": 0.0,
+            "forced_tokens": 0, "extends": 0, "extend_s": 0.0}
 
     # ---- called from other threads --------------------------------------------------------
     def start(self) -> None:
@@ -209,8 +211,7 @@ class Scheduler:
             self.stats["prefill_tokens"] += sum(len(s.context()) for s in group)
             self.stats["prefills"] += 1
             self.stats["prefill_s"] += time.perf_counter() - t0
-            self._sample(group, logits)
-            self._retire()
+            self._catch_up(self._sample(group, logits))
         self._emit(finished)
 
     def _step(self) -> None:
@@ -219,8 +220,19 @@ class Scheduler:
         self.stats["steps"] += 1
         self.stats["max_batch"] = max(self.stats["max_batch"], len(self.runner.rows))
         self.stats["decode_s"] += time.perf_counter() - t0
-        self._sample(self.runner.rows, logits)
+        self._catch_up(self._sample(self.runner.rows, logits))
+
+    def _catch_up(self, jumped: list[Seq]) -> None:
+        """Retire finished rows; rows that jumped over forced tokens run them in one forward and sample the
+        next token (which may jump again) until every running row is one token ahead of its cache."""
         self._retire()
+        while live := [s for s in jumped if not s.done]:
+            t0 = time.perf_counter()
+            logits = self.runner.extend(live)
+            self.stats["extends"] += 1
+            self.stats["extend_s"] += time.perf_counter() - t0
+            jumped = self._sample(live, logits)
+            self._retire()
 
     def _decode_tail(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
@@ -236,20 +248,41 @@ class Scheduler:
         self.stats["grammar_s"] += time.perf_counter() - t0
         return which, masks
 
-    def _sample(self, rows: list[Seq], logits: torch.Tensor) -> None:
+    def _sample(self, rows: list[Seq], logits: torch.Tensor) -> list[Seq]:
+        """Sample a token for every row; returns the rows that then jumped over grammar-forced tokens."""
         t0 = time.perf_counter()
         allowed = self._masks(rows, logits.shape[-1])
         draw = sample(logits, [s.row(self.runner.device) for s in rows], self.generator, allowed)
-        streamed = []
+        streamed, jumped = [], []
         for s, tok, lp, top, ids in zip(rows, draw.tokens, draw.logprobs, draw.top, draw.ids, strict=True):
             if s.done:  # aborted while the step ran
                 continue
             s.append(tok, lp, top, self._decode_tail, ids)
+            if self.jump_forward and s.grammar is not None and self._append_forced(s):
+                jumped.append(s)
             if s.stream and not s.done:
                 streamed.append(s)
         self.stats["generated_tokens"] += len(rows)
         self.stats["sample_s"] += time.perf_counter() - t0
         self._emit(streamed)
+        return jumped
+
+    def _append_forced(self, s: Seq) -> int:
+        """Append the tokens the grammar forces next, as the sampler would have drawn them: each with
+        log-prob 0, its only candidate (top log-probs) and -inf for every other id asked for."""
+        assert s.grammar is not None
+        t0 = time.perf_counter()
+        n = 0
+        while not s.done and (tok := forced_token(s.grammar)) is not None:
+            row = s.row(self.runner.device)
+            top = [(0.0, tok)] if row.top_n else None
+            ids = [(0.0 if t == tok else NEG_INF, t) for t in row.ids_logprob] if row.ids_logprob else None
+            s.append(tok, 0.0, top, self._decode_tail, ids)
+            n += 1
+        self.stats["forced_tokens"] += n
+        self.stats["generated_tokens"] += n
+        self.stats["grammar_s"] += time.perf_counter() - t0
+        return n
 
     def _retire(self) -> None:
         rows = self.runner.rows
