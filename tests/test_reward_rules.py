@@ -1,4 +1,5 @@
-"""The reward group's validation rules, with the messages users see, through the real composer."""
+"""The reward group's validation rules, with the messages users see, through the real composer and the pre-flight
+every command reads its config through (whether reward.path's function is there is a pre-flight check)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import sys
 
 import pytest
 
-from slimecli.config.compose import load
+from slimecli.config import compose
 from slimecli.config.errors import ConfigErrors
+from slimecli.launch.source_checks import load
+from tests.helpers import invoke_cli
 
 
 def errors_of(overrides: list[str]) -> list[str]:
@@ -82,10 +85,28 @@ def test_validating_a_python_reward_imports_nothing(tmp_path):
     pkg.mkdir()
     (pkg / "__init__.py").write_text("raise RuntimeError('package imported during validation')\n")
     (pkg / "rewards.py").write_text("import torch\n\ndef score(sample):\n    return 1.0\n")
-    code = ("import sys; from slimecli.config.compose import load; "
+    code = ("import sys; "
+            "from slimecli.launch.source_checks import load; "
             "cfg = load(['reward=python', 'reward.path=heavy_pkg.rewards:score']); "
             "assert 'torch' not in sys.modules and 'heavy_pkg' not in sys.modules; print(cfg.reward.path)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "heavy_pkg.rewards:score"
+
+
+def test_the_function_is_looked_for_in_pre_flight_not_by_the_config_layer(tmp_path):
+    """The config layer reads no file: a missing reward function composes there, and pre-flight reports it (the
+    run's under reward.path, an eval dataset's own under its key), all at once, exit 2 from `config validate`."""
+    missing = f"{tmp_path}/nope.py:score"
+    assert compose.load(["reward=python", f"reward.path={missing}"]).reward.path == missing
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("# @package _global_\neval:\n  datasets:\n    - {name: own, task: quickstart, reward: "
+                      f"{{name: python, path: '{tmp_path}/other.py:f'}}}}\n    - {{name: run, task: quickstart}}\n")
+    out = invoke_cli("config", "validate", "-r", str(tmp_path), "+recipe=r", "reward=python", f"reward.path={missing}")
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert f"reward.path: cannot find the reward function: file {tmp_path}/nope.py does not exist" in out.stderr
+    assert (f"eval.datasets[0].reward.path: cannot find the reward function: file {tmp_path}/other.py does not "
+            "exist") in out.stderr
+    assert "eval.datasets[1]" not in out.stderr  # the run's own reward: reported once
+    assert out.stderr.count("hint: use package.module:function or /path/to/file.py:function") == 2

@@ -1,5 +1,6 @@
 """Pre-flight for the files a config names: the model and teacher checkpoints, the task file (every SWE row
-parsed, the built-in sets built with git) and each eval dataset's. The config layer checks only what the
+parsed, the built-in sets built with git) and each eval dataset's, and the reward functions (the run's and each
+eval dataset's, found without importing them). The config layer checks only what the
 config says; every command reads its config through `load` here, so these are reported with the rules'
 errors, all at once, before anything starts."""
 
@@ -10,8 +11,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from slimecli.config.errors import ConfigError, did_you_mean
-from slimecli.config.eval_settings import dataset_task
+from slimecli.config.eval_settings import dataset_reward, dataset_task
+from slimecli.config.groups.reward import RewardConfig
 from slimecli.config.groups.task import TaskConfig
+from slimecli.config.import_path import FORMAT_HINT, check_import_path
 from slimecli.config.schema import SlimeConfig
 
 MAX_LISTED = 20  # row errors shown in full; the rest are counted
@@ -25,11 +28,26 @@ def load(overrides: Sequence[str] = (), recipe_dirs: tuple[str, ...] = (), uses_
 
 
 def source_errors(cfg: SlimeConfig) -> list[ConfigError]:
-    errors = model_dirs(cfg) + teacher_dir(cfg) + task_errors(cfg.task)
+    errors = model_dirs(cfg) + teacher_dir(cfg) + task_errors(cfg.task) + reward_functions(cfg)
     for i, ds in enumerate(cfg.eval.datasets):
         if ds.task != "quickstart":
             errors += _scoped(task_errors(dataset_task(ds, cfg.task)), f"eval.datasets[{i}]")
     return errors
+
+
+def reward_functions(cfg: SlimeConfig) -> list[ConfigError]:
+    """The run's reward.path, and each eval dataset's own, name a function that is there (nothing is imported)."""
+    errors = reward_function(cfg.reward, "reward.path")
+    for i, ds in enumerate(cfg.eval.datasets):
+        reward = dataset_reward(ds, cfg.reward)
+        if reward != cfg.reward:  # the run's own reward is reported once, above
+            errors += reward_function(reward, f"eval.datasets[{i}].reward.path")
+    return errors
+
+
+def reward_function(reward: RewardConfig, key: str) -> list[ConfigError]:
+    problem = check_import_path(reward.path) if reward.path is not None else None
+    return [ConfigError(key, reward.path, f"cannot find the reward function: {problem}", FORMAT_HINT)] if problem else []
 
 
 def _checkpoint(path: str, key: str) -> list[ConfigError]:

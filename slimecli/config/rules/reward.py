@@ -1,11 +1,12 @@
-"""Reward rules: the reward exists, its function or server is reachable on paper, its key names a value."""
+"""Reward rules: the reward exists, its function or server is named, its key names a value (whether the function
+is there is a pre-flight check: slimecli/launch/source_checks.py)."""
 
 from __future__ import annotations
 
 from urllib.parse import urlparse
 
 from slimecli.config.errors import ConfigError, allowed_hint
-from slimecli.config.import_path import FORMAT_HINT, check_import_path
+from slimecli.config.import_path import FORMAT_HINT
 from slimecli.config.registry import REWARDS
 from slimecli.config.schema import SlimeConfig
 
@@ -25,10 +26,6 @@ def function(cfg: SlimeConfig) -> list[ConfigError]:
         if r.group:
             return [ConfigError("reward.group", True, "reward.group=true applies to a python function",
                                 "set reward.path=... (reward=python) or drop reward.group")]
-        return []
-    problem = check_import_path(r.path)
-    if problem:
-        return [ConfigError("reward.path", r.path, f"cannot find the reward function: {problem}", FORMAT_HINT)]
     return []
 
 
