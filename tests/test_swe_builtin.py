@@ -270,3 +270,23 @@ def test_the_builder_reproduces_the_shipped_task_file(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert out.read_bytes() == task_file("swe_tiny").read_bytes()
+
+
+def test_a_regenerating_tool_writes_checks_and_reports_a_failed_build(tmp_path, capsys):
+    """tools/regen.py, the command line of tiny_build and smoke_build: --check exits 1 on a stale file, a build
+    that fails exits 2 naming the tool, and a write makes the folder."""
+    from tools.regen import regen_main
+
+    out = tmp_path / "new" / "tasks.jsonl"
+    assert regen_main("t", "doc", out, lambda: b"a\nb\n", ValueError, "the specs", ["--check"]) == 1
+    assert "differs from the specs (regenerate it)" in capsys.readouterr().err
+    assert regen_main("t", "doc", out, lambda: b"a\nb\n", ValueError, "the specs", []) == 0
+    assert out.read_bytes() == b"a\nb\n" and "2 tasks" in capsys.readouterr().err
+    assert regen_main("t", "doc", tmp_path / "x", lambda: b"", ValueError, "s", ["--out", str(out), "--check"]) == 1
+    assert regen_main("t", "doc", out, lambda: b"a\nb\n", ValueError, "the specs", ["--check"]) == 0
+
+    def broken() -> bytes:
+        raise ValueError("spec calc.toml: no edits")
+
+    assert regen_main("t", "doc", out, broken, ValueError, "the specs", []) == 2
+    assert "t: spec calc.toml: no edits" in capsys.readouterr().err

@@ -14,7 +14,6 @@ within a group. The choices are {"shell": COMMAND}: each CLI runs it through its
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import re
@@ -28,6 +27,7 @@ from slimecli.swe.shell_choice import ChoiceError as SmokeError  # a task whose 
 from slimecli.swe.shell_choice import apply_command
 from slimecli.swe.task import load
 from slimecli.swe.workspace import prepare, run_git
+from tools.regen import regen_main
 from tools.tiny_build import DIFF_FLAGS, render
 
 SET = "swe_tiny_smoke"
@@ -103,23 +103,7 @@ def build_rows() -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.smoke_build", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=OUT, help="where to write the task file")
-    parser.add_argument("--check", action="store_true", help="compare with --out instead of writing it")
-    args = parser.parse_args(argv)
-    try:
-        data = render(build_rows())
-    except SmokeError as exc:
-        print(f"smoke_build: {exc}", file=sys.stderr)
-        return 2
-    if args.check:
-        same = args.out.is_file() and args.out.read_bytes() == data
-        print(f"{args.out}: {'up to date' if same else 'differs from swe_tiny (regenerate it)'}", file=sys.stderr)
-        return 0 if same else 1
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_bytes(data)
-    print(f"{args.out}: {len(data.splitlines())} tasks", file=sys.stderr)
-    return 0
+    return regen_main("smoke_build", __doc__ or "", OUT, lambda: render(build_rows()), SmokeError, "swe_tiny", argv)
 
 
 if __name__ == "__main__":

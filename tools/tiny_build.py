@@ -13,7 +13,6 @@ run time: `slimecli.swe.builtin` rebuilds the base commits from the rows alone.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import json
 import sys
@@ -24,6 +23,7 @@ from typing import Any
 
 from slimecli.swe.builtin import DATA_DIR, commit_tree, repo_files, write_tree
 from slimecli.swe.workspace import run_git
+from tools.regen import regen_main
 
 SET = "swe_tiny"
 SET_DIR = DATA_DIR / SET
@@ -140,22 +140,7 @@ def render(rows: list[dict[str, Any]]) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.tiny_build", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=SET_DIR / "tasks.jsonl", help="where to write the task file")
-    parser.add_argument("--check", action="store_true", help="compare with --out instead of writing it")
-    args = parser.parse_args(argv)
-    try:
-        data = render(build_rows())
-    except SpecError as exc:
-        print(f"tiny_build: {exc}", file=sys.stderr)
-        return 2
-    if args.check:
-        same = args.out.is_file() and args.out.read_bytes() == data
-        print(f"{args.out}: {'up to date' if same else 'differs from the specs (regenerate it)'}", file=sys.stderr)
-        return 0 if same else 1
-    args.out.write_bytes(data)
-    print(f"{args.out}: {len(data.splitlines())} tasks", file=sys.stderr)
-    return 0
+    return regen_main("tiny_build", __doc__ or "", SET_DIR / "tasks.jsonl", lambda: render(build_rows()), SpecError, "the specs", argv)
 
 
 if __name__ == "__main__":
