@@ -61,9 +61,9 @@ def main() -> None:
     a = ap.parse_args()
     from transformers import AutoModelForCausalLM
 
+    from slimecli.checkpoint.tensors import dedupe_views
     from slimecli.engine.adapters import AdapterRoutes
     from slimecli.model.lora import read_adapter
-    from slimecli.train.checkpoint import dedupe_views
     from slimecli.train.hf_export import export_hf
     from slimecli.train.lora import adapter_state, wrap, write_adapter
 

@@ -10,8 +10,9 @@ import logging
 import pytest
 import torch
 
-from slimecli.launch import manifest as M
-from slimecli.train import checkpoint as C
+from slimecli.checkpoint import layout as L
+from slimecli.checkpoint import manifest as M
+from slimecli.checkpoint import store as C
 
 
 def save(run, step, *, optimizer=True, keep=0):
@@ -31,8 +32,8 @@ def overwrite_middle(path):
 
 def test_the_manifest_lists_every_file_with_size_and_hash(tmp_path):
     path = save(tmp_path, 1)
-    files = json.loads((path / M.MANIFEST).read_text())["files"]
-    on_disk = {p.name for p in path.iterdir()} - {M.MANIFEST, M.COMPLETE}
+    files = json.loads((path / L.MANIFEST).read_text())["files"]
+    on_disk = {p.name for p in path.iterdir()} - {L.MANIFEST, L.COMPLETE}
     assert set(files) == on_disk == {"model.safetensors", "optimizer.pt", "scheduler.pt", "rng.pt", "meta.json"}
     for name, entry in files.items():
         assert entry["size"] == (path / name).stat().st_size and len(entry["sha256"]) == 64
@@ -86,7 +87,7 @@ def test_no_checkpoint_at_all_is_not_an_error(tmp_path):
 
 def test_a_checkpoint_without_a_manifest_loads_with_a_warning(tmp_path, caplog):
     path = save(tmp_path, 1)
-    (path / M.MANIFEST).unlink()  # as written before manifests existed
+    (path / L.MANIFEST).unlink()  # as written before manifests existed
     with caplog.at_level(logging.WARNING):
         assert C.load(tmp_path).step == 1
     assert f"checkpoint {path} has no manifest.json (written by an older slimecli)" in caplog.text
@@ -95,14 +96,14 @@ def test_a_checkpoint_without_a_manifest_loads_with_a_warning(tmp_path, caplog):
 def test_an_old_checkpoint_that_cannot_be_loaded_falls_back_when_loading(tmp_path, caplog):
     """Damage a manifest cannot show (no manifest, garbage optimizer state): the loader itself falls back."""
     first, second = save(tmp_path, 1), save(tmp_path, 2)
-    (second / M.MANIFEST).unlink()
+    (second / L.MANIFEST).unlink()
     (second / "optimizer.pt").write_bytes(b"not a pickle at all")
     with caplog.at_level(logging.WARNING):
         ckpt = C.load(second)
     assert ckpt.step == 1 and ckpt.path == first
     assert f"checkpoint {second} is damaged (optimizer.pt: " in caplog.text
     (first / "rng.pt").write_bytes(b"garbage")
-    (first / M.MANIFEST).unlink()
+    (first / L.MANIFEST).unlink()
     with pytest.raises(M.CheckpointDamaged) as info:
         C.load(second)
     assert "rng.pt" in str(info.value) and "optimizer.pt" in str(info.value)
@@ -113,7 +114,7 @@ def test_big_files_are_hashed_over_samples(tmp_path, monkeypatch):
     monkeypatch.setattr(M, "SAMPLE_BYTES", 64)
     first = save(tmp_path, 1)
     second = C.save(tmp_path, 2, {"w": torch.zeros(64, 64)}, keep=0)  # 16 KiB of tensor data
-    entry = json.loads((second / M.MANIFEST).read_text())["files"]["model.safetensors"]
+    entry = json.loads((second / L.MANIFEST).read_text())["files"]["model.safetensors"]
     assert entry["sha256"].startswith("sampled:")
     model = second / "model.safetensors"
     data = bytearray(model.read_bytes())
@@ -127,7 +128,7 @@ def test_megatron_rank_shards_are_covered(tmp_path):
     and any file a checkpoint holds is listed."""
     state = {"megatron_ranks": [{"rank": r, "exp_avg": torch.randn(8)} for r in range(2)]}
     path = C.save(tmp_path, 1, {"w": torch.randn(2)}, optimizer_state=state, keep=0)
-    assert "optimizer.pt" in json.loads((path / M.MANIFEST).read_text())["files"]
+    assert "optimizer.pt" in json.loads((path / L.MANIFEST).read_text())["files"]
     assert [s["rank"] for s in C.load(path).optimizer_state["megatron_ranks"]] == [0, 1]
 
 

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from slimecli.train import checkpoint
+from slimecli.checkpoint import store as checkpoint
 from tests.helpers import free_port, wait_dead, wait_until
 from tests.helpers.train_e2e import cmdline, descendants, kill_tree, metrics, run_train, start_train
 

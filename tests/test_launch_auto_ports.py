@@ -135,14 +135,14 @@ def test_picked_ports_are_in_config_and_plan_and_a_resume_picks_its_own(tmp_path
 def test_a_complete_run_reports_that_nothing_ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from slimecli.train import checkpoint
+    from slimecli.checkpoint import store
 
     overrides = [f"run.dir={tmp_path / 'run'}", "trainer.max_steps=2"]
     complete: list[bool] = []
     launch(monkeypatch, overrides, on_complete=lambda: complete.append(True))
     assert complete == []  # it trained (its processes faked)
-    checkpoint.save(tmp_path / "run", 2, {"w": torch.zeros(2, 2)}, optimizer_state=None, scheduler_state={},
-                    data_position={"offset": 2})
+    store.save(tmp_path / "run", 2, {"w": torch.zeros(2, 2)}, optimizer_state=None, scheduler_state={},
+               data_position={"offset": 2})
     out = launch(monkeypatch, overrides, on_complete=lambda: complete.append(True))
     assert "run complete: 2/2 steps done" in out and complete == [True]
 

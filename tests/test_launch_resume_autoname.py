@@ -68,10 +68,10 @@ def test_the_resume_command_repeats_the_overrides_with_an_absolute_run_dir(tmp_p
 def save_checkpoint(run_dir: Path, step: int) -> None:
     import torch
 
-    from slimecli.train import checkpoint
+    from slimecli.checkpoint import store
 
-    checkpoint.save(run_dir, step, {"w": torch.zeros(2, 2)}, optimizer_state=None, scheduler_state={},
-                    data_position={"offset": step})
+    store.save(run_dir, step, {"w": torch.zeros(2, 2)}, optimizer_state=None, scheduler_state={},
+               data_position={"offset": step})
 
 
 def launch(monkeypatch: pytest.MonkeyPatch, overrides: list[str]) -> tuple[int, str]:

@@ -23,7 +23,8 @@ SKIP = (PACKAGE / "swe" / "data",)  # the built-in task repositories: their own 
 
 LAYERS: list[tuple[str, ...]] = [
     ("slimecli",),  # __version__
-    ("config", "net", "process"),  # the schema and its rules; HTTP plumbing; process groups
+    ("config", "net", "process", "checkpoint"),  # the schema and its rules; HTTP plumbing; process groups;
+    # checkpoint directories (the controller checks them, the trainer writes and loads them)
     ("model", "observe", "reward", "sandbox"),
     ("swe", "engine"),  # SWE tasks, workspaces and grading (in sandboxes); the embedded inference server
     ("rollout",),  # samples, the engine client, the collect loop and the single-turn driver

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from slimecli.train import checkpoint as C
+from slimecli.checkpoint import store as C
+from slimecli.checkpoint.rng import restore_rng
 
 
 class Tied(torch.nn.Module):
@@ -124,6 +125,6 @@ def test_rng_restore_reproduces_the_same_numbers(tmp_path):
     random.seed(99)
     np.random.seed(99)
     torch.manual_seed(99)
-    C.restore_rng(C.load(path).rng)
+    restore_rng(C.load(path).rng)
     again = (random.random(), np.random.normal(), np.random.rand(3).tolist(), torch.rand(3).tolist())
     assert again == first

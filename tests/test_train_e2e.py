@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from slimecli.train import checkpoint
+from slimecli.checkpoint import store as checkpoint
 from tests.helpers import wait_dead, wait_until
 from tests.helpers.train_e2e import (
     QUICKSTART_STEPS,

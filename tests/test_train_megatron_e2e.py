@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from slimecli.train import checkpoint
+from slimecli.checkpoint import store as checkpoint
 from tests.helpers import wait_until
 from tests.helpers.train_e2e import cmdline, descendants, kill_tree, metrics, run_train, start_train
 

@@ -15,9 +15,10 @@ from typing import Any, NamedTuple
 import pytest
 import torch
 
+from slimecli.checkpoint import store
 from slimecli.config.schema import SlimeConfig
 from slimecli.rollout.sample import Sample
-from slimecli.train import checkpoint, stages
+from slimecli.train import stages
 from slimecli.train.losses import loss_weights
 from slimecli.train.policy import TorchPolicy
 from slimecli.train.stages import RankContext, StageTimer, StepBatch, StepTensors
@@ -339,7 +340,7 @@ def test_save_writes_a_checkpoint_with_the_metrics_row(tmp_path):
     row = {"reward/mean": 0.375, "time/step_s": 0.25, "note": "kept as text"}
     path = stages.save(tmp_path, 3, torch_policy(model, optimizer), scheduler, state, make_cfg(), is_main=True,
                        data_position={"epoch": 0, "offset": 8}, metrics=row)
-    ckpt = checkpoint.load(path)
+    ckpt = store.load(path)
     assert ckpt.step == 3 and ckpt.data_position == {"epoch": 0, "offset": 8}
     assert ckpt.metadata == {"optimizer": "adam", "metrics": row}
     assert all(torch.equal(ckpt.model_state[k], v) for k, v in state.items())

@@ -53,7 +53,8 @@ def _checkpointed_step(path: Path, console: Console) -> int | None:
     """Before anything starts: the step of the checkpoint the trainer will resume from (damaged ones are named
     and skipped; None: it starts from step 0), or exit 2 naming the damaged files when the run has checkpoints
     but none is usable."""
-    from slimecli.launch.manifest import CheckpointDamaged, newest_usable, step_of
+    from slimecli.checkpoint.layout import step_of
+    from slimecli.checkpoint.manifest import CheckpointDamaged, newest_usable
 
     try:
         found = newest_usable(path, warn=lambda message: console.print(f"[yellow]warning[/] {escape(message)}"))

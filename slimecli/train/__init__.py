@@ -1,1 +1,1 @@
-"""Training building blocks: advantages, losses, checkpoints, HF export for weight sync."""
+"""The trainer worker: the loop and its stages, the coordinator, back-ends, losses, advantages, weight sync."""

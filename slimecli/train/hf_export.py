@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from slimecli.train.checkpoint import split_shared
+from slimecli.checkpoint.tensors import split_shared
 
 WEIGHTS_DIR = "weights"
 # Weight files of the base model that must not be copied next to the new weights.

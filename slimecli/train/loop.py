@@ -200,14 +200,15 @@ class Trainer:
 
     def _resume(self) -> bool:
         """Continue from the last complete checkpoint of this run dir, if any."""
-        from slimecli.train import checkpoint
+        from slimecli.checkpoint import store
+        from slimecli.checkpoint.rng import restore_rng
 
         # rank 0 decides, so every rank resumes from the same checkpoint (or none)
-        found = checkpoint.latest_complete(self.run_dir) if self.info.is_main else None
+        found = store.latest_complete(self.run_dir) if self.info.is_main else None
         path = dist.broadcast_object(str(found) if found is not None else None)
         if path is None:
             return False
-        ckpt = checkpoint.load(path)
+        ckpt = store.load(path)
         self.policy.load_full_state_dict(ckpt.model_state)
         if ckpt.sharded is not None:  # the back-end's own format: its weights and optimizer state, any layout
             from slimecli.train.optim.build import keeps_optimizer_state
@@ -218,7 +219,7 @@ class Trainer:
         if ckpt.scheduler_state is not None:
             self.scheduler.load_state_dict(ckpt.scheduler_state)
         if ckpt.rng is not None and self.info.is_main:
-            checkpoint.restore_rng(ckpt.rng)
+            restore_rng(ckpt.rng)
         self.step = ckpt.step
         self.restored_metrics = ckpt.metadata.get("metrics")
         if self.rollout is not None and ckpt.data_position is not None:

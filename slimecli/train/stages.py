@@ -301,11 +301,12 @@ def save(run_dir: Path, step: int, policy: PolicyBackend, scheduler: Any,
     ``metrics``: the step's metrics row, kept in the checkpoint so a resume can log it if a kill came
     between the save and the metrics line. Returns the checkpoint directory on rank 0.
     """
-    from slimecli.train import checkpoint
+    from slimecli.checkpoint import store
+    from slimecli.checkpoint.layout import sharded_dir
     from slimecli.train.optim.build import keeps_optimizer_state
 
     keeps_state = keeps_optimizer_state(cfg.optimizer)
-    target = checkpoint.sharded_dir(run_dir, step)  # None below: a back-end without its own sharded format
+    target = sharded_dir(run_dir, step)  # None below: a back-end without its own sharded format
     sharded = target if policy.save_sharded(target, with_optimizer=keeps_state) else None
     optimizer_state = policy.optimizer_state(is_main) if keeps_state and sharded is None else None
     path = None
@@ -317,7 +318,7 @@ def save(run_dir: Path, step: int, policy: PolicyBackend, scheduler: Any,
             from slimecli.observe.metrics import to_json_value
 
             metadata["metrics"] = to_json_value(metrics)
-        path = checkpoint.save(run_dir, step, model_state, optimizer_state=optimizer_state,
+        path = store.save(run_dir, step, model_state, optimizer_state=optimizer_state,
                                scheduler_state=scheduler.state_dict(), data_position=data_position,
                                metadata=metadata, keep=cfg.trainer.keep_checkpoints, sharded=sharded)
     dist.barrier()

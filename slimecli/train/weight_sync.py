@@ -132,9 +132,9 @@ class SharedMemorySync:
         return self.push(state, version, engines_free), None  # the engines read the trainer's memory
 
     def push(self, state: dict[str, torch.Tensor], version: int, engines_free: Callable[[], None] = _ready) -> str:
+        from slimecli.checkpoint.tensors import dedupe_views
         from slimecli.engine.shm import segment_dir
         from slimecli.engine.weight_transfer import SharedSegment, layout
-        from slimecli.train.checkpoint import dedupe_views
 
         engines_free()
 
@@ -248,7 +248,7 @@ class GroupSync:
         from slimecli.engine.weight_transfer import dtype_name
 
         engines_free()
-        from slimecli.train.checkpoint import split_shared
+        from slimecli.checkpoint.tensors import split_shared
 
         if self.group is None:
             self._join()

@@ -1,4 +1,5 @@
 """Atomic training checkpoints: RUN/checkpoints/step_<N>/, written in a temp dir then renamed into place.
+The trainer's rank 0 saves and every rank loads; the names are in layout.py.
 
 A checkpoint dir counts only with its COMPLETE marker (written last, before the rename), so a dir left
 half-written by a kill is never resumed from. Layout of one checkpoint:
@@ -7,7 +8,7 @@ half-written by a kill is never resumed from. Layout of one checkpoint:
   scheduler.pt        lr-scheduler state (optional)
   rng.pt              python, numpy, torch (and CUDA) RNG states
   meta.json           step, data position, free metadata
-  manifest.json       every file above with its size and SHA-256 (slimecli.launch.manifest)
+  manifest.json       every file above with its size and SHA-256 (checkpoint/manifest.py)
   COMPLETE
 
 On resume a checkpoint counts only when its files match its manifest; a damaged one is skipped with a
@@ -19,23 +20,32 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from slimecli.launch import manifest
-from slimecli.launch.manifest import CHECKPOINTS, COMPLETE, CheckpointDamaged, checkpoints_dir, is_complete, step_dirs
+from slimecli.checkpoint import manifest
+from slimecli.checkpoint.layout import (
+    COMPLETE,
+    META_FILE,
+    MODEL_FILE,
+    SHARDED,
+    checkpoints_dir,
+    is_complete,
+    is_step_dir,
+    step_dirs,
+    step_of,
+)
+from slimecli.checkpoint.manifest import CheckpointDamaged
+from slimecli.checkpoint.rng import rng_state
+from slimecli.checkpoint.tensors import split_shared
 
-__all__ = ["CHECKPOINTS", "COMPLETE", "Checkpoint", "CheckpointDamaged", "checkpoints_dir", "is_complete",
-           "latest_complete", "load", "prune", "save", "step_dirs"]
+__all__ = ["Checkpoint", "CheckpointDamaged", "latest_complete", "load", "prune", "save", "step_dirs"]
 log = logging.getLogger(__name__)
-SHARDED = "sharded"
 _ALIASES_KEY = "slimecli_aliases"
 
 
@@ -50,62 +60,6 @@ class Checkpoint:
     data_position: Any = None
     metadata: dict[str, Any] = field(default_factory=dict)
     sharded: Path | None = None  # a back-end's own sharded checkpoint (trainer=megatron: megatron-core's format)
-
-
-def rng_state() -> dict[str, Any]:
-    """Every RNG the trainer draws from, in a form torch.load(weights_only=True) accepts."""
-    kind, keys, pos, has_gauss, gauss = np.random.get_state()
-    state: dict[str, Any] = {
-        "python": random.getstate(),
-        "numpy": [kind, [int(k) for k in keys], int(pos), int(has_gauss), float(gauss)],
-        "torch": torch.get_rng_state(),
-    }
-    # torch.cuda.is_initialized is unannotated in torch
-    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def restore_rng(state: dict[str, Any]) -> None:
-    py = state["python"]
-    random.setstate((py[0], tuple(py[1]), py[2]))
-    kind, keys, pos, has_gauss, gauss = state["numpy"]
-    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, gauss))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def dedupe_views(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """Each distinct tensor once (a tied weight appears under two names) and {alias: first name}."""
-    tensors: dict[str, torch.Tensor] = {}
-    aliases: dict[str, str] = {}
-    # a view's identity: storage, offset, shape, stride, dtype
-    seen: dict[tuple[int, int | torch.SymInt, tuple[int, ...], tuple[int, ...], torch.dtype], str] = {}
-    for name, value in state_dict.items():
-        t = value.detach()
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
-        if t.numel() and key in seen:
-            aliases[name] = seen[key]
-            continue
-        seen[key] = name
-        tensors[name] = t
-    return tensors, aliases
-
-
-def split_shared(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """Tensors for safetensors (which refuses shared storage) and {alias: first name} for the rest."""
-    unique, aliases = dedupe_views(state_dict)
-    tensors: dict[str, torch.Tensor] = {}
-    storages: set[int] = set()
-    for name, t in unique.items():
-        t = t.to("cpu").contiguous()
-        storage = t.untyped_storage().data_ptr()
-        if t.numel() and storage in storages:  # another view of a storage already written: copy it
-            t = t.clone()
-        storages.add(t.untyped_storage().data_ptr())
-        tensors[name] = t
-    return tensors, aliases
 
 
 def _fsync_dir(path: Path) -> None:
@@ -136,11 +90,6 @@ def _remove(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def sharded_dir(run_dir: str | Path, step: int) -> Path:
-    """Where the ranks write a back-end's sharded checkpoint of ``step`` before rank 0 moves it into place."""
-    return checkpoints_dir(run_dir) / f".sharded-step_{step}"
-
-
 def latest_complete(run_dir: str | Path) -> Path | None:
     """The newest checkpoint with its COMPLETE marker whose files match its manifest; half-written dirs are
     ignored, damaged ones skipped with a warning (CheckpointDamaged when there are some but none is usable)."""
@@ -167,7 +116,7 @@ def save(run_dir: str | Path, step: int, model_state: dict[str, torch.Tensor], *
     tmp.mkdir()
     try:
         tensors, aliases = split_shared(model_state)
-        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt", _ALIASES_KEY: json.dumps(aliases)})
+        save_file(tensors, str(tmp / MODEL_FILE), metadata={"format": "pt", _ALIASES_KEY: json.dumps(aliases)})
         if optimizer_state is not None:
             _torch_save(optimizer_state, tmp / "optimizer.pt")
         if scheduler_state is not None:
@@ -176,7 +125,7 @@ def save(run_dir: str | Path, step: int, model_state: dict[str, torch.Tensor], *
         if sharded is not None:
             os.rename(sharded, tmp / SHARDED)
         meta = {"step": step, "data_position": data_position, "metadata": metadata or {}}
-        _write(tmp / "meta.json", json.dumps(meta, indent=2))
+        _write(tmp / META_FILE, json.dumps(meta, indent=2))
         manifest.write(tmp)
         _write(tmp / COMPLETE, f"{step}\n")
         _fsync_dir(tmp)
@@ -217,7 +166,7 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> Checkpoi
     (naming the file) when none is left.
     """
     path = Path(path)
-    if not manifest.is_step_dir(path):
+    if not is_step_dir(path):
         found = latest_complete(path)
         if found is None:
             raise FileNotFoundError(f"no complete checkpoint under {checkpoints_dir(path)}")
@@ -232,7 +181,7 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> Checkpoi
             log.warning("checkpoint %s is damaged (%s); skipped", path, exc)
             damaged.append((path, str(exc)))
         try:
-            previous = manifest.newest_usable(path.parent.parent, below=int(path.name.split("_")[1]))
+            previous = manifest.newest_usable(path.parent.parent, below=step_of(path))
         except CheckpointDamaged as exc:
             raise CheckpointDamaged(damaged + exc.damaged) from None
         if previous is None:
@@ -249,7 +198,7 @@ def _load_one(path: Path, map_location: str | torch.device) -> Checkpoint:
     from safetensors import SafetensorError, safe_open
 
     device = str(map_location)
-    model_file = path / manifest.MODEL_FILE
+    model_file = path / MODEL_FILE
     try:
         model_state = load_file(str(model_file), device=device)
         with safe_open(str(model_file), framework="pt") as f:
@@ -257,7 +206,7 @@ def _load_one(path: Path, map_location: str | torch.device) -> Checkpoint:
         for alias, name in aliases.items():
             model_state[alias] = model_state[name]
     except (SafetensorError, OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
-        raise _Unloadable(f"{manifest.MODEL_FILE}: {exc}") from None
+        raise _Unloadable(f"{MODEL_FILE}: {exc}") from None
 
     def optional(name: str) -> Any:
         p = path / name
@@ -267,10 +216,10 @@ def _load_one(path: Path, map_location: str | torch.device) -> Checkpoint:
             raise _Unloadable(f"{name}: {type(exc).__name__}: {exc}") from None
 
     try:
-        meta = json.loads((path / "meta.json").read_text())
+        meta = json.loads((path / META_FILE).read_text())
         step = int(meta["step"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise _Unloadable(f"meta.json: {exc}") from None
+        raise _Unloadable(f"{META_FILE}: {exc}") from None
     return Checkpoint(path=path, step=step, model_state=model_state,
                       optimizer_state=optional("optimizer.pt"), scheduler_state=optional("scheduler.pt"),
                       rng=optional("rng.pt"), data_position=meta.get("data_position"),

@@ -21,23 +21,18 @@ import hashlib
 import json
 import logging
 import os
-import re
 import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from slimecli.checkpoint.layout import COMPLETE, MANIFEST, MODEL_FILE, REQUIRED, is_complete, step_dirs
+
 log = logging.getLogger(__name__)
 
-CHECKPOINTS = "checkpoints"
-COMPLETE = "COMPLETE"
-MANIFEST = "manifest.json"
-MODEL_FILE = "model.safetensors"
-REQUIRED = (MODEL_FILE, "meta.json")  # what even a checkpoint without a manifest must hold
 FULL_HASH_BYTES = 64 << 20
 SAMPLE_BYTES = 1 << 20
 SAMPLES = 16
-_STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
 class CheckpointDamaged(RuntimeError):
@@ -48,35 +43,6 @@ class CheckpointDamaged(RuntimeError):
         listing = "; ".join(f"{path}: {problem}" for path, problem in damaged)
         super().__init__(f"no usable checkpoint: {listing} (delete the damaged checkpoint directories to start "
                          "the run over, or pick another run.dir)")
-
-
-def checkpoints_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / CHECKPOINTS
-
-
-def step_dirs(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """All step_<N> dirs, complete or not, by step."""
-    root = checkpoints_dir(run_dir)
-    if not root.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _STEP_DIR.match(p.name))]
-    return sorted(found)
-
-
-def step_of(path: Path) -> int:
-    """The training step a step_<N> checkpoint directory holds."""
-    match = _STEP_DIR.match(path.name)
-    if match is None:
-        raise ValueError(f"{path} is not a step_<N> checkpoint directory")
-    return int(match.group(1))
-
-
-def is_step_dir(path: Path) -> bool:
-    return bool(_STEP_DIR.match(path.name))
-
-
-def is_complete(path: str | Path) -> bool:
-    return (Path(path) / COMPLETE).is_file()
 
 
 def digest(path: Path, size: int) -> str:
