@@ -17,7 +17,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache, cached_property
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard, TypeVar, Union
 
 from slimecli.config.errors import NO_VALUE, FieldError, allowed_hint, did_you_mean, short_repr
 
@@ -30,12 +30,12 @@ INT_BOUND = 2**63
 show = short_repr  # a value in a message: shortened, never raises
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     """An int that is not a bool (JSON's true is not 1)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def finite(value: Any) -> float | None:
+def finite(value: object) -> float | None:
     """The value as a finite float, or None (not a number, a bool, NaN, inf, an int too large for a float)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None

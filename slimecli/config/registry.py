@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from slimecli.config.errors import ConfigError, allowed_hint
 from slimecli.config.import_path import PATH_HINT, check_import_path, is_import_path, load
@@ -25,6 +25,7 @@ from slimecli.config.import_path import PATH_HINT, check_import_path, is_import_
 # module: declaring stays cheap and torch-free). The layer test keeps this list equal to the files.
 DECLARED_IN = ("slimecli.reward.plugins", "slimecli.sandbox.plugins", "slimecli.swe.plugins",
                "slimecli.rollout.plugins", "slimecli.agent.plugins", "slimecli.train.plugins")
+F = TypeVar("F")  # what is registered: a function or class, handed back unchanged
 _discovery = threading.RLock()
 _discovered = False
 
@@ -86,7 +87,7 @@ class Registry:
             raise ValueError(f"{self.kind} {name!r}: a built-in is a 'slimecli.module:attr' string, got {target!r}")
         self._entries[name] = self._declared[name] = _Lazy(target, dict(options))
 
-    def register(self, name: str, obj: Any, **options: Any) -> Any:
+    def register(self, name: str, obj: F, **options: Any) -> F:
         """Make ``name`` resolve to ``obj`` (a later call replaces it); returns obj, so it can decorate."""
         self._check_name(name)
         if not callable(obj):
@@ -94,9 +95,12 @@ class Registry:
         self._entries[name] = Entry(name, obj, dict(options))
         return obj
 
-    def decorator(self, name: str, **options: Any) -> Callable[[Any], Any]:
+    def decorator(self, name: str, **options: Any) -> Callable[[F], F]:
         self._check_name(name)
-        return lambda obj: self.register(name, obj, **options)
+
+        def register(obj: F) -> F:
+            return self.register(name, obj, **options)
+        return register
 
     def _check_name(self, name: str) -> None:
         if not name or not isinstance(name, str) or is_import_path(name):
