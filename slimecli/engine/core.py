@@ -1,4 +1,4 @@
-"""What the route modules (weights, disk_update, adapters) need of the engine server: its state, seen through
+"""What the route modules (weights, disk_update, adapters, loads) need of the engine server: its state, seen through
 a Protocol, and the helpers they share. The server implements it; the routes depend on this module only, so
 no route module imports the server, and the server imports its routes without an import circle."""
 
@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -15,6 +16,25 @@ if TYPE_CHECKING:
 
     from slimecli.engine.scheduler import Scheduler
 
+# What the scheduler thread runs between two steps to change the served weights; it is given the served model
+# (a transformers model: untyped).
+Install = Callable[[Any], None]
+
+
+class Adapters(Protocol):
+    def forget(self) -> None: ...
+
+
+class WeightState(Protocol):
+    """What a disk update must know of the other weight routes: whether the served tensors are views of a
+    shared segment, and the LoRA adapters to forget when whole weights replace them."""
+
+    @property
+    def segment(self) -> object | None: ...
+
+    @property
+    def lora(self) -> Adapters: ...
+
 
 class EngineCore(Protocol):
     """The engine server's state that its routes read: the scheduler (after readiness let a request through),
@@ -23,13 +43,18 @@ class EngineCore(Protocol):
     model_path: str
     dtype: str
     device: str
+    scheduler: Scheduler | None  # None until load() started it
+    max_running: int
+    context_length: int
     config: Any  # the served model's text config (after load())
     vocab_size: int
     same_config: tuple[bytes, Any] | None
     weight_roots: list[str | Path] | None
     loopback_loads_anywhere: bool
-    weight_routes: Any
     _update_lock: asyncio.Lock
+
+    @property
+    def weight_routes(self) -> WeightState: ...
 
     @property
     def _sched(self) -> Scheduler: ...
@@ -52,7 +77,7 @@ def is_loopback(remote: str | None) -> bool:
         return False
 
 
-def installer(targets: dict[str, torch.Tensor], sources: dict[str, torch.Tensor], bind: bool = False) -> Any:
+def installer(targets: dict[str, torch.Tensor], sources: dict[str, torch.Tensor], bind: bool = False) -> Install:
     """What the scheduler thread runs: each served tensor gets its source's values.
 
     ``bind``: where dtype and device agree, the served tensor becomes the source itself (a view of a shared

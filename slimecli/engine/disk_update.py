@@ -21,16 +21,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from slimecli.engine.core import EngineCore, installer, roots
+from slimecli.engine.core import EngineCore, Install, installer, roots
 from slimecli.engine.protocol import BadRequest
 from slimecli.net import server as net
 from slimecli.net.paths import request_dir
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger("slimecli.engine")
 
@@ -119,7 +121,7 @@ def _load_compatible(self: EngineCore, path: str) -> Any:
 _PROVENANCE = {"_name_or_path", "transformers_version", "torch_dtype", "dtype"}
 
 
-def _in_place(self: EngineCore, path: str) -> Callable[[Any], None] | None:
+def _in_place(self: EngineCore, path: str) -> Install | None:
     """What copies this checkpoint's tensors into the served model, when its config is the served one's and
     its tensors are exactly the served tensors (tied ones stored once); None when it must be loaded whole."""
     from safetensors import safe_open
@@ -142,7 +144,7 @@ def _in_place(self: EngineCore, path: str) -> Callable[[Any], None] | None:
             return None
         self.same_config = (raw, model.config)
     targets = model.state_dict(keep_vars=True)
-    sources: dict[str, Any] = {}
+    sources: dict[str, torch.Tensor] = {}
     device = self._sched.runner.device
     for file in files:
         with safe_open(str(file), framework="pt", device=str(device)) as f:

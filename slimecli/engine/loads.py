@@ -12,18 +12,20 @@ features this engine lacks and are left out. Query: `include` (comma-separated s
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
 
 from slimecli import __version__
+from slimecli.engine.core import EngineCore
 from slimecli.net.server import HttpError, json_response
 
 SECTIONS = frozenset({"core", "memory", "spec", "lora", "disagg", "queues", "all"})
 
 
-def parse_query(query: Any) -> tuple[set[str] | None, str]:
+def parse_query(query: Mapping[str, str]) -> tuple[set[str] | None, str]:
     include = [s.strip() for s in query.get("include", "").split(",") if s.strip()] or None
     bad = sorted(set(include or ()) - SECTIONS)
     if bad:
@@ -37,7 +39,7 @@ def parse_query(query: Any) -> tuple[set[str] | None, str]:
     return (None if include is None or "all" in include else set(include)), fmt
 
 
-def rank_load(server: Any, include: set[str] | None) -> dict[str, Any]:
+def rank_load(server: EngineCore, include: set[str] | None) -> dict[str, Any]:
     """One DP rank's load from the engine's scheduler (read without stopping it)."""
     sch = server.scheduler
     out: dict[str, Any] = {"dp_rank": 0, "timestamp": time.time()}
@@ -88,7 +90,7 @@ def _prometheus(load: dict[str, Any]) -> web.Response:
                         headers={"X-Content-Format": "prometheus-0.0.4"})
 
 
-async def handle(server: Any, request: web.Request) -> web.Response:
+async def handle(server: EngineCore, request: web.Request) -> web.Response:
     include, fmt = parse_query(request.query)
     load = rank_load(server, include)
     if fmt == "prometheus":

@@ -6,6 +6,7 @@ import asyncio
 import functools
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,8 @@ from aiohttp import web
 
 from slimecli.engine.compat import stream_due
 from slimecli.engine.disk_update import update_weights_from_disk
-from slimecli.engine.grammar import Compiled, Constraint, GrammarCache
-from slimecli.engine.protocol import BadRequest, GenerateRequest, Item, SamplingParams, parse_generate
+from slimecli.engine.grammar import Compiled, GrammarCache
+from slimecli.engine.protocol import BadRequest, Constraint, GenerateRequest, Item, SamplingParams, parse_generate
 from slimecli.engine.scheduler import Scheduler, Update
 from slimecli.engine.seq import Seq, build_reply
 from slimecli.engine.weights import WeightRoutes
@@ -236,7 +237,7 @@ class EngineServer:
                 room = self.context_length - n
                 s.item.params = replace(s.params, max_new_tokens=room, min_new_tokens=min(s.params.min_new_tokens, room))
 
-    async def _run(self, seqs: list[Seq], on_update: Any = None) -> None:
+    async def _run(self, seqs: list[Seq], on_update: Callable[[Update], None] | None = None) -> None:
         """Submit and wait for all to finish; abort them if the client goes away."""
         assert self.scheduler is not None
         done = asyncio.Event()
