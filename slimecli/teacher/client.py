@@ -4,7 +4,7 @@ teacher=server speaks slimecli's teacher API (PROTOCOLS.md §2); teacher=sglang 
 input-token log-probs with max_new_tokens 0, which SGLang computes at temperature 1 whatever the request says:
 so it scores at temperature 1 only. Requests are concurrency-limited and retried with
 exponential backoff on connection errors, timeouts, 408, 429 and 5xx; any other 4xx fails at once
-(slimecli.net.retry).
+(slimecli.net.client).
 """
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-import aiohttp
-
 from slimecli.config.groups.teacher import TeacherConfig
 from slimecli.model.loading import PROBE_TEXT as PROBE_TEXT  # the tokenizer check lives in the model layer
 from slimecli.model.loading import check_tokenizers_compatible as check_tokenizers_compatible
-from slimecli.net.retry import HttpStatusError, RetryPolicy, describe, is_retryable, with_retries
+from slimecli.net.client import RetryingClient
+from slimecli.net.retry import HttpStatusError, RetryPolicy
 from slimecli.rollout.sample import Sample
 
 
@@ -34,12 +33,14 @@ def teacher_url(cfg: TeacherConfig) -> str:
     return f"http://{reachable_host(cfg.host)}:{cfg.port}"
 
 
-class TeacherClient:
+class TeacherClient(RetryingClient):
     """`async with TeacherClient(cfg) as c: logps = await c.score(samples)`.
 
     score() returns, per sample, the teacher's log-probs of its last `response_length` tokens (one float per
     response token, aligned with Sample.rollout_log_probs) at `temperature` (default teacher.temperature).
     """
+
+    error = TeacherError
 
     def __init__(self, cfg: TeacherConfig, *, url: str | None = None, temperature: float | None = None,
                  backoff_s: float = 0.5, backoff_max_s: float = 30.0) -> None:
@@ -51,45 +52,21 @@ class TeacherClient:
         if self.kind == "sglang" and self.temperature != 1.0:  # config validation says so first (rules/teacher)
             raise ValueError(f"teacher=sglang scores at temperature 1 only (SGLang's input-token log-probs ignore "
                              f"the temperature), not {self.temperature}: use teacher=server")
-        self.backoff_s = backoff_s
-        self.retry = RetryPolicy(max_retries=max(0, cfg.max_retries), backoff_s=backoff_s,
-                                 backoff_max_s=backoff_max_s)
-        self._sem = asyncio.Semaphore(cfg.concurrency)
-        self._session: aiohttp.ClientSession | None = None
-
-    async def __aenter__(self) -> TeacherClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        super().__init__(RetryPolicy(max_retries=max(0, cfg.max_retries), backoff_s=backoff_s,
+                                     backoff_max_s=backoff_max_s), cfg.request_timeout_s, cfg.concurrency)
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.cfg.api_key}"} if self.cfg.api_key else {}
 
     async def _post(self, path: str, body: dict[str, Any]) -> Any:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.cfg.request_timeout_s))
-        session = self._session
-
         async def attempt() -> Any:
-            async with self._sem, session.post(self.url + path, json=body, headers=self._headers()) as r:
+            async with self.limit, self.session.post(self.url + path, json=body, headers=self._headers()) as r:
                 text = await r.text()
                 if r.status != 200:
                     raise HttpStatusError(r.status, text[:500])
                 return await r.json(content_type=None)
 
-        try:
-            return await with_retries(attempt, self.retry)
-        except (HttpStatusError, aiohttp.ClientError, TimeoutError) as exc:
-            if isinstance(exc, HttpStatusError) and not is_retryable(exc):
-                raise TeacherError(f"teacher {self.url}{path} refused the request: {exc}") from None
-            raise TeacherError(f"teacher {self.url}{path} failed after {self.retry.attempts} attempt(s): "
-                               f"{describe(exc)}") from exc
+        return await self.call(attempt, f"teacher {self.url}{path}")
 
     async def score_tokens(self, tokens: Sequence[int], response_length: int) -> list[float]:
         """Teacher log-probs of tokens[-response_length:], each given all tokens before it."""
@@ -140,9 +117,7 @@ class TeacherClient:
 
     async def info(self) -> dict[str, Any]:
         """GET /info of a teacher=server (vocab_size, temperature, model_path, ...)."""
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.cfg.request_timeout_s))
-        async with self._session.get(self.url + "/info", headers=self._headers()) as r:
+        async with self.session.get(self.url + "/info", headers=self._headers()) as r:
             if r.status != 200:
                 raise TeacherError(f"teacher {self.url}/info: HTTP {r.status}: {(await r.text())[:300]}")
             return await r.json()

@@ -1,0 +1,58 @@
+"""What slimecli's retrying JSON clients share (the teacher client, the remote reward): one aiohttp session opened
+on first use, at most `concurrency` requests in flight, and calls retried per a RetryPolicy (slimecli.net.retry)
+whose last failure becomes the client's own error, worded alike: "rejected the request" for what is not worth
+another try (a 4xx but 408/429), "failed after N attempts" for what kept failing."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Self, TypeVar
+
+import aiohttp
+
+from slimecli.net.retry import HttpStatusError, RetryPolicy, TransientError, describe, is_retryable, with_retries
+
+T = TypeVar("T")
+
+
+class RetryingClient:
+    """Base of a client: `async with Client(...) as c:` or call `close()`; subclasses set `error`."""
+
+    error: type[Exception] = RuntimeError  # what a call that does not succeed raises
+
+    def __init__(self, retry: RetryPolicy, timeout_s: float, concurrency: int) -> None:
+        self.retry = retry
+        self.timeout_s = timeout_s
+        self.concurrency = max(1, int(concurrency))
+        self.limit = asyncio.Semaphore(self.concurrency)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:  # the semaphore is the limit, not aiohttp's default of 100 connections
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+                                                  connector=aiohttp.TCPConnector(limit=self.concurrency))
+        return self._session
+
+    async def call(self, attempt: Callable[[], Awaitable[T]], where: str) -> T:
+        """`await attempt()` with retries; `self.error` naming `where` (a server, a URL) when it never succeeds."""
+        try:
+            return await with_retries(attempt, self.retry)
+        except (HttpStatusError, TransientError, aiohttp.ClientError, TimeoutError) as exc:
+            if not is_retryable(exc):
+                raise self.error(f"{where} rejected the request ({exc}); not retried") from None
+            attempts = self.retry.attempts
+            raise self.error(f"{where} failed after {attempts} attempt{'s' if attempts != 1 else ''}: "
+                             f"{describe(exc)}") from exc
