@@ -96,8 +96,8 @@ def test_bounds_read_as_words(fs: Spec, words: str):
 
 def test_the_shared_number_checks():
     assert [is_int(v) for v in (1, True, 1.0, 10**400)] == [True, False, False, True]
-    assert [finite(v) for v in (1, 2.5, True, "1", float("nan"), float("inf"), 10**400)] == [
-        1.0, 2.5, None, None, None, None, None]
+    assert [finite(v) for v in (1, 2.5, True, "1", None, [1], float("nan"), float("inf"), 10**400)] == [
+        1.0, 2.5, None, None, None, None, None, None, None]
 
 
 def test_what_a_resume_may_change_comes_from_the_field_specs():

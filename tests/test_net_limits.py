@@ -15,7 +15,7 @@ from aiohttp import web
 from slimecli.net.auth import authorized, sglang_open_path
 from slimecli.net.listen import app_runner, start_site
 from slimecli.net.paths import request_dir
-from slimecli.net.server import HttpError, body_limit, dumps, finite, lone_surrogate, parse_json_object
+from slimecli.net.server import HttpError, body_limit, dumps, lone_surrogate, parse_json_object
 
 
 @pytest.mark.parametrize("raw, words", [
@@ -39,11 +39,6 @@ def test_replies_are_strict_json() -> None:
     text = dumps({"a": [math.nan, math.inf, -math.inf, 1.5], "b": (2.0,)})
     assert json.loads(text, parse_constant=lambda c: pytest.fail(c)) == {"a": [None, None, None, 1.5], "b": [2.0]}
     assert dumps({"x": 1}) == '{"x":1}'
-
-
-def test_finite() -> None:
-    assert finite(1) == 1.0 and finite(2.5) == 2.5
-    assert [finite(v) for v in (True, "1", None, math.nan, math.inf, 10 ** 400, [1])] == [None] * 7
 
 
 def test_body_limit_scales_with_tokens() -> None:

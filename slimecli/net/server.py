@@ -15,8 +15,7 @@ top-level value that is not an object, nesting deeper than `MAX_DEPTH`, an integ
 (with `strict_text`) a lone UTF-16 surrogate in any string are 400.
 
 `dumps` writes reply bodies: never a NaN or Infinity literal (not JSON); a non-finite float becomes null,
-as SGLang's orjson writes it. `finite(v)` is the one number check of request fields: a float for a finite
-JSON number, None for anything else (booleans, strings, infinities, integers too large for a float).
+as SGLang's orjson writes it. (Request fields are checked by the one decoder, slimecli.config.decode.)
 """
 
 from __future__ import annotations
@@ -248,17 +247,6 @@ def lone_surrogate(value: Any, where: str = "body") -> str | None:
         elif isinstance(node, list):
             stack.extend((v, f"{path}[{i}]") for i, v in enumerate(node))
     return None
-
-
-def finite(value: Any) -> float | None:
-    """A finite JSON number as a float; None for anything else (never raises: a 5000-digit integer too)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        f = float(value)
-    except OverflowError:
-        return None
-    return f if math.isfinite(f) else None
 
 
 def _nulls(value: Any) -> Any:
