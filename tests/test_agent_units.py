@@ -323,3 +323,24 @@ def test_the_cli_dials_the_advertised_host_of_a_wildcard_bind():
     assert dial_url("0.0.0.0", 8001) == "http://127.0.0.1:8001"  # a wildcard is not an address to dial
     assert dial_url("0.0.0.0", 8001, "trainer-0.cluster") == "http://trainer-0.cluster:8001"
     assert dial_url("::", 8001, "fd00::5") == "http://[fd00::5]:8001"
+
+
+def test_both_adapters_read_tools_alike_and_offer_only_their_client_tools():
+    """The one `tools` reader: what each API offers the local model, the schema under its own key, 400s by index."""
+    from slimecli.agent.api import anthropic, responses
+    from slimecli.agent.api.fields import ApiError, tools_of
+
+    schema = {"type": "object", "properties": {"path": {"type": "string"}}}
+    claude = [{"name": "Write", "input_schema": schema}, {"type": "web_search_20250305", "name": "web_search"},
+              {"name": "Later", "defer_loading": True}, {"type": "custom", "name": "Bash", "description": 7}]
+    assert [(t["function"]["name"], t["function"]["parameters"], t["function"]["description"])
+            for t in tools_of(claude, anthropic._offered, "input_schema")] == [
+        ("Write", schema, ""), ("Bash", {"type": "object", "properties": {}}, "")]
+    codex = [{"type": "function", "name": "shell", "description": "run", "parameters": schema},
+             {"type": "local_shell"}, {"type": "custom", "name": "apply_patch"}]
+    assert [t["function"]["name"] for t in tools_of(codex, responses._function, "parameters")] == ["shell"]
+    for raw, message in [({"name": "x"}, "`tools` must be a list"), ([{"name": "a"}, "b"], "tools.1 must be an object"),
+                         ([{"type": "function"}], "tools.0: a tool needs a string `name`")]:
+        with pytest.raises(ApiError, match=message) as info:
+            tools_of(raw, responses._function, "parameters")
+        assert info.value.status == 400

@@ -14,8 +14,7 @@ from aiohttp import web
 
 from slimecli.agent.api.adapter import Adapter, ApiError, TurnRequest, TurnResult, new_id, send_json
 from slimecli.agent.api.constrain import ToolChoice
-from slimecli.agent.api.fields import echoed, int_field, text_of
-from slimecli.agent.api.render import tool_schema
+from slimecli.agent.api.fields import echoed, int_field, text_of, tools_of
 from slimecli.agent.api.streaming import LiveText, sse_event
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -189,7 +188,8 @@ def to_turn_request(body: dict[str, Any], need_max_tokens: bool) -> TurnRequest:
     stop = body.get("stop_sequences") or []
     if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
         raise ApiError(400, "`stop_sequences` must be a list of non-empty strings")
-    return TurnRequest(messages, _tools(body.get("tools")), max_tokens, stop, tool_choice(body.get("tool_choice")))
+    tools = tools_of(body.get("tools"), _offered, "input_schema")
+    return TurnRequest(messages, tools, max_tokens, stop, tool_choice(body.get("tool_choice")))
 
 
 def tool_choice(raw: Any) -> ToolChoice:
@@ -267,18 +267,6 @@ def _tool_result_text(block: dict[str, Any], where: str) -> str:
     return text_of(block.get("content"), f"{where}.tool_result.content")
 
 
-def _tools(raw: Any) -> list[dict[str, Any]]:
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise ApiError(400, "`tools` must be a list")
-    tools = []
-    for i, tool in enumerate(raw):
-        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
-            raise ApiError(400, f"tools.{i} must be an object with a string `name`")
-        if tool.get("type") not in (None, "custom") or tool.get("defer_loading") is True:
-            continue  # server tools (web search, ...) and deferred tools are not offered to the local model
-        description = tool.get("description")
-        tools.append(tool_schema(tool["name"], description if isinstance(description, str) else "",
-                                 tool.get("input_schema")))
-    return tools
+def _offered(tool: dict[str, Any]) -> bool:
+    """Client tools; server tools (web search, ...) and deferred ones are not offered to the local model."""
+    return tool.get("type") in (None, "custom") and tool.get("defer_loading") is not True

@@ -1,10 +1,12 @@
-"""Request fields the adapters read the same way: text blocks, integer limits, strings the reply echoes.
-Every violation is an ApiError 400 naming the field; types and bounds go through the one decoder."""
+"""Request fields the adapters read the same way: text blocks, integer limits, strings the reply echoes, the tool
+list. Every violation is an ApiError 400 naming the field; types and bounds go through the one decoder."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from slimecli.agent.api.render import tool_schema
 from slimecli.config.decode import NO_SPEC, REQUEST, Spec, decode_value, message
 from slimecli.config.errors import FieldError
 
@@ -62,6 +64,27 @@ def text_of(content: Any, what: str) -> str:
         elif kind in ("document", "input_file"):
             parts.append("[document]")
     return "\n".join(parts)
+
+
+def tools_of(raw: Any, offered: Callable[[dict[str, Any]], bool], schema_key: str) -> list[dict[str, Any]]:
+    """`tools`: a list of objects; those `offered` to the local model (not the API's server-side or deferred tools)
+    need a string `name` and become chat-template tools with the JSON schema under `schema_key`."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ApiError(400, "`tools` must be a list")
+    tools = []
+    for i, tool in enumerate(raw):
+        if not isinstance(tool, dict):
+            raise ApiError(400, f"tools.{i} must be an object")
+        if not offered(tool):
+            continue
+        if not isinstance(tool.get("name"), str):
+            raise ApiError(400, f"tools.{i}: a tool needs a string `name`")
+        description = tool.get("description")
+        tools.append(tool_schema(tool["name"], description if isinstance(description, str) else "",
+                                 tool.get(schema_key)))
+    return tools
 
 
 def int_field(body: dict[str, Any], key: str, minimum: int = 1) -> int | None:

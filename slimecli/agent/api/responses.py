@@ -17,8 +17,7 @@ from aiohttp import web
 
 from slimecli.agent.api.adapter import Adapter, ApiError, TurnRequest, TurnResult, new_id, send_json
 from slimecli.agent.api.constrain import ToolChoice
-from slimecli.agent.api.fields import echoed, int_field, text_of
-from slimecli.agent.api.render import tool_schema
+from slimecli.agent.api.fields import echoed, int_field, text_of, tools_of
 from slimecli.agent.api.streaming import LiveText, sse_event
 
 # A reply cut by the length limit the client asked for (or by the context window) is "incomplete", as the
@@ -203,7 +202,8 @@ def to_turn_request(body: dict[str, Any]) -> TurnRequest:
     parallel = body.get("parallel_tool_calls", True)
     if not isinstance(parallel, bool | None):
         raise ApiError(400, "`parallel_tool_calls` must be a boolean")
-    return TurnRequest(messages, _tools(body.get("tools")), int_field(body, "max_output_tokens"), stop,
+    tools = tools_of(body.get("tools"), _function, "parameters")
+    return TurnRequest(messages, tools, int_field(body, "max_output_tokens"), stop,
                        tool_choice(body.get("tool_choice"), parallel is not False))
 
 
@@ -280,20 +280,6 @@ def _assistant(messages: list[dict[str, Any]], reasoning: list[str]) -> dict[str
     return message
 
 
-def _tools(raw: Any) -> list[dict[str, Any]]:
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise ApiError(400, "`tools` must be a list")
-    tools = []
-    for i, tool in enumerate(raw):
-        if not isinstance(tool, dict):
-            raise ApiError(400, f"tools.{i} must be an object")
-        if tool.get("type") != "function":
-            continue  # custom, local_shell, web_search, namespace...: not offered to the local model
-        if not isinstance(tool.get("name"), str):
-            raise ApiError(400, f"tools.{i}: a function tool needs a string `name`")
-        description = tool.get("description")
-        tools.append(tool_schema(tool["name"], description if isinstance(description, str) else "",
-                                 tool.get("parameters")))
-    return tools
+def _function(tool: dict[str, Any]) -> bool:
+    """Function tools; custom, local_shell, web_search, namespace...: not offered to the local model."""
+    return tool.get("type") == "function"
