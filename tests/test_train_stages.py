@@ -19,6 +19,7 @@ from slimecli.checkpoint import store
 from slimecli.config.schema import SlimeConfig
 from slimecli.rollout.sample import Sample
 from slimecli.train import stages
+from slimecli.train.coordinator import Coordinator
 from slimecli.train.losses import loss_weights
 from slimecli.train.policy import TorchPolicy
 from slimecli.train.stages import RankContext, StageTimer, StepBatch, StepTensors
@@ -130,6 +131,7 @@ def test_rollout_stage_hands_the_collected_batch_to_every_rank():
     batch = stages.rollout(SimpleNamespace(collect=lambda: result))
     assert batch == StepBatch(samples, REWARDS, {"reward/mean": 0.375})
     assert stages.rollout(None) is None  # a world of one without a rollout side: nothing to broadcast
+    assert stages.rollout(Coordinator()) is None  # a rank other than 0: its coordinator collects nothing
 
 
 # ---- old_logp -----------------------------------------------------------------------------------------------
@@ -364,17 +366,40 @@ def test_resume_logs_the_metrics_row_a_kill_cut_off(tmp_path):
     import json
 
     from slimecli.observe.metrics import MetricsLogger
-    from slimecli.train.loop import Trainer
+    from slimecli.train.records import log_lost_row
 
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "reward/mean": 0.1}) + "\n" for s in (1, 2)))
-    trainer = Trainer.__new__(Trainer)  # only the resume bookkeeping: no model, no process group
-    trainer.step, trainer.restored_metrics = 3, {"reward/mean": 0.3, "time/save_s": 0.0}
+    step, restored = 3, {"reward/mean": 0.3, "time/save_s": 0.0}  # what the resume read from step_3
     for _ in range(2):  # the second resume finds the row and adds nothing
-        log = MetricsLogger(tmp_path, tensorboard=False, resume_step=trainer.step)
-        trainer._log_lost_row(log)
+        log = MetricsLogger(tmp_path, tensorboard=False, resume_step=step)
+        log_lost_row(log, step, restored)
         log.close()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3] and rows[-1]["reward/mean"] == 0.3
+
+
+def test_the_records_row_is_built_before_the_save_and_logged_with_its_time(tmp_path, capsys):
+    """Rank 0's records: the row the checkpoint keeps has the step's metrics and times but the stages', which
+    the log line adds with the save's; an invalid reward is counted on the progress line."""
+    import json
+
+    from slimecli.train.records import StepRecords
+
+    records = StepRecords(tmp_path, max_steps=2, step=0, reward_key=None, restored_row=None)
+    batch = make_batch(s0={"reward": 1.0}, s1={"reward": 0.0}, s2={"reward": 0.5}, s3={"reward": "not a number"})
+    timer = StageTimer()
+    timer.seconds.update(old_logp=1.0, update=2.0, rollout=4.0)
+    row = records.row(1, batch, {"train/loss": 0.5}, {"eval/x/reward_mean": 0.25}, timer, started=0.0)
+    assert row["time/train_s"] == 3.0 and row["weight_version"] == 1 and row["train/loss"] == 0.5
+    assert row["reward/mean"] == 0.375 and row["eval/x/reward_mean"] == 0.25 and "time/save_s" not in row
+    assert row["perf/tokens_per_s"] == pytest.approx(10 / row["time/step_s"])
+    timer.seconds["save"] = 0.5
+    records.log(1, row, timer, batch, "eval x 0.250")
+    records.close()
+    logged = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
+    assert logged["step"] == 1 and logged["time/save_s"] == 0.5 and logged["time/rollout_s"] == 4.0
+    line = capsys.readouterr().out
+    assert "step reward 0.375" in line and "(1 invalid rewards so far)" in line and "| eval x 0.250" in line
 
 
 # ---- ragged updates over ranks ------------------------------------------------------------------------------

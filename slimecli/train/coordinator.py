@@ -1,5 +1,7 @@
-"""The rollout coordinator: the trainer's side of the engines (and teacher). It runs rollouts, evaluations
-and weight pushes on its own event loop; trainer rank 0 holds the one coordinator of a run."""
+"""The rollout coordinator: the trainer's side of the engines (and teacher), and rank 0's records of the run.
+It runs rollouts, evaluations and weight pushes on its own event loop; trainer rank 0 holds the one
+RolloutCoordinator of a run, the other ranks a bare Coordinator that does none of it, so the training loop
+calls the same methods on every rank and never asks which rank it is."""
 
 from __future__ import annotations
 
@@ -21,6 +23,10 @@ from slimecli.rollout.collect import RolloutResult
 from slimecli.rollout.data import PromptSource
 
 if TYPE_CHECKING:
+    from slimecli.checkpoint.store import Checkpoint
+    from slimecli.train.backend import PolicyBackend
+    from slimecli.train.records import StepRecords
+    from slimecli.train.stages import StageTimer, StepBatch
     from slimecli.train.sync_base import WeightSync
 
 log = logging.getLogger("slimecli.train")
@@ -49,8 +55,72 @@ class ProgressReporter(Protocol):
     on_progress: Callable[[str], None] | None
 
 
-class RolloutCoordinator:
-    """Rank 0's link to the servers: rollouts on the engines, teacher scores, new weights to the engines."""
+class Coordinator:
+    """What the ranks other than 0 hold: they talk to no server and write no record, so each duty is a no-op
+    here (a collect gives nothing: the batch comes by broadcast from rank 0)."""
+
+    def resume_point(self) -> str | None:
+        return None
+
+    def restore(self, ckpt: Checkpoint) -> None:
+        pass
+
+    def wait_ready(self) -> None:
+        pass
+
+    def open_records(self, step: int, restored_row: dict[str, Any] | None) -> None:
+        pass
+
+    def begin_step(self, step: int) -> None:
+        pass
+
+    def collect(self) -> RolloutResult | None:
+        return None
+
+    def collect_next(self, step: int) -> None:
+        pass
+
+    def before_update(self) -> None:
+        pass
+
+    def push_weights(self, state: dict[str, torch.Tensor], version: int) -> str | None:
+        return None
+
+    def take_ahead_wait(self) -> float:
+        return 0.0
+
+    def evaluate(self, step: int) -> dict[str, float] | None:
+        return None
+
+    def step_row(self, step: int, batch: StepBatch, metrics: dict[str, float], evaluated: dict[str, Any],
+                 timer: StageTimer, started: float) -> dict[str, Any] | None:
+        return None
+
+    def data_position(self) -> Any:
+        return None
+
+    def record(self, step: int, row: dict[str, Any] | None, timer: StageTimer, batch: StepBatch,
+               evaluated: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def make_coordinator(cfg: SlimeConfig, run_dir: Path, tokenizer: Any, policy: PolicyBackend,
+                     is_main: bool) -> Coordinator:
+    """Rank 0's RolloutCoordinator (holding its model, for a weight sync that shares its memory); a bare
+    Coordinator on every other rank."""
+    if not is_main:
+        return Coordinator()
+    coordinator = RolloutCoordinator(cfg, run_dir, tokenizer)
+    coordinator.policy = policy.shared_module()
+    return coordinator
+
+
+class RolloutCoordinator(Coordinator):
+    """Rank 0's link to the servers: rollouts on the engines, teacher scores, new weights to the engines; and
+    the run's records (metrics.jsonl, the progress line), which only rank 0 writes."""
 
     def __init__(self, cfg: SlimeConfig, run_dir: Path, tokenizer: Any):
         from slimecli.rollout.client import EngineClient
@@ -88,6 +158,7 @@ class RolloutCoordinator:
 
             # the teacher servers (one, or one per node) score the student's tokens at the rollout temperature
             self.teacher = TeacherPool(cfg.teacher, teacher_urls(cfg), temperature=cfg.rollout.temperature)
+        self.records: StepRecords | None = None  # opened once the engines are up
 
     def _collector(self, tokenizer: Any) -> Collector:
         """What rollout.generate names (a registered kind, or an import path): a factory fn(cfg, tokenizer, engines,
@@ -101,6 +172,44 @@ class RolloutCoordinator:
         collector: Collector = factory(self.cfg, tokenizer, self.engines, self.source, **extra)
         return collector
 
+    # ---- resume ------------------------------------------------------------------------------------------------
+    def resume_point(self) -> str | None:
+        """The checkpoint the run resumes from, picked here so that every rank loads the same one (or none)."""
+        from slimecli.checkpoint.store import latest_complete
+
+        found = latest_complete(self.run_dir)
+        return str(found) if found is not None else None
+
+    def restore(self, ckpt: Checkpoint) -> None:
+        """Rank 0's own state from the checkpoint: its RNGs and where the prompt source stood."""
+        from slimecli.checkpoint.rng import restore_rng
+
+        if ckpt.rng is not None:
+            restore_rng(ckpt.rng)
+        if ckpt.data_position is not None:
+            self.source.load_state_dict(ckpt.data_position)
+        log.info("resumed from %s at step %d", ckpt.path, ckpt.step)
+
+    # ---- the run's records ---------------------------------------------------------------------------------------
+    def open_records(self, step: int, restored_row: dict[str, Any] | None) -> None:
+        """metrics.jsonl (with a row a kill cut off, kept by the checkpoint) and the progress line, from ``step``."""
+        from slimecli.train.records import StepRecords
+
+        self.records = StepRecords(self.run_dir, self.cfg.trainer.max_steps, step, self.cfg.reward.key, restored_row)
+
+    def step_row(self, step: int, batch: StepBatch, metrics: dict[str, float], evaluated: dict[str, Any],
+                 timer: StageTimer, started: float) -> dict[str, Any] | None:
+        """The metrics row of step ``step`` (the checkpoint keeps it; record() logs it)."""
+        assert self.records is not None  # open_records comes before the first step
+        return self.records.row(step, batch, metrics, evaluated, timer, started)
+
+    def record(self, step: int, row: dict[str, Any] | None, timer: StageTimer, batch: StepBatch,
+               evaluated: dict[str, Any]) -> None:
+        """The step's row to metrics.jsonl and its rewards (and an evaluation's headline) to the progress line."""
+        assert self.records is not None and row is not None
+        self.records.log(step, row, timer, batch, self.last_eval if evaluated else "")
+
+    # ---- the engines ---------------------------------------------------------------------------------------------
     def run(self, coro: Awaitable[_T]) -> _T:
         return self.submit(coro).result()
 
@@ -124,6 +233,11 @@ class RolloutCoordinator:
             reporter = cast(ProgressReporter, self.driver)
             reporter.step, reporter.on_progress = step, on_progress
 
+    def begin_step(self, step: int) -> None:
+        """Step ``step + 1`` is next: a collector that reports as it goes shows its status on the progress line."""
+        assert self.records is not None
+        self.watch(step + 1, self.records.progress.note)
+
     def collect(self) -> RolloutResult:
         """This step's rollout: the one generated ahead if there is one, else one generated now."""
         if self.ahead is not None:
@@ -131,6 +245,15 @@ class RolloutCoordinator:
             return ahead.result()
         self.settle()
         return self.run(self._collect())
+
+    def collect_next(self, step: int) -> None:
+        """trainer.async_rollout, unless step ``step + 1`` is the last: the next step's rollout starts now, on the
+        weights the engines hold, while this one trains."""
+        if not self.cfg.trainer.async_rollout or step + 1 >= self.cfg.trainer.max_steps:
+            return
+        assert self.records is not None
+        self.watch(step + 2, self.records.progress.note)
+        self.collect_ahead()
 
     def collect_ahead(self) -> None:
         """Start the next step's rollout on the engines' current weights and return at once (async_rollout);
@@ -223,6 +346,8 @@ class RolloutCoordinator:
             self.weight_sync.before_update()
 
     def close(self) -> None:
+        if self.records is not None:
+            self.records.close()
         if self.ahead is not None:  # the run ended (or failed) with a rollout still in flight
             self.ahead.cancel()
             self.ahead = None

@@ -1,15 +1,17 @@
-"""The torch trainer: rank 0 drives rollout, every rank trains on its share, rank 0 syncs weights.
+"""The trainer: every rank runs the same recipe, the way torchtune's recipes read:
+
+    setup (__init__) -> resume -> start -> train_step, until trainer.max_steps -> export_final; cleanup
 
 One step = one rollout (rollout.batch_size prompts x n samples) followed by
 samples / trainer.global_batch_size optimizer updates, then a weight push to the engines.
 The step's stages (rollout -> old_logp -> ref_logp -> advantages -> update -> sync_weights -> eval -> save)
-live in stages.py; this module orchestrates them, times them and writes the metrics.
+live in stages.py; this module orchestrates them and times them. Rank 0's own work (the servers, the run's
+records) is its coordinator's (coordinator.py); the other ranks hold one that does none of it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 from pathlib import Path
@@ -20,6 +22,7 @@ import torch
 from slimecli.config.schema import SlimeConfig
 from slimecli.train import dist, stages
 from slimecli.train.backend import PolicyBackend
+from slimecli.train.coordinator import make_coordinator
 from slimecli.train.registry import get_advantage_estimator, get_policy_loss, resolve_deprecated
 from slimecli.train.stages import RankContext, StageTimer, StepBatch, StepTensors
 
@@ -30,6 +33,8 @@ log = logging.getLogger("slimecli.train")
 
 class Trainer:
     def __init__(self, cfg: SlimeConfig, run_dir: Path):
+        """Setup: the process group, the tokenizer, the policy (and frozen reference), the lr schedule, and the
+        coordinator (rank 0's link to the servers)."""
         from slimecli.model.loading import load_tokenizer
         from slimecli.train.optim.build import build_scheduler
 
@@ -53,89 +58,83 @@ class Trainer:
         self.scheduler = build_scheduler(self.policy.lr_optimizer(), cfg.optimizer, cfg.trainer.max_steps)
         self.step = 0  # completed steps
         self.restored_metrics: dict[str, Any] | None = None  # the resumed checkpoint's metrics row
-        self.rollout = None
-        if self.info.is_main:
-            from slimecli.train.coordinator import RolloutCoordinator
-
-            self.rollout = RolloutCoordinator(cfg, run_dir, self.tokenizer)
-            self.rollout.policy = self.policy.shared_module()
+        self.coordinator = make_coordinator(cfg, run_dir, self.tokenizer, self.policy, self.info.is_main)
 
     # ---- the run ----------------------------------------------------------------------------------
     def run(self) -> None:
-        from slimecli.observe.metrics import MetricsLogger
-        from slimecli.observe.progress import RecentRewards, StepProgress, reward_text
-        from slimecli.reward.stats import RewardMeter
-
-        cfg = self.cfg
-        resumed = self._resume()
-        metrics_log = progress = None
-        meter = RewardMeter(cfg.reward.key)  # counts the invalid rewards
-        recent = RecentRewards()
-        if self.info.is_main:
-            assert self.rollout is not None
-            self.rollout.wait_ready()
-        if resumed:  # the engines start from model.path; give them the resumed weights
-            stages.sync_weights(self.policy, self.rollout, self.step, self.info.is_main)
-        if self.info.is_main:
-            metrics_log = MetricsLogger(self.run_dir, resume_step=self.step)
-            self._log_lost_row(metrics_log)
-            progress = StepProgress(cfg.trainer.max_steps, self.step)
+        resumed = self.resume()
+        self.start(resumed)
         try:
-            while self.step < cfg.trainer.max_steps:
-                timer = StageTimer()
-                started = time.perf_counter()
-                if progress is not None and self.rollout is not None:
-                    self.rollout.watch(self.step + 1, progress.note)
-                evaluated: dict[str, Any] = {}
-                if self.step == 0:  # at_start: the initial weights, reported in the first step's row
-                    with timer.stage("eval"):
-                        evaluated.update(stages.evaluate(self.rollout, 0) or {})
-                with timer.stage("rollout"):
-                    batch = stages.rollout(self.rollout)
-                    if cfg.trainer.async_rollout:
-                        batch.metrics.update(stages.staleness(batch, self.step, cfg.trainer.max_staleness))
-                if self.rollout is not None and cfg.trainer.async_rollout and self.step + 1 < cfg.trainer.max_steps:
-                    if progress is not None:
-                        self.rollout.watch(self.step + 2, progress.note)
-                    self.rollout.collect_ahead()  # the next step's rollout, on the weights the engines hold now
-                metrics = self.train_on(batch, timer)
-                self.step += 1
-                with timer.stage("sync_weights"):  # waits there for a rollout generated ahead (rank 0)
-                    state = stages.sync_weights(self.policy, self.rollout, self.step, self.info.is_main)
-                if self.rollout is not None:  # that wait is the part of the rollout training did not hide
-                    timer.move("sync_weights", "rollout", self.rollout.take_ahead_wait())
-                with timer.stage("eval"):  # the weights just pushed: every eval.interval steps and at_end
-                    evaluated.update(stages.evaluate(self.rollout, self.step) or {})
-                row = None
-                if self.info.is_main:
-                    meter.update(batch.samples)
-                    tokens = sum(s.response_length for s in batch.samples)
-                    step_s = time.perf_counter() - started
-                    train_s = sum(timer.seconds[k] for k in ("old_logp", "ref_logp", "advantages", "update"))
-                    row = {**batch.metrics, **metrics, **evaluated, "time/step_s": step_s, "time/train_s": train_s,
-                           "perf/tokens_per_s": tokens / step_s, "weight_version": self.step, **_gpu_memory()}
-                if self._should_save():
-                    with timer.stage("save"):
-                        self._save(state, {**row, **timer.metrics()} if row is not None else None)
-                if self.info.is_main:
-                    assert metrics_log is not None and progress is not None and row is not None
-                    metrics_log.log(self.step, {**row, **timer.metrics()})
-                    recent.add(batch.metrics.get("reward/mean"))
-                    text = reward_text(batch.metrics.get("reward/mean"), recent)
-                    if meter.invalid:
-                        text = f"{text} ({meter.invalid} invalid rewards so far)"
-                    if evaluated and self.rollout is not None and self.rollout.last_eval:
-                        text = f"{text} | {self.rollout.last_eval}"
-                    progress.update(self.step, text)
-            self._export_final()
+            while self.step < self.cfg.trainer.max_steps:
+                self.train_step()
+            self.export_final()
         finally:
-            if progress is not None:
-                progress.close()
-            if metrics_log is not None:
-                metrics_log.close()
-            if self.rollout is not None:
-                self.rollout.close()
+            self.cleanup()
         dist.barrier()
+
+    def resume(self) -> bool:
+        """Continue from the last complete checkpoint of this run dir, if any: rank 0 picks it, so that every
+        rank resumes from the same one (or none)."""
+        from slimecli.checkpoint import store
+
+        path = dist.broadcast_object(self.coordinator.resume_point())
+        if path is None:
+            return False
+        ckpt = store.load(path)
+        self.policy.load_full_state_dict(ckpt.model_state)
+        if ckpt.sharded is not None:  # the back-end's own format: its weights and optimizer state, any layout
+            from slimecli.train.optim.build import keeps_optimizer_state
+
+            self.policy.load_sharded(ckpt.sharded, with_optimizer=keeps_optimizer_state(self.cfg.optimizer))
+        if ckpt.optimizer_state is not None:
+            self.policy.load_optimizer_state(ckpt.optimizer_state)
+        if ckpt.scheduler_state is not None:
+            self.scheduler.load_state_dict(ckpt.scheduler_state)
+        self.step = ckpt.step
+        self.restored_metrics = ckpt.metadata.get("metrics")
+        self.coordinator.restore(ckpt)
+        return True
+
+    def start(self, resumed: bool) -> None:
+        """The engines up (a resumed run's given its weights: they start from model.path), then the records."""
+        self.coordinator.wait_ready()
+        if resumed:
+            stages.sync_weights(self.policy, self.coordinator, self.step, self.info.is_main)
+        self.coordinator.open_records(self.step, self.restored_metrics)
+
+    def train_step(self) -> None:
+        """rollout -> old_logp -> ref_logp -> advantages -> update -> sync_weights -> eval, each timed, then a
+        checkpoint when one is due and the step's row in the records."""
+        timer, started = StageTimer(), time.perf_counter()
+        evaluated: dict[str, Any] = {}
+        if self.step == 0:  # at_start: the initial weights, reported in the first step's row
+            evaluated.update(self.evaluate(timer))
+        batch = self.collect(timer)
+        metrics = self.train_on(batch, timer)
+        self.step += 1
+        state = self.sync_weights(timer)
+        evaluated.update(self.evaluate(timer))  # the weights just pushed: every eval.interval steps and at_end
+        row = self.coordinator.step_row(self.step, batch, metrics, evaluated, timer, started)
+        if self.should_save():
+            with timer.stage("save"):
+                self.save(state, {**row, **timer.metrics()} if row is not None else None)
+        self.coordinator.record(self.step, row, timer, batch, evaluated)
+
+    def cleanup(self) -> None:
+        """Rank 0 closes its records and its link to the servers (a rollout still in flight is dropped)."""
+        self.coordinator.close()
+
+    # ---- the stages of a step -----------------------------------------------------------------------
+    def collect(self, timer: StageTimer) -> StepBatch:
+        """The rollout stage: every rank gets the batch rank 0 collected (or generated ahead); then, with
+        trainer.async_rollout, rank 0 starts the next step's."""
+        self.coordinator.begin_step(self.step)
+        with timer.stage("rollout"):
+            batch = stages.rollout(self.coordinator)
+            if self.cfg.trainer.async_rollout:
+                batch.metrics.update(stages.staleness(batch, self.step, self.cfg.trainer.max_staleness))
+        self.coordinator.collect_next(self.step)  # on the weights the engines hold now
+        return batch
 
     def train_on(self, batch: StepBatch, timer: StageTimer | None = None) -> dict[str, float]:
         """The step's compute stages: old_logp -> ref_logp -> advantages -> update; the update's metrics."""
@@ -148,29 +147,34 @@ class Trainer:
         with timer.stage("advantages"):
             adv = stages.advantages(batch, old, ref, t, self.cfg.rollout.n_samples_per_prompt)
         with timer.stage("update"):
-            if self.rollout is not None:
-                self.rollout.before_update()
+            self.coordinator.before_update()
             return stages.update(self.policy, self.scheduler, batch, StepTensors(old, ref, adv), self.step_cfg,
                                  self.ctx)
 
-    def _should_save(self) -> bool:
+    def sync_weights(self, timer: StageTimer) -> dict[str, torch.Tensor] | None:
+        """The new weights to the engines; rank 0 gets them back (for the checkpoint). A wait there for the
+        rollout generated ahead counts as rollout time: the part of it that training did not hide."""
+        with timer.stage("sync_weights"):
+            state = stages.sync_weights(self.policy, self.coordinator, self.step, self.info.is_main)
+        timer.move("sync_weights", "rollout", self.coordinator.take_ahead_wait())
+        return state
+
+    def evaluate(self, timer: StageTimer) -> dict[str, Any]:
+        """eval.datasets on the weights of ``self.step`` when an evaluation is due (rank 0; {} elsewhere)."""
+        with timer.stage("eval"):
+            return stages.evaluate(self.coordinator, self.step) or {}
+
+    def should_save(self) -> bool:
         interval = self.cfg.trainer.save_interval
         return self.step == self.cfg.trainer.max_steps or (interval > 0 and self.step % interval == 0)
 
-    def _save(self, model_state: dict[str, torch.Tensor] | None, row: dict[str, Any] | None) -> None:
-        data_position = self.rollout.data_position() if self.rollout is not None else None
+    def save(self, model_state: dict[str, torch.Tensor] | None, row: dict[str, Any] | None) -> None:
         path = stages.save(self.run_dir, self.step, self.policy, self.scheduler, model_state, self.cfg,
-                           is_main=self.info.is_main, data_position=data_position, metrics=row)
+                           is_main=self.info.is_main, data_position=self.coordinator.data_position(), metrics=row)
         if path is not None:
             log.info("saved checkpoint step_%d", self.step)
 
-    def _log_lost_row(self, metrics_log: Any) -> None:
-        """A kill between a checkpoint and its metrics line: log the row the checkpoint kept."""
-        if self.restored_metrics is None or self.step in _logged_steps(metrics_log.path):
-            return
-        metrics_log.log(self.step, self.restored_metrics)
-
-    def _export_final(self) -> None:
+    def export_final(self) -> None:
         """RUN/final: the trained policy as a Hugging Face checkpoint (serve it, distil from it, fine-tune it);
         a LoRA run's final/ is its adapter in peft's format and final-merged/ the model it makes."""
         from slimecli.train.hf_export import export_hf
@@ -198,43 +202,6 @@ class Trainer:
             untie_if_head_merged(path, merged)
             log.info("final merged model written to %s", path)
 
-    def _resume(self) -> bool:
-        """Continue from the last complete checkpoint of this run dir, if any."""
-        from slimecli.checkpoint import store
-        from slimecli.checkpoint.rng import restore_rng
-
-        # rank 0 decides, so every rank resumes from the same checkpoint (or none)
-        found = store.latest_complete(self.run_dir) if self.info.is_main else None
-        path = dist.broadcast_object(str(found) if found is not None else None)
-        if path is None:
-            return False
-        ckpt = store.load(path)
-        self.policy.load_full_state_dict(ckpt.model_state)
-        if ckpt.sharded is not None:  # the back-end's own format: its weights and optimizer state, any layout
-            from slimecli.train.optim.build import keeps_optimizer_state
-
-            self.policy.load_sharded(ckpt.sharded, with_optimizer=keeps_optimizer_state(self.cfg.optimizer))
-        if ckpt.optimizer_state is not None:
-            self.policy.load_optimizer_state(ckpt.optimizer_state)
-        if ckpt.scheduler_state is not None:
-            self.scheduler.load_state_dict(ckpt.scheduler_state)
-        if ckpt.rng is not None and self.info.is_main:
-            restore_rng(ckpt.rng)
-        self.step = ckpt.step
-        self.restored_metrics = ckpt.metadata.get("metrics")
-        if self.rollout is not None and ckpt.data_position is not None:
-            self.rollout.source.load_state_dict(ckpt.data_position)
-        if self.info.is_main:
-            log.info("resumed from %s at step %d", path, self.step)
-        return True
-
-
-def _gpu_memory() -> dict[str, float]:
-    """Rank 0's peak GPU memory so far (torch's allocator), where the trainer runs on a GPU."""
-    if not torch.cuda.is_available():
-        return {}
-    return {"perf/gpu_peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30}
-
 
 def make_policy(cfg: SlimeConfig, info: dist.DistInfo, trainable: bool = True) -> PolicyBackend:
     """The back-end named by trainer.name: the policy (with its optimizer) or, not trainable, a frozen reference."""
@@ -259,14 +226,4 @@ def make_reference(cfg: SlimeConfig, info: dist.DistInfo, policy: PolicyBackend)
 
         return cast(PolicyBackend, AdapterOffPolicy(policy))
     return make_policy(cfg, info, trainable=False)
-
-
-def _logged_steps(path: Path) -> set[int]:
-    steps = set()
-    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
-        try:
-            steps.add(int(json.loads(line)["step"]))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            continue  # a line cut by a kill
-    return steps
 

@@ -68,7 +68,7 @@ class RankContext:
 
 
 class RolloutSource(Protocol):
-    def collect(self) -> Any: ...  # .samples, .train_rewards, .metrics
+    def collect(self) -> Any: ...  # .samples, .train_rewards, .metrics; None on a rank that only receives
 
     def push_weights(self, state: dict[str, torch.Tensor], version: int) -> Any: ...
 
@@ -167,11 +167,10 @@ def rank_chunks(idx: list[int], rank: int, world_size: int, micro_batch_size: in
 
 # ---- the stages ---------------------------------------------------------------------------------------------
 def rollout(source: RolloutSource | None) -> StepBatch:
-    """Rank 0 collects a rollout (``source`` is None elsewhere); every rank gets the same StepBatch."""
-    batch = None
-    if source is not None:
-        result = source.collect()
-        batch = StepBatch(result.samples, result.train_rewards, result.metrics)
+    """Rank 0 collects a rollout (elsewhere ``source`` is None or collects nothing); every rank gets the same
+    StepBatch."""
+    result = source.collect() if source is not None else None
+    batch = StepBatch(result.samples, result.train_rewards, result.metrics) if result is not None else None
     # rank 0 holds the source in a trainer, so what it sends is a StepBatch
     return cast(StepBatch, dist.broadcast_object(batch))
 

@@ -1,0 +1,84 @@
+"""Rank 0's records of a run: one RUN/metrics.jsonl row per step, the progress line, the invalid-reward count.
+
+The coordinator keeps them; no other rank writes any. A step's row is built before its checkpoint, which
+keeps it, and logged after, with the save's time: a resume logs the row of a checkpoint whose metrics line a
+kill cut off (log_lost_row).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from slimecli.observe.metrics import MetricsLogger
+from slimecli.observe.progress import RecentRewards, StepProgress, reward_text
+from slimecli.reward.stats import RewardMeter
+from slimecli.train.stages import StageTimer, StepBatch
+
+TRAIN_STAGES = ("old_logp", "ref_logp", "advantages", "update")  # what time/train_s adds up
+
+
+class StepRecords:
+    """Opened once the engines are up (and a resumed run's weights pushed), closed at the end of the run."""
+
+    def __init__(self, run_dir: Path, max_steps: int, step: int, reward_key: str | None,
+                 restored_row: dict[str, Any] | None) -> None:
+        self.meter = RewardMeter(reward_key)  # counts the invalid rewards
+        self.recent = RecentRewards()
+        self.metrics_log = MetricsLogger(run_dir, resume_step=step)
+        log_lost_row(self.metrics_log, step, restored_row)
+        self.progress = StepProgress(max_steps, step)
+
+    def row(self, step: int, batch: StepBatch, metrics: dict[str, float], evaluated: dict[str, Any],
+            timer: StageTimer, started: float) -> dict[str, Any]:
+        """Step ``step``'s metrics row (without the stage times, which the save is not yet part of)."""
+        self.meter.update(batch.samples)
+        tokens = sum(s.response_length for s in batch.samples)
+        step_s = time.perf_counter() - started
+        train_s = sum(timer.seconds[k] for k in TRAIN_STAGES)
+        return {**batch.metrics, **metrics, **evaluated, "time/step_s": step_s, "time/train_s": train_s,
+                "perf/tokens_per_s": tokens / step_s, "weight_version": step, **gpu_memory()}
+
+    def log(self, step: int, row: dict[str, Any], timer: StageTimer, batch: StepBatch, eval_line: str) -> None:
+        """The row with every stage's time to metrics.jsonl, and the step's rewards (and ``eval_line``, the
+        evaluation just run, if any) to the progress line."""
+        self.metrics_log.log(step, {**row, **timer.metrics()})
+        self.recent.add(batch.metrics.get("reward/mean"))
+        text = reward_text(batch.metrics.get("reward/mean"), self.recent)
+        if self.meter.invalid:
+            text = f"{text} ({self.meter.invalid} invalid rewards so far)"
+        if eval_line:
+            text = f"{text} | {eval_line}"
+        self.progress.update(step, text)
+
+    def close(self) -> None:
+        self.progress.close()
+        self.metrics_log.close()
+
+
+def log_lost_row(metrics_log: MetricsLogger, step: int, restored_row: dict[str, Any] | None) -> None:
+    """A kill between a checkpoint and its metrics line: log the row the checkpoint kept."""
+    if restored_row is None or step in _logged_steps(metrics_log.path):
+        return
+    metrics_log.log(step, restored_row)
+
+
+def gpu_memory() -> dict[str, float]:
+    """Rank 0's peak GPU memory so far (torch's allocator), where the trainer runs on a GPU."""
+    if not torch.cuda.is_available():
+        return {}
+    return {"perf/gpu_peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30}
+
+
+def _logged_steps(path: Path) -> set[int]:
+    steps = set()
+    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
+        try:
+            steps.add(int(json.loads(line)["step"]))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            continue  # a line cut by a kill
+    return steps
