@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +20,7 @@ import torch
 from aiohttp import web
 
 from slimecli.config.decode import spec
-from slimecli.engine.core import EngineCore, roots
+from slimecli.engine.core import EngineCore, Install, roots
 from slimecli.engine.protocol import BadRequest, parse_body
 from slimecli.model.lora import check_config, deltas, merged, read_adapter
 from slimecli.net.paths import request_dir
@@ -109,7 +108,7 @@ class AdapterRoutes:
         self.merged = name
 
     def _installer(self, targets: dict[str, torch.Tensor], new: dict[str, tuple[torch.Tensor, torch.Tensor]]
-                   ) -> Callable[[Any], None]:
+                   ) -> Install:
         def install(_model: Any) -> None:
             with torch.no_grad():
                 for module in [m for m in self.base if m not in new]:  # merged before, not by this adapter
@@ -174,7 +173,7 @@ def _shared(targets: dict[str, torch.Tensor], name: str) -> bool:
     return any(k != name and t.untyped_storage().data_ptr() == ptr for k, t in targets.items())
 
 
-def wire_config(raw: Any) -> dict[str, Any]:
+def wire_config(raw: object) -> dict[str, Any]:
     """A shared-memory push's ``lora_config`` (adapter_config.json's fields); BadRequest naming what is wrong."""
     try:
         return check_config(raw)

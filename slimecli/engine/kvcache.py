@@ -15,11 +15,11 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 GROW_MIN = 64
 
 
-class SlotLayer(DynamicLayer):
+class SlotLayer(DynamicLayer):  # type: ignore[no-untyped-call]  # transformers' cache layers are unannotated
     """One layer's keys/values [rows, heads, capacity, dim]; the first `length` columns are valid."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # unannotated in transformers
         self.length = 0
         self.kbuf: torch.Tensor | None = None
         self.vbuf: torch.Tensor | None = None

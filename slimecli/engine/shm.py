@@ -9,7 +9,6 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from slimecli.process import alive
 
@@ -23,7 +22,7 @@ def segment_dir() -> Path:
     return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
 
 
-def segment_path(name: Any) -> Path:
+def segment_path(name: object) -> Path:
     """The segment a request names; only slimecli's own segment names are accepted (never an arbitrary file)."""
     if not isinstance(name, str) or not _SEGMENT_NAME.fullmatch(name):
         raise ValueError(f"segment: must be a name {SEGMENT_PREFIX}<id> of letters, digits, '._-'")

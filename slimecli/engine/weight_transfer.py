@@ -21,11 +21,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import torch
 
 from slimecli.engine.shm import segment_path
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
@@ -41,13 +44,13 @@ def dtype_name(dtype: torch.dtype) -> str:
     raise ValueError(f"dtype {dtype} cannot be sent (allowed: {', '.join(DTYPES)})")
 
 
-def parse_dtype(name: Any, field: str) -> torch.dtype:
+def parse_dtype(name: object, field: str) -> torch.dtype:
     if isinstance(name, str) and name.removeprefix("torch.") in DTYPES:
         return DTYPES[name.removeprefix("torch.")]
     raise ValueError(f"{field}: {name!r} is not a dtype (allowed: {', '.join(DTYPES)})")
 
 
-def parse_shape(shape: Any, field: str) -> list[int]:
+def parse_shape(shape: object, field: str) -> list[int]:
     if (not isinstance(shape, list) or len(shape) > 8
             or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 40 for d in shape)):
         raise ValueError(f"{field}: must be a list of at most 8 non-negative integers")
@@ -55,6 +58,15 @@ def parse_shape(shape: Any, field: str) -> list[int]:
 
 
 # ---- shared memory --------------------------------------------------------------------------------
+class SlotJson(TypedDict):
+    """One entry of a shared-memory push's ``tensors`` manifest, as the request carries it."""
+
+    name: str
+    dtype: str  # a DTYPES key
+    shape: list[int]
+    offset: int  # bytes from the segment's start, a multiple of 64
+
+
 @dataclass(frozen=True)
 class TensorSlot:
     name: str
@@ -66,7 +78,7 @@ class TensorSlot:
     def nbytes(self) -> int:
         return math.prod(self.shape) * torch.empty((), dtype=self.dtype).element_size()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SlotJson:
         return {"name": self.name, "dtype": dtype_name(self.dtype), "shape": self.shape, "offset": self.offset}
 
 
@@ -80,7 +92,7 @@ def layout(entries: Iterable[tuple[str, torch.dtype, list[int]]]) -> tuple[list[
     return slots, max(offset, _ALIGN)
 
 
-def parse_manifest(raw: Any, size: int) -> list[TensorSlot]:
+def parse_manifest(raw: object, size: int) -> list[TensorSlot]:
     """The request's ``tensors`` list, checked against the segment's size; ValueError names the entry."""
     if not isinstance(raw, list) or not raw:
         raise ValueError("tensors: must be a non-empty list of {name, dtype, shape, offset}")
@@ -122,7 +134,7 @@ class SharedSegment:
         self._bytes = torch.frombuffer(self._map, dtype=torch.uint8)
 
     @classmethod
-    def open(cls, name: Any) -> SharedSegment:
+    def open(cls, name: object) -> SharedSegment:
         path = segment_path(name)
         if not path.is_file():
             raise FileNotFoundError(f"segment: no shared-memory segment {path.name}")
@@ -150,7 +162,7 @@ class SharedSegment:
 
 # ---- the weight-update process group --------------------------------------------------------------
 def init_weight_group(backend: str, master_address: str, master_port: int, world_size: int, rank: int,
-                      group_name: str, timeout_s: float = 300.0) -> Any:
+                      group_name: str, timeout_s: float = 300.0) -> ProcessGroup:
     """Join a new process group beside (not instead of) any default group, as SGLang's engines do."""
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
@@ -160,13 +172,14 @@ def init_weight_group(backend: str, master_address: str, master_port: int, world
     # agent's store instead of hosting this group's own (TORCHELASTIC_USE_AGENT_STORE) and nobody could join.
     store = dist.TCPStore(master_address, master_port, world_size, is_master=rank == 0, timeout=timeout)
     prefixed = c10d.PrefixStore(group_name, store)
+    group: ProcessGroup
     group, _ = c10d._new_process_group_helper(world_size, rank, [], c10d.Backend(backend), prefixed,
                                               group_name=c10d.GroupName(group_name), timeout=timeout)
     c10d._world.pg_group_ranks[group] = {i: i for i in range(world_size)}
     return group
 
 
-def destroy_weight_group(group: Any) -> None:
+def destroy_weight_group(group: ProcessGroup) -> None:
     import torch.distributed as dist
 
     dist.destroy_process_group(group)

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
 from aiohttp import web
 
-from slimecli.engine.core import EngineCore, installer
+from slimecli.engine.core import EngineCore, Install, installer
 from slimecli.engine.protocol import BadRequest
 from slimecli.engine.weight_transfer import (
     SharedSegment,
@@ -30,6 +30,9 @@ from slimecli.engine.weight_transfer import (
     parse_shape,
 )
 from slimecli.net.server import read_json
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 log = logging.getLogger("slimecli.engine")
 GROUP_TIMEOUT_S = 300.0
@@ -56,7 +59,7 @@ class WeightRoutes:
 
     def __init__(self, server: EngineCore) -> None:
         self.server = server
-        self.groups: dict[str, Any] = {}
+        self.groups: dict[str, ProcessGroup] = {}  # SGLang's weight-update groups, by group_name
         self.segment: SharedSegment | None = None  # the one the served tensors are views of, if any
         self.session_open = False  # between /begin_weight_update and /end_weight_update
         from slimecli.engine.adapters import AdapterRoutes
@@ -257,7 +260,7 @@ class WeightRoutes:
         return web.json_response({"success": True, "message": "Succeeded to destroy custom process group."})
 
     # ---- shared ---------------------------------------------------------------------------
-    async def _apply(self, install: Any, version: str | None, abort_all: bool) -> int:
+    async def _apply(self, install: Install, version: str | None, abort_all: bool) -> int:
         sch = self.server._sched
         self.lora.forget()  # whole-model tensors: the served weights are the new base
         async with self.server._update_lock:
@@ -290,6 +293,6 @@ def _version(body: dict[str, Any]) -> str | None:
     return None if version is None else str(version)
 
 
-def _int(value: Any) -> TypeGuard[int]:
+def _int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
