@@ -28,14 +28,10 @@ sessions, hidden states, ...), accepted while unset; anything else is a 400 (SGL
 from __future__ import annotations
 
 import re
-from typing import Any
+import re._parser as sre_parse  # the regex parser (sre_parse before Python 3.11)
+from typing import Any, TypedDict
 
 from slimecli.config.decode import is_int
-
-try:
-    import re._parser as sre_parse  # type: ignore[import-not-found]  # Python >= 3.11
-except ImportError:  # pragma: no cover
-    import sre_parse  # type: ignore[no-redef]
 
 MAX_STOP = 32  # SGLang's MAX_STOP_COUNT / MAX_STOP_REGEX_COUNT
 MAX_STOP_REGEX_BYTES = 256
@@ -119,7 +115,7 @@ def sampling_extras(where: str, raw: dict[str, Any], vocab_size: int) -> dict[st
     return kw
 
 
-def _logit_bias(where: str, bias: Any, vocab_size: int) -> tuple[tuple[int, float], ...]:
+def _logit_bias(where: str, bias: object, vocab_size: int) -> tuple[tuple[int, float], ...]:
     if not isinstance(bias, dict):
         raise CompatError(f"{where}: must be an object of token id -> bias")
     out: dict[int, float] = {}
@@ -137,7 +133,7 @@ def _logit_bias(where: str, bias: Any, vocab_size: int) -> tuple[tuple[int, floa
     return tuple(sorted(out.items()))
 
 
-def check_custom_params(where: str, value: Any, vocab_size: int) -> None:
+def check_custom_params(where: str, value: object, vocab_size: int) -> None:
     """Any JSON value is accepted and ignored; only SGLang's reserved reasoning key is validated."""
     if not isinstance(value, dict) or REASONING_END_KEY not in value:
         return
@@ -148,7 +144,7 @@ def check_custom_params(where: str, value: Any, vocab_size: int) -> None:
                           f"in [0, {vocab_size})")
 
 
-def check_watermark(where: str, value: Any) -> None:
+def check_watermark(where: str, value: object) -> None:
     """null and {"enabled": false} change nothing; asking for a watermark is refused (no --enable-watermark)."""
     if value is None:
         return
@@ -169,7 +165,7 @@ def check_watermark(where: str, value: Any) -> None:
     raise CompatError(f"{where}: watermarking is not enabled on this engine (SGLang needs --enable-watermark)")
 
 
-def token_ids_logprob(value: Any, count: int, parallel: bool, vocab_size: int) -> list[tuple[int, ...] | None]:
+def token_ids_logprob(value: object, count: int, parallel: bool, vocab_size: int) -> list[tuple[int, ...] | None]:
     """GenerateReqInput.token_ids_logprob, one entry per prompt: null/[] = off, a list = every prompt, a list
     of lists = one per prompt (not with n > 1), a bare id = [id]."""
     if value is None or value == []:
@@ -193,10 +189,18 @@ def token_ids_logprob(value: Any, count: int, parallel: bool, vocab_size: int) -
     return out
 
 
-def weight_version_spans(events: list[tuple[str, int]], current: str, n: int) -> list[dict[str, Any]]:
+class WeightSpan(TypedDict):
+    """Output tokens [start, end) that weight `version` produced."""
+
+    version: str
+    start: int
+    end: int
+
+
+def weight_version_spans(events: list[tuple[str, int]], current: str, n: int) -> list[WeightSpan]:
     """meta_info.weight_versions: which weights produced which output tokens. events: (version in use
     until then, output tokens at the switch), one per weight update the sequence lived through."""
-    spans: list[dict[str, Any]] = []
+    spans: list[WeightSpan] = []
     for version, end in [*events, (current, n)]:
         end = min(end, n)
         if spans and end <= spans[-1]["end"]:

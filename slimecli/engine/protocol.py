@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 T = TypeVar("T", bound="DataclassInstance")
+V = TypeVar("V")  # the type a single value decodes to
 
 MAX_N = 256
 SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # what a torch generator's manual_seed takes
@@ -151,10 +152,10 @@ def parse_body(cls: type[T], body: dict[str, Any]) -> T:
     return out
 
 
-def _decoded(value: Any, tp: Any, where: str, fs: Spec = NO_SPEC, vocab_size: int = 0) -> Any:
+def _decoded(value: object, tp: type[V], where: str, fs: Spec = NO_SPEC, vocab_size: int = 0) -> V:
     """One value through the decoder; BadRequest naming every problem."""
     errors: list[FieldError] = []
-    out = decode_value(value, tp, where, errors, fs, request(vocab_size=vocab_size))
+    out: V = decode_value(value, tp, where, errors, fs, request(vocab_size=vocab_size))
     _check(errors)
     return out
 
@@ -164,7 +165,7 @@ def token_ids(where: str, v: Any, vocab_size: int) -> list[int]:
         raise BadRequest(f"{where}: must be a list of token ids")
     if not v:
         raise BadRequest(f"{where}: is empty")
-    return _decoded(v, list[int], where, TOKEN_ID, vocab_size)  # type: ignore[no-any-return]
+    return _decoded(v, list[int], where, TOKEN_ID, vocab_size)
 
 
 def parse_sampling(where: str, raw: Any, vocab_size: int) -> SamplingParams:
@@ -246,8 +247,8 @@ def parse_generate(body: Any, vocab_size: int) -> GenerateRequest:
         batched = isinstance(text, list)
         if batched and not text:
             raise BadRequest("text: the batch is empty")
-        texts = _decoded(text, list[str] if batched else str, "text", NONEMPTY)
-        prompts = [(None, t) for t in (texts if batched else [texts])]
+        texts = _decoded(text, list[str], "text", NONEMPTY) if batched else [_decoded(text, str, "text", NONEMPTY)]
+        prompts = [(None, t) for t in texts]
     count = len(prompts)
 
     raw_sp = body.get("sampling_params")
@@ -269,6 +270,7 @@ def parse_generate(body: Any, vocab_size: int) -> GenerateRequest:
     except CompatError as exc:
         raise BadRequest(str(exc)) from None
     rid = body.get("rid")
+    rids: list[str | None]
     if rid is None:
         rids = [None] * count
     elif batched:
