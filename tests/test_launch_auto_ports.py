@@ -163,11 +163,17 @@ def test_a_complete_run_summary_shows_no_wall_time_of_the_command(tmp_path: Path
 
 @pytest.mark.slow
 def test_two_quickstarts_started_together_on_default_ports_both_finish(tmp_path: Path) -> None:
+    """Two runs at once on default ports, one with Adam and one with optimizer=stateless_adam, whose checkpoint
+    then keeps no moments (the stateless run shares this start instead of paying for one of its own)."""
+    from slimecli.checkpoint import store
+
     runs = [tmp_path / "a", tmp_path / "b"]
     argv = [sys.executable, "-m", "slimecli", "train", "trainer.max_steps=2", "trainer.nproc=1",
             "eval.at_start=false", "eval.at_end=false", "observe.report=false"]
-    procs = [subprocess.Popen([*argv, f"run.dir={run}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, start_new_session=True) for run in runs]
+    optimizers = ["optimizer=adam", "optimizer=stateless_adam"]
+    procs = [subprocess.Popen([*argv, optimizer, f"run.dir={run}"], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+             for run, optimizer in zip(runs, optimizers, strict=True)]
     try:
         outputs = [proc.communicate(timeout=900)[0] for proc in procs]
     finally:
@@ -179,3 +185,9 @@ def test_two_quickstarts_started_together_on_default_ports_both_finish(tmp_path:
         assert proc.returncode == 0, out[-4000:]
     ports = [json.loads((run / "plan.json").read_text())[0]["ports"] for run in runs]
     assert ports[0] != ports[1] and all(isinstance(p, int) for pair in ports for p in pair)
+
+    adam, stateless = (store.load(run) for run in runs)
+    assert adam.step == 2 and adam.optimizer_state is not None and (adam.path / "optimizer.pt").is_file()
+    assert stateless.step == 2 and stateless.optimizer_state is None
+    assert not (stateless.path / "optimizer.pt").exists()
+    assert stateless.metadata["optimizer"] == "stateless_adam"

@@ -41,64 +41,6 @@ def test_quickstart_reward_rises(tmp_path_factory):
     assert f"train step {QUICKSTART_STEPS}/{QUICKSTART_STEPS}" in stdout
 
 
-def test_resume_after_controller_kill(tmp_path):
-    """kill -9 the controller mid-run; the same command resumes: no finished step lost or repeated."""
-    run = tmp_path / "r"
-    args = ("trainer.max_steps=8", "trainer.save_interval=1", "trainer.nproc=1")  # one rank: ranks are not tested
-    proc = start_train(run, *args)
-    try:
-        wait_until(lambda: checkpoint.latest_complete(run) is not None and
-                   checkpoint.latest_complete(run).name == "step_3", 300, "checkpoint step_3", proc=proc)
-        children = descendants(proc.pid)
-        proc.kill()  # SIGKILL: the children must notice and go on their own
-        proc.wait()
-        assert wait_dead(children, timeout=15) == [], "children outlived the killed controller"
-    finally:
-        if proc.poll() is None:
-            kill_tree(proc)
-    done_before = checkpoint.load(run).step
-    out = run_train(run, *args)
-    assert out.returncode == 0, out.stdout[-3000:]
-    assert "resuming" in out.stdout
-    steps = [r["step"] for r in metrics(run)]
-    assert steps == list(range(1, 9)), steps
-    assert re.search(rf"train step {done_before + 1}/8", out.stdout)  # continued, not restarted
-    assert f"train step {done_before}/8" not in out.stdout.replace(f"step {done_before}/8 [", "")
-
-
-def test_engine_kill_stops_the_run_then_the_same_command_finishes(tmp_path):
-    run = tmp_path / "k"
-    args = ("trainer.max_steps=12", "trainer.save_interval=1", "trainer.nproc=1")
-    proc = start_train(run, *args)
-    try:
-        wait_until(lambda: len(metrics(run)) >= 2, 300, "two steps", proc=proc)
-        children = descendants(proc.pid)
-        (engine_pid,) = [p for p in children if b"slimecli.engine" in cmdline(p)]
-        os.kill(engine_pid, signal.SIGKILL)
-        code = proc.wait(timeout=30)  # the supervisor notices the death itself: no request has to time out
-        output = proc.stdout.read()
-    finally:
-        if proc.poll() is None:
-            kill_tree(proc)
-    assert code != 0, code
-    assert "engine-0 was killed by SIGKILL" in output
-    assert wait_dead(children, timeout=10) == []
-    out = run_train(run, *args, timeout=900)  # the same command: resumes and finishes
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "resuming" in out.stdout
-    assert [r["step"] for r in metrics(run)] == list(range(1, 13))
-
-
-def test_stateless_adam_checkpoint_has_no_moments(tmp_path):
-    run = tmp_path / "s"
-    out = run_train(run, "optimizer=stateless_adam", "trainer.max_steps=3", "trainer.save_interval=0", "trainer.nproc=1")
-    assert out.returncode == 0, out.stdout[-3000:]
-    ckpt = checkpoint.load(run)
-    assert ckpt.step == 3 and ckpt.optimizer_state is None
-    assert not (ckpt.path / "optimizer.pt").exists()
-    assert ckpt.metadata["optimizer"] == "stateless_adam"
-
-
 def test_opd_student_learns_from_teacher_with_zero_task_reward(tmp_path, tmp_path_factory):
     """A quickstart-trained teacher serves a fresh student; pure distillation closes the gap."""
     from tests.helpers import free_port
@@ -143,38 +85,74 @@ def test_opd_rejects_a_teacher_with_another_tokenizer(tmp_path):
     assert out.returncode == 2 and "teacher.model_path" in out.stderr and str(other) in out.stderr, out.stderr
 
 
-def test_fsdp_trains_checkpoints_and_resumes(tmp_path):
-    """trainer.strategy=fsdp (FSDP2 over gloo on CPU): weights gathered for sync, checkpoint, resume."""
-    run = tmp_path / "f"
-    out = run_train(run, "trainer.strategy=fsdp", "trainer.max_steps=2", "trainer.save_interval=1")
-    assert out.returncode == 0, out.stdout[-3000:]
-    first = checkpoint.load(run)
-    assert first.step == 2 and first.optimizer_state is not None
-    out = run_train(run, "trainer.strategy=fsdp", "trainer.max_steps=4", "trainer.save_interval=1")
-    assert out.returncode == 0 and "resuming" in out.stdout, out.stdout[-3000:]
-    assert [r["step"] for r in metrics(run)] == [1, 2, 3, 4]
-    assert all(r["weight_version"] == r["step"] for r in metrics(run))
-    assert (run / "final" / "model.safetensors").is_file()
+CHAIN_STEPS = 10
+CHAIN = ("trainer.strategy=fsdp", f"trainer.max_steps={CHAIN_STEPS}", "trainer.save_interval=1")  # 2 ranks
 
 
-def test_trainer_rank_kill_stops_the_run_then_resumes(tmp_path):
-    """kill -9 of a trainer rank: the controller names the trainer and exits; the same command resumes."""
-    run = tmp_path / "t"
-    args = ("trainer.max_steps=6", "trainer.save_interval=1")
-    proc = start_train(run, *args)
+def done_steps(run) -> int:
+    """The step of the run's newest complete checkpoint (0: none yet)."""
+    found = checkpoint.latest_complete(run)
+    return 0 if found is None else int(found.name.removeprefix("step_"))
+
+
+def killed(run, victim: str, after: int) -> tuple[int, str, int]:
+    """Start the run's command, wait for a checkpoint past step `after`, kill -9 the victim (controller, a trainer
+    rank or the engine); return the controller's exit code, its output, and the step checkpointed by then."""
+    proc = start_train(run, *CHAIN)
     try:
-        wait_until(lambda: checkpoint.latest_complete(run) is not None, 300, "a first checkpoint", proc=proc)
+        wait_until(lambda: done_steps(run) > after, 300, f"a checkpoint after step {after}", proc=proc)
         children = descendants(proc.pid)
-        ranks = [p for p in children if b"-m\x00slimecli.train" in cmdline(p) and b"torch.distributed.run" not in cmdline(p)]
-        assert len(ranks) == 2, [(cmdline(p)) for p in children]
-        os.kill(ranks[1], signal.SIGKILL)
-        code = proc.wait(timeout=60)
-        output = proc.stdout.read()
+        if victim == "controller":
+            proc.kill()  # SIGKILL: the children must notice and go on their own
+        elif victim == "trainer rank":
+            ranks = [p for p in children if b"-m\x00slimecli.train" in cmdline(p)
+                     and b"torch.distributed.run" not in cmdline(p)]
+            assert len(ranks) == 2, [cmdline(p) for p in children]
+            os.kill(ranks[1], signal.SIGKILL)
+        else:
+            (engine_pid,) = [p for p in children if b"slimecli.engine" in cmdline(p)]
+            os.kill(engine_pid, signal.SIGKILL)
+        code = proc.wait(timeout=60)  # the supervisor notices the death itself: no request has to time out
+        output = proc.stdout.read() if proc.stdout else ""
     finally:
         if proc.poll() is None:
             kill_tree(proc)
-    assert code != 0 and "trainer exited" in output
-    assert wait_dead(children, timeout=15) == []
-    out = run_train(run, *args)
-    assert out.returncode == 0 and "resuming" in out.stdout, out.stdout[-3000:]
-    assert [r["step"] for r in metrics(run)] == list(range(1, 7))
+    assert wait_dead(children, timeout=15) == [], f"children outlived the killed {victim}"
+    done = checkpoint.load(run).step
+    assert after < done < CHAIN_STEPS, (after, done)
+    return code, output, done
+
+
+def assert_continues(output: str, done: int) -> None:
+    """A resumed command: it says so, and its first trained step is the one after its checkpoint's."""
+    assert "resuming" in output, output[-3000:]
+    printed = [int(k) for k in re.findall(rf"train step (\d+)/{CHAIN_STEPS}", output)]
+    assert printed and printed[0] == done + 1 and sorted(set(printed)) == printed, (done, printed)
+
+
+def test_fsdp_run_killed_three_ways_resumes_each_time_without_losing_a_step(tmp_path):
+    """trainer.strategy=fsdp (FSDP2 over gloo, 2 ranks, weights gathered for sync), a checkpoint every step, kill -9
+    in turn of the controller, a trainer rank and the engine: each stops the run, and the same command resumes
+    at the step after its checkpoint (optimizer state included); metrics.jsonl ends with every step once."""
+    run = tmp_path / "k"
+    code, _, done = killed(run, "controller", 2)
+    assert code == -signal.SIGKILL
+    assert checkpoint.load(run).optimizer_state is not None  # FSDP's sharded Adam state, gathered
+
+    code, output, after_rank = killed(run, "trainer rank", done)
+    assert code != 0 and "trainer exited" in output, output[-3000:]
+    assert_continues(output, done)
+
+    code, output, after_engine = killed(run, "engine", after_rank)
+    assert code != 0 and "engine-0 was killed by SIGKILL" in output, output[-3000:]
+    assert_continues(output, after_rank)
+
+    out = run_train(run, *CHAIN, timeout=900)  # the same command: resumes and finishes
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert_continues(out.stdout, after_engine)
+    rows = metrics(run)
+    assert [r["step"] for r in rows] == list(range(1, CHAIN_STEPS + 1))  # none lost, none repeated
+    assert all(r["weight_version"] == r["step"] for r in rows)
+    last = checkpoint.load(run)
+    assert last.step == CHAIN_STEPS and last.optimizer_state is not None
+    assert (run / "final" / "model.safetensors").is_file()
