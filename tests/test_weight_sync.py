@@ -197,9 +197,9 @@ def test_update_outside_a_session_is_refused_and_rank_0_stops_waiting(engine: En
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The engine refuses before it joins the broadcast; rank 0 says so instead of blocking in its broadcast.
     (Inside a session the same push succeeds: test_each_kind_makes_the_engine_serve_the_new_weights, nccl.)"""
-    import slimecli.train.weight_sync as weight_sync
+    from slimecli.train.weight_sync import group
 
-    monkeypatch.setattr(weight_sync, "GROUP_NAME", "slimecli_weight_update_sessionless")  # this group is abandoned
+    monkeypatch.setattr(group, "GROUP_NAME", "slimecli_weight_update_sessionless")  # this group is abandoned
     path, hf = models[1]
     cfg = load([f"model.path={engine.model_path}", "trainer.weight_sync=nccl", "rollout.request_timeout_s=30"])
     side = Coordinator(engine.url)

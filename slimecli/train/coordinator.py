@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from slimecli.train.backend import PolicyBackend
     from slimecli.train.records import StepRecords
     from slimecli.train.stages import StageTimer, StepBatch
-    from slimecli.train.sync_base import WeightSync
+    from slimecli.train.weight_sync.base import WeightSync
 
 log = logging.getLogger("slimecli.train")
 

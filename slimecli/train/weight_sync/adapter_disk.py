@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from slimecli.config.schema import SlimeConfig
-from slimecli.train.sync_base import DeferredDelivery, Runner, _check, _gather, _ready
+from slimecli.train.weight_sync.base import DeferredDelivery, Runner, _check, _gather, _ready
 
 
 class AdapterDiskSync(DeferredDelivery):

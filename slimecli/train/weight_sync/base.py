@@ -1,6 +1,6 @@
-"""What every way of handing weights to the engines shares (slimecli.train.weight_sync, adapter_sync): the
-WeightSync protocol rank 0 drives, the runner of rank 0's event loop, and the checks of the engines' replies.
-Its own module so that the kinds and the factory that picks one import it, not each other."""
+"""What every way of handing weights to the engines shares: the WeightSync protocol rank 0 drives, the runner
+of rank 0's event loop, and the checks of the engines' replies. Its own module so that the kinds and the
+factory that picks one (the package's __init__) import it, not each other."""
 
 from __future__ import annotations
 
