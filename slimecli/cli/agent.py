@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from slimecli.cli.common import OVERRIDES, RecipeDirOption, echo_err, fail, load_config_or_exit, split_overrides
+from slimecli.cli.common import (
+    OVERRIDES,
+    RecipeDirOption,
+    command_group,
+    echo_err,
+    fail,
+    load_config_or_exit,
+    split_overrides,
+)
 
 if TYPE_CHECKING:
     from slimecli.config.errors import ConfigError
@@ -36,13 +44,11 @@ EPILOG = """[bold]Examples[/]
 def _config(ctx: typer.Context, recipe_dir: list[str],
             preflight: Callable[[SlimeConfig], list[ConfigError]]) -> SlimeConfig:
     """The composed config (its rules) and the command's pre-flight (slimecli.launch.preflight): exit 2 on any."""
-    from slimecli.config.errors import ConfigErrors
+    from slimecli.cli.serve import served_config
     from slimecli.model.loading import set_trust_remote_code
 
-    cfg = load_config_or_exit(split_overrides(ctx.args), recipe_dir, uses_agent=True)
-    errors = preflight(cfg)
-    if errors:
-        fail(ConfigErrors(errors).render())
+    overrides = split_overrides(ctx.args)
+    cfg = served_config(load_config_or_exit(overrides, recipe_dir, uses_agent=True), overrides, preflight)
     set_trust_remote_code(cfg.model.trust_remote_code)  # the adapter's tokenizer loads in this process
     return cfg
 
@@ -84,24 +90,6 @@ def _usage(service) -> str:
     return f"base URL: {url}"
 
 
-def _run_until_signal(coro):
-    """asyncio.run, with SIGTERM / SIGINT cancelling the main task so every `finally` (engine, CLI) runs."""
-    import asyncio
-    import signal
-
-    async def main():
-        task = asyncio.ensure_future(coro)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, task.cancel)
-        try:
-            return await task
-        except asyncio.CancelledError:
-            raise KeyboardInterrupt from None
-
-    return asyncio.run(main())
-
-
 def _show_turn() -> Callable[[str, Any], None]:
     """Each model turn as it ends: its number, its tokens, the tools it called (the text goes to the transcript)."""
     count = [0]
@@ -115,13 +103,13 @@ def _show_turn() -> Callable[[str, Any], None]:
 
 
 def register(app: typer.Typer) -> None:
-    agent_app = typer.Typer(help="Coding-agent back-ends: LLM API adapters over the rollout engine, CLI harnesses.",
-                            no_args_is_help=True)
-    app.add_typer(agent_app, name="agent")
+    agent_app = command_group(app, "agent", "Coding-agent back-ends: LLM API adapters over the rollout engine, CLI "
+                                            "harnesses.")
 
     @agent_app.command("serve", context_settings=OVERRIDES, epilog=EPILOG)
     def serve(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> None:
         """Start the engine (or use agent.engine_url) and the agent's adapter; print how to point the CLI at it."""
+        from slimecli.cli.serve import run_until_signal
         from slimecli.launch.preflight import agent_serve_errors
 
         cfg = _config(ctx, recipe_dir, agent_serve_errors)
@@ -140,7 +128,7 @@ def register(app: typer.Typer) -> None:
                 await service.stop()
 
         try:
-            _run_until_signal(main())
+            run_until_signal(main())
         except KeyboardInterrupt:
             pass
         except (RuntimeError, OSError) as exc:
@@ -150,6 +138,7 @@ def register(app: typer.Typer) -> None:
     def run(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> None:
         """Run one task in a sandbox against the adapter: task.prompt (optionally in task.workdir), or a SWE task
         (task=swe task.instance=ID) whose diff is graded by its tests; write the captured samples as JSONL."""
+        from slimecli.cli.serve import run_until_signal
         from slimecli.launch.preflight import agent_run_errors
 
         cfg = _config(ctx, recipe_dir, agent_run_errors)
@@ -170,7 +159,7 @@ def register(app: typer.Typer) -> None:
                 await service.stop()
 
         try:
-            samples = _run_until_signal(main())
+            samples = run_until_signal(main())
         except KeyboardInterrupt:
             fail("agent run: interrupted", code=130)
         except (RuntimeError, OSError) as exc:

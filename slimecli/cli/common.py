@@ -17,6 +17,13 @@ RecipeDirOption = typer.Option(
     [], "--recipe-dir", "-r", help="Extra directory of recipe YAML files (repeatable); also $SLIMECLI_RECIPE_PATH.")
 
 
+def command_group(app: typer.Typer, name: str, help: str) -> typer.Typer:
+    """`slimecli NAME ...`: a group of sub-commands added to `app`; called bare, it shows its help."""
+    group = typer.Typer(help=help, no_args_is_help=True)
+    app.add_typer(group, name=name)
+    return group
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print `message` in red on stderr and exit with `code` (2: a usage or config error)."""
     typer.secho(message, fg=typer.colors.RED, err=True)

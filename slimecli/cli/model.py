@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import typer
 
+from slimecli.cli.common import command_group
+
 
 def register(app: typer.Typer) -> None:
-    model_app = typer.Typer(help="The policy model: create the built-in tiny model.", no_args_is_help=True)
+    model_app = command_group(app, "model", "The policy model: create the built-in tiny model.")
 
     @model_app.command("init", epilog="""[bold]Examples[/]
 
@@ -39,4 +41,3 @@ def register(app: typer.Typer) -> None:
             fail(str(exc))
         typer.echo(f"tiny model written to {out} (seed {seed}); use it with model.path={out}")
 
-    app.add_typer(model_app, name="model")

@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
-from slimecli.cli.common import OVERRIDES, RecipeDirOption, fail, load_config_or_exit, split_overrides
+from slimecli.cli.common import OVERRIDES, RecipeDirOption, command_group, load_config_or_exit, split_overrides
 
 if TYPE_CHECKING:
     from slimecli.config.schema import SlimeConfig
@@ -30,46 +29,34 @@ EPILOG = """[bold]Examples[/]
 def _with_teacher_model(cfg: SlimeConfig, overrides: list[str]) -> SlimeConfig:
     """teacher=server serving teacher.model_path, else model.path, else the tiny model (made on first use);
     refused with the pre-flight's messages (those `config validate` prints) when it cannot be served here."""
-    from slimecli.config.errors import ConfigErrors
+    from slimecli.cli.serve import served_config
     from slimecli.launch.free_ports import with_free_teacher_port
     from slimecli.launch.preflight import teacher_serve_errors, teacher_source
 
     key, path = teacher_source(cfg)
     served = replace(cfg, teacher=replace(cfg.teacher, name="server", url=None, model_path=path))
-    try:
-        served = with_free_teacher_port(served)  # teacher.port=auto: a free one, printed with the URL below
-    except ConfigErrors as exc:
-        fail(exc.render())
-    errors = teacher_serve_errors(served, key)
-    if errors:
-        fail(ConfigErrors(errors).render())
-    run = cfg.run
-    if not any(o.startswith(("run.name=", "run.dir=")) for o in overrides):
-        run = replace(run, name="teacher")
-    return replace(served, run=run, teacher=replace(served.teacher, model_path=str(Path(path).expanduser().absolute())))
+    # teacher.port=auto: a free one, printed with the URL below
+    served = served_config(served, overrides, lambda c: teacher_serve_errors(c, key), name="teacher",
+                           ports=with_free_teacher_port)
+    return replace(served, teacher=replace(served.teacher, model_path=str(Path(path).expanduser().absolute())))
 
 
 def register(app: typer.Typer) -> None:
-    teacher_app = typer.Typer(help="The teacher server (log-probs and samples of a frozen model over HTTP).",
-                              no_args_is_help=True)
-    app.add_typer(teacher_app, name="teacher")
+    teacher_app = command_group(app, "teacher", "The teacher server (log-probs and samples of a frozen model over "
+                                                "HTTP).")
 
     @teacher_app.command("serve", context_settings=OVERRIDES, epilog=EPILOG)
     def serve(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> None:
         """Serve a checkpoint: /generate, /healthz, /detect, /info, /get_loads, /update_weights_from_disk."""
-        from slimecli.config.errors import ConfigErrors
+        from slimecli.cli.serve import run_dir_or_exit
+        from slimecli.config.layout import teacher_address
         from slimecli.launch.plan import teacher_plan
-        from slimecli.launch.rundir import prepare, write_plan
+        from slimecli.launch.rundir import write_plan
         from slimecli.launch.supervisor import Supervisor
 
         overrides = split_overrides(ctx.args)
         cfg = _with_teacher_model(load_config_or_exit(overrides, recipe_dir), overrides)
-        try:
-            run = prepare(cfg, sys.argv, overrides)
-        except ConfigErrors as exc:  # the run directory is in use, or holds another run
-            fail(exc.render())
-        from slimecli.config.layout import teacher_address
-
+        run = run_dir_or_exit(cfg, overrides)
         t = cfg.teacher
         host, port = teacher_address(cfg, cfg.cluster.node_rank)  # teacher.every_node: this node's address
         typer.echo(f"teacher: run dir {run.path}; {t.tp * t.dp} rank(s) (tp={t.tp}, dp={t.dp}); "
