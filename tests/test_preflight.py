@@ -202,3 +202,28 @@ def test_port_problem() -> None:
         assert preflight.port_problem("127.0.0.1", port) == f"127.0.0.1:{port} is in use"
     assert preflight.port_problem("127.0.0.1", port) is None  # closed again (a TIME_WAIT port is no problem)
     assert "cannot" in (preflight.port_problem("no-such-host.invalid", 1) or "")
+
+
+def test_plugin_functions_are_looked_for_before_anything_starts(tmp_path: Path) -> None:
+    """rollout.generate, trainer.advantage_estimator and trainer.policy_loss given as import paths: the config
+    layer checks the text, pre-flight finds the function (nothing imported), and every command that reads a
+    config (a finished run's too) reports all of them at once, before it starts anything."""
+    (tmp_path / "mine.py").write_text("def other(batch, cfg):\n    return batch\n")
+    bad = [f"rollout.generate={tmp_path}/mine.py:collect", "trainer.advantage_estimator=no_such_pkg.adv:fn",
+           f"trainer.policy_loss={tmp_path}/gone.py:loss"]
+    lines = [f"rollout.generate: cannot find the rollout function: file {tmp_path}/mine.py defines no 'collect'; "
+             f"it defines: other (got '{tmp_path}/mine.py:collect')",
+             "trainer.advantage_estimator: cannot find the advantage estimator: module no_such_pkg.adv not found on "
+             "the Python path (got 'no_such_pkg.adv:fn')",
+             f"trainer.policy_loss: cannot find the policy loss: file {tmp_path}/gone.py does not exist "
+             f"(got '{tmp_path}/gone.py:loss')"]
+    assert errors(invoke_cli("config", "validate", *bad)) == lines
+    assert errors(invoke_cli("train", *bad, f"run.dir={tmp_path / 'run'}")) == lines
+    assert errors(invoke_cli("eval", *bad, f"run.root={tmp_path}")) == lines
+    run = tmp_path / "done"
+    (run / "final").mkdir(parents=True)
+    (run / "final" / "config.json").write_text("{}")
+    (run / "config.yaml").write_text(invoke_cli("config", "show").stdout)
+    assert errors(invoke_cli("eval", f"run.dir={run}", *bad)) == lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["done", "mine.py"]  # nothing was started
+    assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "final"]

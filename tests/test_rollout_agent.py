@@ -14,6 +14,7 @@ import pytest
 from slimecli.agent.training import collector as agent_rollout
 from slimecli.config.compose import load
 from slimecli.config.errors import ConfigErrors
+from slimecli.launch.source_checks import load as preflight_load
 from slimecli.rollout.data import PromptSource
 from slimecli.rollout.sample import Sample, Status
 
@@ -223,8 +224,12 @@ def test_generate_rules():
         load(["rollout.generate=agent", "agent=codex"])
     with pytest.raises(ConfigErrors, match="per_rollout"):
         config("trainer.loss_reduction=per_token")
-    with pytest.raises(ConfigErrors, match="cannot find the rollout function"):
-        load(["rollout.generate=no_such_pkg.mod:fn"])
+    assert load(["rollout.generate=no_such_pkg.mod:fn"]).rollout.generate == "no_such_pkg.mod:fn"  # the text is well-formed
+    with pytest.raises(ConfigErrors, match="rollout.generate: cannot find the rollout function: module no_such_pkg.mod "
+                                           "not found on the Python path"):
+        preflight_load(["rollout.generate=no_such_pkg.mod:fn"])  # whether it is there: pre-flight
+    with pytest.raises(ConfigErrors, match="rollout.generate: cannot find the rollout function: 'mod:' has no "):
+        load(["rollout.generate=mod:"])  # a malformed path: the config rule
     assert load(["rollout.generate=slimecli.agent.training.collector:AgentRollout"]).rollout.generate.endswith(":AgentRollout")
     with pytest.raises(ConfigErrors, match="did you mean 'mask'"):
         config("agent.on_timeout=maks")

@@ -13,6 +13,7 @@ import torch
 from slimecli.config.compose import load
 from slimecli.config.errors import ConfigErrors
 from slimecli.config.groups.trainer import TrainerConfig
+from slimecli.launch.source_checks import load as preflight_load
 from slimecli.rollout.sample import Sample
 from slimecli.train import advantages as A
 from slimecli.train import losses as L
@@ -176,9 +177,20 @@ def test_config_rejects_unknown_names_with_a_did_you_mean():
     assert "gspo" not in msg  # deprecated: accepted, not advertised
     (msg,) = errors_of(["trainer.policy_loss=ppo_clp"])
     assert msg.startswith("trainer.policy_loss: not an allowed value (got 'ppo_clp')") and "'ppo_clip'" in msg
-    (msg,) = errors_of(["trainer.advantage_estimator=slimecli.train.advantages:nope"])
-    assert msg.startswith("trainer.advantage_estimator: cannot find the advantage estimator: module "
-                          "slimecli.train.advantages defines no 'nope'")
+    (msg,) = errors_of(["trainer.policy_loss=losses.py"])  # the text alone: the config rule
+    assert msg.startswith("trainer.policy_loss: not an allowed value (got 'losses.py')")
+    (msg,) = errors_of(["trainer.policy_loss=losses.py:"])
+    assert msg.startswith("trainer.policy_loss: cannot find the policy loss: 'losses.py:' has no ':function' part")
+    # whether the function is there: pre-flight, which every command reads its config through
+    spec = "slimecli.train.advantages:nope"
+    assert load([f"trainer.advantage_estimator={spec}"]).trainer.advantage_estimator == spec
+    with pytest.raises(ConfigErrors) as info:
+        preflight_load([f"trainer.advantage_estimator={spec}", "trainer.policy_loss=/no/such/loss.py:f"])
+    estimator, loss = (e.render() for e in info.value.errors)
+    assert estimator.startswith("trainer.advantage_estimator: cannot find the advantage estimator: module "
+                                "slimecli.train.advantages defines no 'nope'; it defines: ")
+    assert loss == "trainer.policy_loss: cannot find the policy loss: file /no/such/loss.py does not exist " \
+                   "(got '/no/such/loss.py:f')"
     (msg,) = errors_of(["trainer.importance_level=seq"])
     assert msg.startswith("trainer.importance_level: not an allowed value (got 'seq')")
 

@@ -1,7 +1,8 @@
 """Functions named by an import path: `package.module:function` or `/path/to/file.py:function`.
 
 A config names user functions this way (reward.path, rollout.generate, trainer.advantage_estimator,
-trainer.policy_loss). `check_import_path` validates such a path for the config rules without importing
+trainer.policy_loss). `syntax_error` is the config rules' check (the text alone); `check_import_path` is
+pre-flight's (slimecli/launch/source_checks.py): it finds the file or module and reads it without importing
 (or executing) anything, so `slimecli config` stays fast and never pulls in torch through a user module;
 `load` imports the function when the package that calls it needs it (the project's one loader).
 """
@@ -40,6 +41,15 @@ def split_path(spec: str) -> tuple[str, str, bool]:
     if not is_file and not all(part.isidentifier() for part in target.split(".")):
         raise ValueError(f"{target!r} is neither a module name nor a .py file")
     return target, attr, is_file
+
+
+def syntax_error(spec: str) -> str | None:
+    """Why `spec` is not a well-formed import path, or None; reads nothing."""
+    try:
+        split_path(spec)
+    except ValueError as exc:
+        return f"{exc}; {FORMAT_HINT}"
+    return None
 
 
 def _find_module_spec(name: str) -> importlib.machinery.ModuleSpec | None:
@@ -115,10 +125,10 @@ def _check_defined(source_path: Path, attr: str, where: str) -> str | None:
 
 def check_import_path(spec: str) -> str | None:
     """Why `spec` cannot name a function, or None when it looks loadable. Imports nothing."""
-    try:
-        target, attr, is_file = split_path(spec)
-    except ValueError as exc:
-        return f"{exc}; {FORMAT_HINT}"
+    problem = syntax_error(spec)
+    if problem:
+        return problem
+    target, attr, is_file = split_path(spec)
     if is_file:
         path = Path(target).expanduser()
         if not path.is_file():

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from slimecli.config.errors import ConfigError, allowed_hint
-from slimecli.config.import_path import PATH_HINT, check_import_path, is_import_path, load
+from slimecli.config.import_path import PATH_HINT, is_import_path, load, syntax_error
 
 # The packages whose plugins.py declares built-ins, imported before the first lookup (each imports only this
 # module: declaring stays cheap and torch-free). The layer test keeps this list equal to the files.
@@ -145,9 +145,10 @@ class Registry:
         raise UnknownPluginError(f"{self.config_key}: unknown {self.kind} {name!r}; {hint}")
 
     def config_error(self, value: str, what: str = "not an allowed value") -> ConfigError | None:
-        """The config rule for a field this registry backs: a known name, or a loadable-looking import path."""
+        """The config rule for a field this registry backs: a known name, or a well-formed import path (whether
+        its function is there is read in pre-flight: slimecli/launch/source_checks.py `plugin_functions`)."""
         if is_import_path(value) and self.paths:
-            problem = check_import_path(value)
+            problem = syntax_error(value)
             return ConfigError(self.config_key, value, f"cannot find the {self.kind}: {problem}") if problem else None
         if self.knows(value):
             return None

@@ -55,7 +55,7 @@ def from_run(run_dir: Path, overrides: list[str]) -> tuple[SlimeConfig, int]:
     from slimecli.config.port import AUTO
     from slimecli.config.rules import check_all
     from slimecli.launch.plan import CONFIG_FILE
-    from slimecli.launch.source_checks import reward_functions
+    from slimecli.launch.source_checks import plugin_functions, reward_functions
 
     config = run_dir / CONFIG_FILE
     if not config.is_file():
@@ -89,7 +89,7 @@ def from_run(run_dir: Path, overrides: list[str]) -> tuple[SlimeConfig, int]:
     data["run"].update(dir=None, root=str((run_dir / EVALS_DIR).resolve()), name=FINAL_DIR)
     cfg = build(SlimeConfig, data, "", errors)
     if cfg is not None:
-        errors.extend(check_all(cfg) + reward_functions(cfg))
+        errors.extend(check_all(cfg) + reward_functions(cfg) + plugin_functions(cfg))
     if errors or cfg is None:
         raise ConfigErrors(errors)
     return cfg, frozen.trainer.max_steps

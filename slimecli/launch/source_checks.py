@@ -1,6 +1,7 @@
 """Pre-flight for the files a config names: the model and teacher checkpoints, the task file (every SWE row
-parsed, the built-in sets built with git) and each eval dataset's, and the reward functions (the run's and each
-eval dataset's, found without importing them). The config layer checks only what the
+parsed, the built-in sets built with git) and each eval dataset's, the reward functions (the run's and each
+eval dataset's) and the functions rollout.generate, trainer.advantage_estimator and trainer.policy_loss name
+by import path (found without importing them). The config layer checks only what the
 config says; every command reads its config through `load` here, so these are reported with the rules'
 errors, all at once, before anything starts."""
 
@@ -14,7 +15,8 @@ from slimecli.config.errors import ConfigError, did_you_mean
 from slimecli.config.eval_settings import dataset_reward, dataset_task
 from slimecli.config.groups.reward import RewardConfig
 from slimecli.config.groups.task import TaskConfig
-from slimecli.config.import_path import FORMAT_HINT, check_import_path
+from slimecli.config.import_path import FORMAT_HINT, check_import_path, is_import_path, syntax_error
+from slimecli.config.registry import ADVANTAGE_ESTIMATORS, GENERATE_KINDS, POLICY_LOSSES
 from slimecli.config.schema import SlimeConfig
 
 MAX_LISTED = 20  # row errors shown in full; the rest are counted
@@ -28,7 +30,7 @@ def load(overrides: Sequence[str] = (), recipe_dirs: tuple[str, ...] = (), uses_
 
 
 def source_errors(cfg: SlimeConfig) -> list[ConfigError]:
-    errors = model_dirs(cfg) + teacher_dir(cfg) + task_errors(cfg.task) + reward_functions(cfg)
+    errors = model_dirs(cfg) + teacher_dir(cfg) + task_errors(cfg.task) + reward_functions(cfg) + plugin_functions(cfg)
     for i, ds in enumerate(cfg.eval.datasets):
         if ds.task != "quickstart":
             errors += _scoped(task_errors(dataset_task(ds, cfg.task)), f"eval.datasets[{i}]")
@@ -48,6 +50,19 @@ def reward_functions(cfg: SlimeConfig) -> list[ConfigError]:
 def reward_function(reward: RewardConfig, key: str) -> list[ConfigError]:
     problem = check_import_path(reward.path) if reward.path is not None else None
     return [ConfigError(key, reward.path, f"cannot find the reward function: {problem}", FORMAT_HINT)] if problem else []
+
+
+def plugin_functions(cfg: SlimeConfig) -> list[ConfigError]:
+    """A plugin field given as an import path names a function that is there (nothing is imported); a malformed
+    path is the config rule's error, reported there once."""
+    errors = []
+    for registry, value in ((GENERATE_KINDS, cfg.rollout.generate),
+                            (ADVANTAGE_ESTIMATORS, cfg.trainer.advantage_estimator),
+                            (POLICY_LOSSES, cfg.trainer.policy_loss)):
+        problem = check_import_path(value) if is_import_path(value) and syntax_error(value) is None else None
+        if problem:
+            errors.append(ConfigError(registry.config_key, value, f"cannot find the {registry.kind}: {problem}"))
+    return errors
 
 
 def _checkpoint(path: str, key: str) -> list[ConfigError]:
