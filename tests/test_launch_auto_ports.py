@@ -1,5 +1,6 @@
 """Ports are "auto" by default: each run picks free ports when it starts, writes them into its config.yaml
-and plan.json, and a second run on the same machine does not fail for a port the first one holds."""
+and plan.json, and a second run on the same machine does not fail for a port the first one holds. The two runs
+started together are also the end-to-end tests of a junk-returning python reward and of stateless Adam."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import socket
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ from slimecli.launch import controller
 from slimecli.launch.free_ports import with_free_ports, with_free_rollout_port
 from slimecli.launch.rundir import prepare
 from slimecli.net.ports import free_ports
+from slimecli.observe.metrics import read_metrics
 from tests.helpers import ROOT, invoke_cli
 
 
@@ -161,19 +164,55 @@ def test_a_complete_run_summary_shows_no_wall_time_of_the_command(tmp_path: Path
     assert "wall time" not in out.getvalue() and out.getvalue().startswith("run summary")
 
 
+JUNK_REWARD = textwrap.dedent('''
+    def score(sample):
+        kind = sample.index % 4
+        if kind == 0:
+            return {"score": 1.0, "acc": True, "pred": sample.response[:5]}
+        if kind == 1:
+            return "not a number"
+        if kind == 2:
+            raise ValueError("this reward function fails on purpose")
+        return {"acc": False}  # no reward.key in it
+''')
+
+
+def check_junk_rewards(run: Path, stdout: str) -> None:
+    """What only a real run shows of `reward=python` with a reward that returns dicts, strings and raises: invalid
+    rewards counted by reason in metrics.jsonl, the failing function's traceback once in the run log, and the
+    invalid count on the progress line."""
+    rows = read_metrics(run)
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:
+        quarter = row["reward/count"] / 4
+        reasons = {k: v for k, v in row.items() if k.startswith("reward/invalid/")}
+        assert row["reward/invalid/string"] == quarter and row["reward/invalid/reward_error"] == quarter
+        assert len(reasons) == 3 and sum(reasons.values()) == 3 * quarter, reasons  # and the dict without score
+        assert row["reward/invalid"] == 3 * quarter and row["reward/valid"] == quarter
+        assert row["reward/mean"] == 1.0 and row["reward/key/score/mean"] == 1.0  # the valid ones only
+        assert "reward/key/acc/mean" in row and "reward/key/pred/mean" not in row  # per-key means of dict rewards
+    log = (run / "logs" / "trainer.log").read_text(errors="replace")
+    assert log.count("ValueError: this reward function fails on purpose") == 1  # the traceback, once
+    assert log.count("samples have no reward (metadata.reward_error): ValueError") >= 2  # a summary per scoring
+    assert f"({int(rows[-1]['reward/invalid'] * 2)} invalid rewards so far)" in stdout  # the progress line
+
+
 @pytest.mark.slow
-def test_two_quickstarts_started_together_on_default_ports_both_finish(tmp_path: Path) -> None:
-    """Two runs at once on default ports, one with Adam and one with optimizer=stateless_adam, whose checkpoint
-    then keeps no moments (the stateless run shares this start instead of paying for one of its own)."""
+def test_two_runs_started_together_on_default_ports_both_finish(tmp_path: Path) -> None:
+    """Two runs at once on default ports, each also a test of its own so that it costs no start of its own:
+    `reward=python` with a reward returning junk (Adam), and optimizer=stateless_adam, whose checkpoint then
+    keeps no moments."""
     from slimecli.checkpoint import store
 
-    runs = [tmp_path / "a", tmp_path / "b"]
+    reward = tmp_path / "my_reward.py"
+    reward.write_text(JUNK_REWARD)
+    runs = [tmp_path / "junk", tmp_path / "stateless"]
     argv = [sys.executable, "-m", "slimecli", "train", "trainer.max_steps=2", "trainer.nproc=1",
             "eval.at_start=false", "eval.at_end=false", "observe.report=false"]
-    optimizers = ["optimizer=adam", "optimizer=stateless_adam"]
-    procs = [subprocess.Popen([*argv, optimizer, f"run.dir={run}"], cwd=ROOT, stdout=subprocess.PIPE,
+    own = [["reward=python", f"reward.path={reward}:score", "reward.key=score"], ["optimizer=stateless_adam"]]
+    procs = [subprocess.Popen([*argv, *overrides, f"run.dir={run}"], cwd=ROOT, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
-             for run, optimizer in zip(runs, optimizers, strict=True)]
+             for run, overrides in zip(runs, own, strict=True)]
     try:
         outputs = [proc.communicate(timeout=900)[0] for proc in procs]
     finally:
@@ -186,6 +225,7 @@ def test_two_quickstarts_started_together_on_default_ports_both_finish(tmp_path:
     ports = [json.loads((run / "plan.json").read_text())[0]["ports"] for run in runs]
     assert ports[0] != ports[1] and all(isinstance(p, int) for pair in ports for p in pair)
 
+    check_junk_rewards(runs[0], outputs[0])
     adam, stateless = (store.load(run) for run in runs)
     assert adam.step == 2 and adam.optimizer_state is not None and (adam.path / "optimizer.pt").is_file()
     assert stateless.step == 2 and stateless.optimizer_state is None
