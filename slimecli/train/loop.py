@@ -62,6 +62,7 @@ class Trainer:
 
     # ---- the run ----------------------------------------------------------------------------------
     def run(self) -> None:
+        """resume -> start -> train_step until trainer.max_steps -> export_final; cleanup whatever happens."""
         resumed = self.resume()
         self.start(resumed)
         try:
