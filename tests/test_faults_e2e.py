@@ -24,9 +24,9 @@ def garble(path):
 
 
 def test_teacher_kill_then_a_damaged_checkpoint_then_none_usable(tmp_path):
-    """One OPD run dir, three faults in turn. kill -9 of the teacher server mid-run stops the run, naming it. Its
-    newest checkpoint is then damaged by hand: the same command skips it with a warning naming it, resumes from
-    the one before and finishes the run. Then no usable checkpoint: exit 2 naming the file."""
+    """Three faults in turn in one OPD run dir: kill -9 of the teacher server mid-run stops the run naming it; its
+    newest checkpoint damaged by hand is skipped by the same command with a warning naming it, which resumes from
+    the one before and finishes; with no usable checkpoint left, exit 2 naming the file."""
     from slimecli.model.tiny import create_tiny_model
 
     teacher = create_tiny_model(tmp_path / "teacher", seed=1)  # the student's tokenizer, other weights
