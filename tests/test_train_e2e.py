@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import threading
 
 import pytest
 
@@ -89,18 +90,23 @@ CHAIN_STEPS = 10
 CHAIN = ("trainer.strategy=fsdp", f"trainer.max_steps={CHAIN_STEPS}", "trainer.save_interval=1")  # 2 ranks
 
 
-def done_steps(run) -> int:
-    """The step of the run's newest complete checkpoint (0: none yet)."""
-    found = checkpoint.latest_complete(run)
-    return 0 if found is None else int(found.name.removeprefix("step_"))
+def read_lines(proc, lines: list[str]) -> None:
+    for line in proc.stdout:
+        lines.append(line)
 
 
 def killed(run, victim: str, after: int) -> tuple[int, str, int]:
-    """Start the run's command, wait for a checkpoint past step `after`, kill -9 the victim (controller, a trainer
-    rank or the engine); return the controller's exit code, its output, and the step checkpointed by then."""
+    """Start the run's command, wait until it reports the step after `after` (checkpointed before it is reported),
+    kill -9 the victim (controller, a trainer rank or the engine); return the controller's exit code, its
+    output, and the step checkpointed by then."""
     proc = start_train(run, *CHAIN)
+    lines: list[str] = []
+    reader = threading.Thread(target=read_lines, args=(proc, lines), daemon=True)
+    reader.start()
+    want = f"train step {after + 1}/{CHAIN_STEPS}"
     try:
-        wait_until(lambda: done_steps(run) > after, 300, f"a checkpoint after step {after}", proc=proc)
+        wait_until(lambda: proc.poll() is not None or any(want in line for line in lines), 300, want)
+        assert proc.poll() is None, f"exited ({proc.returncode}) before {want}:\n" + "".join(lines)[-3000:]
         children = descendants(proc.pid)
         if victim == "controller":
             proc.kill()  # SIGKILL: the children must notice and go on their own
@@ -113,14 +119,14 @@ def killed(run, victim: str, after: int) -> tuple[int, str, int]:
             (engine_pid,) = [p for p in children if b"slimecli.engine" in cmdline(p)]
             os.kill(engine_pid, signal.SIGKILL)
         code = proc.wait(timeout=60)  # the supervisor notices the death itself: no request has to time out
-        output = proc.stdout.read() if proc.stdout else ""
     finally:
         if proc.poll() is None:
             kill_tree(proc)
     assert wait_dead(children, timeout=15) == [], f"children outlived the killed {victim}"
+    reader.join(timeout=30)
     done = checkpoint.load(run).step
     assert after < done < CHAIN_STEPS, (after, done)
-    return code, output, done
+    return code, "".join(lines), done
 
 
 def assert_continues(output: str, done: int) -> None:
