@@ -143,7 +143,7 @@ def test_shared_memory_requests_that_cannot_apply_are_4xx_and_keep_the_old_weigh
             "in the served model, not": {"segment": name, "tensors": [{**manifest[0], "shape": [1]}]},
             "tensors[0].dtype": {"segment": name, "tensors": [{**manifest[0], "dtype": "complex128"}]},
             "tensors: must be a non-empty list": {"segment": name, "tensors": []},
-            "extra: unknown field": {"segment": name, "tensors": manifest, "extra": 1},
+            "extra: unknown key": {"segment": name, "tensors": manifest, "extra": 1},
         }
         for needle, body in cases.items():
             status, reply = _post(engine, "/update_weights_from_shared_memory", body)
@@ -161,7 +161,7 @@ def test_weight_group_requests_that_cannot_apply_are_4xx(engine: Engine) -> None
         ("/init_weights_update_group", group, "nccl needs an engine on a GPU"),
         ("/init_weights_update_group", {**group, "backend": "gloo", "rank_offset": 0}, "rank_offset"),
         ("/init_weights_update_group", {**group, "backend": "gloo", "world_size": 1}, "world_size"),
-        ("/init_weights_update_group", {**group, "backend": "mpi"}, "backend: must be nccl or gloo"),
+        ("/init_weights_update_group", {**group, "backend": "mpi"}, "backend: not an allowed value (got 'mpi')"),
         ("/update_weights_from_distributed", {"names": ["a"], "dtypes": ["float32"], "shapes": [[1]],
                                               "group_name": "g"}, "no weight-update group"),
         ("/update_weights_from_distributed", {"names": ["a"], "dtypes": [], "shapes": [[1]]}, "lengths differ"),
@@ -170,6 +170,36 @@ def test_weight_group_requests_that_cannot_apply_are_4xx(engine: Engine) -> None
     for path, body, needle in cases:
         status, reply = _post(engine, path, body)
         assert status == 400 and needle in reply["error"]["message"], (path, body, reply)
+
+
+def test_weight_bodies_are_decoded_with_errors_naming_each_field(engine: Engine) -> None:
+    """Every weight endpoint's body goes through the one request decoder: each problem at once, by field."""
+    def error(path: str, body: dict) -> str:
+        status, reply = _post(engine, path, body)
+        assert status == 400, reply
+        return reply["error"]["message"]
+
+    text = error("/init_weights_update_group", {"master_adress": "h", "master_port": "x", "rank_offset": 0,
+                                                "world_size": 1, "backend": "ncl"})
+    assert "master_adress: unknown key" in text and "did you mean 'master_address'?" in text
+    assert "master_address: is required" in text and "master_port: expected int (got 'x')" in text
+    assert "rank_offset: must be >= 1 (rank 0 is the trainer) (got 0)" in text
+    assert "world_size: must be in [2, 65536]" in text and "did you mean 'nccl'?" in text
+    group = {"master_address": "127.0.0.1", "master_port": 29999, "world_size": 2, "backend": "gloo"}
+    assert "rank_offset: must be in 1..1" in error("/init_weights_update_group", {**group, "rank_offset": 2})
+    text = error("/update_weights_from_distributed", {"names": ["a", ""], "dtypes": "float32", "shapes": [[-1]],
+                                                      "weight_version": 1.5, "flush_cache": "yes"})
+    assert "names[1]: must not be empty" in text and "dtypes: expected a list of str" in text
+    assert "shapes[0][0]: must be in [0, " in text and "weight_version: expected str | int" in text
+    assert "flush_cache: expected bool" in text
+    assert "names: must be distinct ('a' twice)" in error("/update_weights_from_distributed", {
+        "names": ["a", "a"], "dtypes": ["float32"] * 2, "shapes": [[1]] * 2, "group_name": "missing"})
+    text = error("/update_weights_from_shared_memory", {"tensors": "all", "abort_all_requests": 1})
+    assert "segment: is required" in text and "tensors: expected a list" in text
+    assert "abort_all_requests: expected bool" in text
+    assert "group_name: expected str (got 3)" in error("/destroy_weights_update_group", {"group_name": 3})
+    assert "x: unknown key" in error("/end_weight_update", {"x": 1})
+    assert "did you mean 'draft'?" in error("/begin_weight_update", {"selector": "drafts"})
 
 
 def test_weight_update_session_opens_once_and_closes_once(engine: Engine) -> None:

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, TypeGuard
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from aiohttp import web
 
+from slimecli.config.decode import spec
 from slimecli.engine.core import EngineCore, Install, installer
-from slimecli.engine.protocol import BadRequest
+from slimecli.engine.protocol import BadRequest, parse_body
 from slimecli.engine.weight_transfer import (
     SharedSegment,
     destroy_weight_group,
@@ -36,6 +39,68 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("slimecli.engine")
 GROUP_TIMEOUT_S = 300.0
+MAX_ADDRESS = 255  # characters of a host name
+MAX_GROUP_NAME = 200
+MAX_DIM = 1 << 40  # one dimension of a tensor's shape
+GROUP = "weight_update_group"  # SGLang's default group_name
+
+
+@dataclass(frozen=True)
+class BeginSession:
+    """/begin_weight_update's body (SGLang's): which weights the session updates."""
+
+    selector: Literal["all", "target", "draft"] = "all"
+
+
+@dataclass(frozen=True)
+class EndSession:
+    """/end_weight_update's body: nothing."""
+
+
+@dataclass(frozen=True)
+class SharedMemoryUpdate:
+    """/update_weights_from_shared_memory's body; the manifest is checked against the segment it describes."""
+
+    tensors: list[dict[str, Any]]  # {name, dtype, shape, offset} each: weight_transfer.parse_manifest
+    segment: str = spec(nonempty=True)
+    weight_version: str | int | None = None
+    flush_cache: bool = True
+    abort_all_requests: bool = False
+    lora_config: dict[str, Any] | None = None  # given: the tensors are a LoRA adapter (adapters.wire_config)
+
+
+@dataclass(frozen=True)
+class InitGroup:
+    """/init_weights_update_group's body (SGLang's InitWeightsUpdateGroupReqInput)."""
+
+    master_address: str = spec(nonempty=True)  # the trainer's host
+    master_port: int = spec(ge=1, le=65535)
+    rank_offset: int = spec(ge=1, note="rank 0 is the trainer")
+    world_size: int = spec(ge=2, le=1 << 16, note="the trainer's rank 0 and the engines' ranks")
+    group_name: str = spec(GROUP, nonempty=True)
+    backend: Literal["nccl", "gloo"] = "nccl"
+
+
+@dataclass(frozen=True)
+class FromDistributed:
+    """/update_weights_from_distributed's body (SGLang's UpdateWeightsFromDistributedReqInput)."""
+
+    dtypes: list[str]
+    names: list[str] = spec(nonempty=True)
+    shapes: list[list[int]] = spec(ge=0, lt=MAX_DIM)
+    group_name: str = GROUP
+    weight_version: str | int | None = None
+    flush_cache: bool = True
+    abort_all_requests: bool = False
+    load_format: str | None = None
+    torch_empty_cache: bool = False
+
+
+@dataclass(frozen=True)
+class DestroyGroup:
+    """/destroy_weights_update_group's body (SGLang's)."""
+
+    group_name: str = GROUP
 
 
 def check_targets(model: Any, items: list[tuple[str, torch.dtype, list[int]]]) -> dict[str, torch.Tensor]:
@@ -80,10 +145,7 @@ class WeightRoutes:
         """SGLang's ``{"selector"?: "all" | "target" | "draft"}``: one session at a time."""
         if (resp := self.server._not_ready()) is not None:
             return resp
-        body = await read_json(request, required=False)
-        _known(body, {"selector"})
-        if body.get("selector", "all") not in ("all", "target", "draft"):
-            raise BadRequest("selector: must be all, target or draft")
+        parse_body(BeginSession, await read_json(request, required=False))
         if self.session_open:
             return _refused("a weight-update session is already open (POST /end_weight_update first)", 409)
         self.session_open = True
@@ -92,7 +154,7 @@ class WeightRoutes:
     async def end_session(self, request: web.Request) -> web.Response:
         if (resp := self.server._not_ready()) is not None:
             return resp
-        _known(await read_json(request, required=False), set())
+        parse_body(EndSession, await read_json(request, required=False))
         if not self.session_open:
             return _refused("no weight-update session is open (POST /begin_weight_update first)", 409)
         self.session_open = False
@@ -107,23 +169,20 @@ class WeightRoutes:
         """
         if (resp := self.server._not_ready()) is not None:
             return resp
-        body = await read_json(request)
-        _known(body, {"segment", "tensors", "weight_version", "flush_cache", "abort_all_requests", "lora_config"})
-        version = _version(body)
-        name = body.get("segment")
-        if body.get("lora_config") is not None:
-            return await self._adapter_from_shared_memory(body, version)
-        reuse = self.segment is not None and self.segment.path.name == name
+        body = parse_body(SharedMemoryUpdate, await read_json(request))
+        version = _text(body.weight_version)
+        if body.lora_config is not None:
+            return await self._adapter_from_shared_memory(body, body.lora_config, version)
+        reuse = self.segment is not None and self.segment.path.name == body.segment
         try:
-            segment = self.segment if reuse and self.segment is not None else SharedSegment.open(name)
-            slots = parse_manifest(body.get("tensors"), segment.size)
+            segment = self.segment if reuse and self.segment is not None else SharedSegment.open(body.segment)
+            slots = parse_manifest(body.tensors, segment.size)
         except (ValueError, FileNotFoundError) as exc:
             raise BadRequest(str(exc)) from None
         try:
             targets = check_targets(self.server._sched.runner.model, [(s.name, s.dtype, s.shape) for s in slots])
             sources = {s.name: segment.view(s) for s in slots}
-            paused = await self._apply(installer(targets, sources, bind=True), version,
-                                       bool(body.get("abort_all_requests")))
+            paused = await self._apply(installer(targets, sources, bind=True), version, body.abort_all_requests)
         except BaseException:
             if not reuse:
                 segment.close()
@@ -137,18 +196,19 @@ class WeightRoutes:
         return web.json_response({"success": True, "message": "Succeeded to update model weights.",
                                   "num_paused_requests": paused})
 
-    async def _adapter_from_shared_memory(self, body: dict[str, Any], version: str | None) -> web.Response:
+    async def _adapter_from_shared_memory(self, body: SharedMemoryUpdate, lora_config: dict[str, Any],
+                                          version: str | None) -> web.Response:
         """``lora_config`` given: the segment holds a LoRA adapter (peft's names), merged onto the base weights."""
         from slimecli.engine.adapters import wire_config
 
-        config = wire_config(body.get("lora_config"))
+        config = wire_config(lora_config)
         try:
-            segment = SharedSegment.open(body.get("segment"))
+            segment = SharedSegment.open(body.segment)
         except (ValueError, FileNotFoundError) as exc:
             raise BadRequest(str(exc)) from None
         try:
-            slots = parse_manifest(body.get("tensors"), segment.size)
-            if bool(body.get("abort_all_requests")):
+            slots = parse_manifest(body.tensors, segment.size)
+            if body.abort_all_requests:
                 sch = self.server._sched
                 await asyncio.wrap_future(sch.call(lambda: sch.abort(lambda s: True, "Aborted: weight update.")))
             await self.lora.merge(config, {s.name: segment.view(s) for s in slots}, f"shm-v{version}", version)
@@ -166,23 +226,15 @@ class WeightRoutes:
         """SGLang's ``{"master_address", "master_port", "rank_offset", "world_size", "group_name", "backend"}``."""
         if (resp := self.server._not_ready()) is not None:
             return resp
-        body = await read_json(request)
-        _known(body, {"master_address", "master_port", "rank_offset", "world_size", "group_name", "backend"})
-        address, port = body.get("master_address"), body.get("master_port")
-        offset, world = body.get("rank_offset"), body.get("world_size")
-        name, backend = body.get("group_name", "weight_update_group"), body.get("backend", "nccl")
-        if not isinstance(address, str) or not address or len(address) > 255:
-            raise BadRequest("master_address: required (the trainer's host)")
-        if not _int(port) or not 0 < port < 65536:
-            raise BadRequest("master_port: must be an integer in 1..65535")
-        if not _int(world) or not 2 <= world <= 1 << 16:
-            raise BadRequest("world_size: must be an integer >= 2 (the trainer's rank 0 and the engines' ranks)")
-        if not _int(offset) or not 1 <= offset < world:
-            raise BadRequest(f"rank_offset: must be an integer in 1..{world - 1} (rank 0 is the trainer)")
-        if not isinstance(name, str) or not name or len(name) > 200:
-            raise BadRequest("group_name: must be a non-empty string")
-        if backend not in ("nccl", "gloo"):
-            raise BadRequest(f"backend: must be nccl or gloo (got {backend!r})")
+        body = parse_body(InitGroup, await read_json(request))
+        address, port, offset, world = body.master_address, body.master_port, body.rank_offset, body.world_size
+        name, backend = body.group_name, body.backend
+        if len(address) > MAX_ADDRESS:
+            raise BadRequest(f"master_address: longer than {MAX_ADDRESS} characters ({len(address)})")
+        if offset >= world:
+            raise BadRequest(f"rank_offset: must be in 1..{world - 1} (rank 0 is the trainer; world_size={world})")
+        if len(name) > MAX_GROUP_NAME:
+            raise BadRequest(f"group_name: longer than {MAX_GROUP_NAME} characters ({len(name)})")
         if backend == "nccl" and not str(self.server.device).startswith("cuda"):
             raise BadRequest(f"backend: nccl needs an engine on a GPU; this one runs on {self.server.device} "
                              "(use gloo)")
@@ -202,26 +254,24 @@ class WeightRoutes:
         broadcast from rank 0 of the group, in the order named."""
         if (resp := self.server._not_ready()) is not None:
             return resp
-        body = await read_json(request)
-        _known(body, {"names", "dtypes", "shapes", "group_name", "flush_cache", "abort_all_requests",
-                      "weight_version", "load_format", "torch_empty_cache"})
-        names, dtypes, shapes = body.get("names"), body.get("dtypes"), body.get("shapes")
-        if not isinstance(names, list) or not names or not isinstance(dtypes, list) or not isinstance(shapes, list):
+        body = parse_body(FromDistributed, await read_json(request))
+        names, dtypes, shapes = body.names, body.dtypes, body.shapes
+        if not names:
             raise BadRequest("names, dtypes, shapes: required, non-empty lists of the same length")
         if not len(names) == len(dtypes) == len(shapes):
             raise BadRequest(f"names, dtypes, shapes: lengths differ ({len(names)}, {len(dtypes)}, {len(shapes)})")
-        group = self.groups.get(body.get("group_name", "weight_update_group"))
+        if twice := [n for n, k in Counter(names).items() if k > 1]:
+            raise BadRequest(f"names: must be distinct ({twice[0]!r} twice)")
+        group = self.groups.get(body.group_name)
         if group is None:
-            raise BadRequest(f"group_name: no weight-update group {body.get('group_name')!r} "
+            raise BadRequest(f"group_name: no weight-update group {body.group_name!r} "
                              "(POST /init_weights_update_group first)")
-        version = _version(body)
+        version = _text(body.weight_version)
         try:
             items = [(n, parse_dtype(d, f"dtypes[{i}]"), parse_shape(s, f"shapes[{i}]"))
                      for i, (n, d, s) in enumerate(zip(names, dtypes, shapes, strict=True))]
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
-        if len({n for n, _, _ in items}) != len(items) or not all(isinstance(n, str) for n, _, _ in items):
-            raise BadRequest("names: must be distinct strings")
         targets = check_targets(self.server._sched.runner.model, items)
         if not self.session_open:
             return _refused("update_weights_from_distributed requires an open weight-update session "
@@ -243,17 +293,15 @@ class WeightRoutes:
             log.warning("update_weights_from_distributed failed: %s", exc)
             return web.json_response({"success": False, "message": f"Failed to receive weights: {exc}"},
                                      status=400)
-        paused = await self._apply(installer(targets, sources), version, bool(body.get("abort_all_requests")))
+        paused = await self._apply(installer(targets, sources), version, body.abort_all_requests)
         log.info("weights updated from group (%d tensors, weight_version=%s)", len(items),
                  self.server._sched.weight_version)
         return web.json_response({"success": True, "message": "Succeeded to update parameter online.",
                                   "num_paused_requests": paused})
 
     async def destroy_group(self, request: web.Request) -> web.Response:
-        body = await read_json(request, required=False)
-        _known(body, {"group_name"})
-        name = body.get("group_name", "weight_update_group")
-        group = self.groups.pop(name, None) if isinstance(name, str) else None
+        name = parse_body(DestroyGroup, await read_json(request, required=False)).group_name
+        group = self.groups.pop(name, None)
         if group is None:
             raise BadRequest(f"group_name: no weight-update group {name!r}")
         await asyncio.to_thread(destroy_weight_group, group)
@@ -277,22 +325,7 @@ def _refused(message: str, status: int) -> web.Response:
                              status=status)
 
 
-def _known(body: dict[str, Any], allowed: set[str]) -> None:
-    unknown = sorted(set(body) - allowed)
-    if unknown:
-        raise BadRequest(f"{unknown[0]}: unknown field (allowed: {', '.join(sorted(allowed))})")
-    for key in ("flush_cache", "abort_all_requests", "torch_empty_cache"):
-        if body.get(key) is not None and not isinstance(body[key], bool):
-            raise BadRequest(f"{key}: must be true or false")
-
-
-def _version(body: dict[str, Any]) -> str | None:
-    version = body.get("weight_version")
-    if version is not None and (not isinstance(version, str | int) or isinstance(version, bool)):
-        raise BadRequest("weight_version: must be a string")
+def _text(version: str | int | None) -> str | None:
+    """A weight_version as generations report it (a number is taken as its text)."""
     return None if version is None else str(version)
-
-
-def _int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
 
