@@ -213,3 +213,58 @@ def test_start_failures_exit_non_zero_with_a_reason(engine: Engine, tmp_path: Pa
         (broken / name).write_bytes((engine.model_path / name).read_bytes())
     bad = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert bad.returncode == 1 and "cannot load the model" in bad.stderr, bad.stderr
+
+
+# What answers while the model loads and after the scheduler stopped: what the engine is, its load, and the
+# clean-up of a weight-update group. Every other route needs the model.
+OPEN_WHILE_NOT_READY = {"/get_model_info", "/model_info", "/get_server_info", "/server_info", "/get_load",
+                        "/v1/loads", "/destroy_weights_update_group"}
+
+
+def test_routes_that_need_the_model_answer_503_before_it_loads_and_after_the_scheduler_stops(tiny: Path) -> None:
+    """Readiness route by route, over every route the app has (a new route is covered by default): each one that
+    needs the model answers 503 with the same body, whatever its method and body; the probes of what the engine
+    is stay open; an unknown path is still a 404 and a wrong api key still a 401."""
+    from aiohttp import web
+
+    from slimecli.engine.server import EngineServer
+
+    async def main() -> None:
+        server = EngineServer(tiny, port=0, api_key="k")
+        server.loop = asyncio.get_running_loop()
+        app = server.app()
+        routes = sorted({(r.method, r.resource.canonical) for r in app.router.routes()
+                         if r.method != "HEAD" and r.resource is not None})
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": "Bearer k"},
+                                     timeout=60) as c:
+            async def check(reason: str) -> None:
+                for method, path in routes:
+                    resp = await c.request(method, path, json={} if method == "POST" else None)
+                    if path in OPEN_WHILE_NOT_READY:
+                        assert resp.status_code in (200, 400), (method, path, resp.text)
+                    else:
+                        assert (resp.status_code, resp.json()) == (503, {"error": {"message": reason}}), (method, path)
+
+            try:
+                assert {p for _, p in routes} > OPEN_WHILE_NOT_READY | {"/generate", "/health"}
+                await check("the engine is starting")
+                assert (await c.get("/no_such_route")).status_code == 404
+                assert (await c.post("/generate", json={}, headers={"Authorization": "Bearer x"})).status_code == 401
+                await asyncio.to_thread(server.load)
+                server.ready = True
+                assert (await c.get("/health")).status_code == 200
+                assert (await c.post("/flush_cache")).json()["success"] is True
+                assert server.scheduler is not None
+                server.scheduler.stop()
+                await check("the scheduler has stopped")
+            finally:
+                if server.scheduler is not None:
+                    server.scheduler.stop()
+                await runner.cleanup()
+
+    run(main())

@@ -119,8 +119,6 @@ class AdapterRoutes:
         return install
 
     async def load(self, request: web.Request) -> web.Response:
-        if (resp := self.server._not_ready()) is not None:
-            return resp
         body = parse_body(LoadAdapter, await read_json(request))
         name = body.lora_name
         if len(name) > MAX_NAME:
@@ -139,8 +137,6 @@ class AdapterRoutes:
         return web.json_response({"success": True, "error_message": None, "loaded_adapters": self.loaded})
 
     async def unload(self, request: web.Request) -> web.Response:
-        if (resp := self.server._not_ready()) is not None:
-            return resp
         name = parse_body(UnloadAdapter, await read_json(request)).lora_name
         if name not in self.loaded:
             return _failed(f"no LoRA adapter named {name!r} is loaded (loaded: {', '.join(self.loaded) or 'none'})")
@@ -155,8 +151,6 @@ class AdapterRoutes:
 
     async def update_weight_version(self, request: web.Request) -> web.Response:
         """SGLang's ``{"new_version", "abort_all_requests"?}``: the weight_version later generations report."""
-        if (resp := self.server._not_ready()) is not None:
-            return resp
         body = parse_body(WeightVersion, await read_json(request))
         version = str(body.new_version)
         sch = self.server._sched

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import torch
     from aiohttp import web
+    from aiohttp.typedefs import Handler, Middleware
 
     from slimecli.engine.scheduler import Scheduler
 
@@ -60,6 +61,20 @@ class EngineCore(Protocol):
     def _sched(self) -> Scheduler: ...
 
     def _not_ready(self) -> web.Response | None: ...
+
+
+def readiness(core: EngineCore, always_open: Collection[str]) -> Middleware:
+    """The aiohttp middleware that answers 503 (the engine is starting, or its scheduler stopped) for every route
+    but `always_open`, before the handler reads a byte of the body; an unknown path stays a 404."""
+    from aiohttp import web
+
+    @web.middleware
+    async def ready(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.match_info.http_exception is None and request.path not in always_open:
+            if (resp := core._not_ready()) is not None:
+                return resp
+        return await handler(request)
+    return ready
 
 
 def roots(core: EngineCore, request: web.Request) -> list[str | Path] | None:

@@ -39,8 +39,6 @@ log = logging.getLogger("slimecli.engine")
 
 async def update_weights_from_disk(self: EngineCore, request: web.Request) -> web.Response:
     """SGLang's reply: {"success", "message", "num_paused_requests"}; refused (4xx), generation continues."""
-    if (resp := self._not_ready()) is not None:
-        return resp
     try:
         resp = await _update(self, request)
     except net.HttpError as exc:

@@ -14,6 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from slimecli.engine.compat import stream_due
+from slimecli.engine.core import readiness
 from slimecli.engine.disk_update import update_weights_from_disk
 from slimecli.engine.grammar import Compiled, GrammarCache
 from slimecli.engine.protocol import BadRequest, Constraint, GenerateRequest, Item, SamplingParams, parse_generate
@@ -28,6 +29,10 @@ log = logging.getLogger("slimecli.engine")
 MAX_BODY = net.ENGINE_MAX_BODY
 HEALTH_TIMEOUT_S = 30.0
 PAUSE_MODES = ("abort", "retract", "in_place")
+# The routes that answer before the model is served and after the scheduler stopped: what the engine is, its
+# load, and the clean-up of a weight-update group. Every other route needs the model (core.readiness).
+OPEN_WHILE_NOT_READY = frozenset({"/get_model_info", "/model_info", "/get_server_info", "/server_info",
+                                  "/get_load", "/v1/loads", "/destroy_weights_update_group"})
 
 
 def default_device(device: str = "auto") -> str:
@@ -110,7 +115,7 @@ class EngineServer:
 
     @property
     def _sched(self) -> Scheduler:
-        """The scheduler that load() started (routes reach it only after _not_ready() let them through)."""
+        """The scheduler that load() started (a route reaches it only once the readiness middleware let it in)."""
         if self.scheduler is None:
             raise RuntimeError("the engine's scheduler is not started (load() has not run)")
         return self.scheduler
@@ -161,7 +166,8 @@ class EngineServer:
 
     def app(self) -> web.Application:
         auth = bearer_auth(lambda: self.api_key, what="rollout.api_key")
-        app = web.Application(middlewares=[json_errors, auth], client_max_size=MAX_BODY)
+        app = web.Application(middlewares=[json_errors, auth, readiness(self, OPEN_WHILE_NOT_READY)],
+                              client_max_size=MAX_BODY)
         app[net.BODY_LIMITS] = self.limits
         r = app.router
         r.add_post("/generate", self.generate)
@@ -274,8 +280,6 @@ class EngineServer:
 
     # ---- /generate ---------------------------------------------------------------------------
     async def generate(self, request: web.Request) -> web.StreamResponse:
-        if (resp := self._not_ready()) is not None:
-            return resp
         req: GenerateRequest = parse_generate(await read_json(request), self.vocab_size)
         if len(req.items) > MAX_SEQS:
             raise BadRequest(f"input / n: {len(req.items)} sequences in one request, at most {MAX_SEQS}")
@@ -319,11 +323,9 @@ class EngineServer:
 
     # ---- small endpoints ---------------------------------------------------------------------
     async def health(self, request: web.Request) -> web.Response:
-        return self._not_ready() or web.Response(text="")
+        return web.Response(text="")  # not ready: the readiness middleware answered 503 instead
 
     async def health_generate(self, request: web.Request) -> web.Response:
-        if (resp := self._not_ready()) is not None:
-            return resp
         if self._sched.paused:
             return web.Response(text="")
         seq = self._seq(Item(index=0, rid=f"health-{time.monotonic_ns()}", prompt_ids=[next(iter(self.eos_ids), 0)],
@@ -361,16 +363,12 @@ class EngineServer:
         return web.json_response(self.scheduler.load() if self.scheduler else {})
 
     async def flush_cache(self, request: web.Request) -> web.Response:
-        if (resp := self._not_ready()) is not None:
-            return resp
         ok = await asyncio.wrap_future(self._sched.call(self._sched.flush))
         if not ok:
             return error("Cache not flushed: requests are running or waiting.", 400)
         return web.json_response({"success": True, "message": "Cache flushed."})
 
     async def abort(self, request: web.Request) -> web.Response:
-        if (resp := self._not_ready()) is not None:
-            return resp
         body = await read_json(request)
         rid, abort_all = body.get("rid"), body.get("abort_all", False)
         if not isinstance(abort_all, bool):
@@ -385,8 +383,6 @@ class EngineServer:
         return web.json_response({"success": True, "num_aborted": n})
 
     async def pause(self, request: web.Request) -> web.Response:
-        if (resp := self._not_ready()) is not None:
-            return resp
         body = await read_json(request, required=False) if request.method == "POST" else {}
         mode = body.get("mode", "abort")
         if mode not in PAUSE_MODES:
@@ -395,7 +391,5 @@ class EngineServer:
         return web.json_response({"success": True, "message": f"Generation paused ({mode}).", "num_requests": n})
 
     async def resume(self, request: web.Request) -> web.Response:
-        if (resp := self._not_ready()) is not None:
-            return resp
         await asyncio.wrap_future(self._sched.call(self._sched.resume))
         return web.json_response({"success": True, "message": "Generation continued."})

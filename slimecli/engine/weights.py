@@ -143,8 +143,6 @@ class WeightRoutes:
     # ---- the weight-update session (SGLang's) -------------------------------------------------
     async def begin_session(self, request: web.Request) -> web.Response:
         """SGLang's ``{"selector"?: "all" | "target" | "draft"}``: one session at a time."""
-        if (resp := self.server._not_ready()) is not None:
-            return resp
         parse_body(BeginSession, await read_json(request, required=False))
         if self.session_open:
             return _refused("a weight-update session is already open (POST /end_weight_update first)", 409)
@@ -152,8 +150,6 @@ class WeightRoutes:
         return web.json_response({"success": True, "message": "Success"})
 
     async def end_session(self, request: web.Request) -> web.Response:
-        if (resp := self.server._not_ready()) is not None:
-            return resp
         parse_body(EndSession, await read_json(request, required=False))
         if not self.session_open:
             return _refused("no weight-update session is open (POST /begin_weight_update first)", 409)
@@ -167,8 +163,6 @@ class WeightRoutes:
         A CPU engine serves straight from the segment afterwards (its tensors become views of it); the
         trainer then writes each new version into the same segment while this engine is paused and flushed.
         """
-        if (resp := self.server._not_ready()) is not None:
-            return resp
         body = parse_body(SharedMemoryUpdate, await read_json(request))
         version = _text(body.weight_version)
         if body.lora_config is not None:
@@ -224,8 +218,6 @@ class WeightRoutes:
     # ---- the weight-update process group ----------------------------------------------------
     async def init_group(self, request: web.Request) -> web.Response:
         """SGLang's ``{"master_address", "master_port", "rank_offset", "world_size", "group_name", "backend"}``."""
-        if (resp := self.server._not_ready()) is not None:
-            return resp
         body = parse_body(InitGroup, await read_json(request))
         address, port, offset, world = body.master_address, body.master_port, body.rank_offset, body.world_size
         name, backend = body.group_name, body.backend
@@ -252,8 +244,6 @@ class WeightRoutes:
     async def from_distributed(self, request: web.Request) -> web.Response:
         """SGLang's ``{"names", "dtypes", "shapes", "group_name", "weight_version"?, ...}``: each tensor is
         broadcast from rank 0 of the group, in the order named."""
-        if (resp := self.server._not_ready()) is not None:
-            return resp
         body = parse_body(FromDistributed, await read_json(request))
         names, dtypes, shapes = body.names, body.dtypes, body.shapes
         if not names:
