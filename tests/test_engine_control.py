@@ -228,9 +228,10 @@ def test_routes_that_need_the_model_answer_503_before_it_loads_and_after_the_sch
     from aiohttp import web
 
     from slimecli.engine.server import EngineServer
+    from slimecli.engine.settings import EngineSettings
 
     async def main() -> None:
-        server = EngineServer(tiny, port=0, api_key="k")
+        server = EngineServer(EngineSettings(str(tiny), port=0, api_key="k"))
         server.loop = asyncio.get_running_loop()
         app = server.app()
         routes = sorted({(r.method, r.resource.canonical) for r in app.router.routes()

@@ -122,10 +122,9 @@ def test_engine_process_gets_its_settings_from_the_run_config(monkeypatch: pytes
     seen: dict[str, object] = {}
 
     async def fake_serve(srv: server.EngineServer, stop: object = None) -> None:
-        seen.update(device=srv.device, cache=server.prefix_cache_bytes(), trust=loading._trust_remote_code)
+        seen.update(device=srv.device, cache=srv.settings.prefix_cache_mb << 20, trust=loading._trust_remote_code)
 
     monkeypatch.setattr(app, "serve", fake_serve)
-    monkeypatch.setattr(server, "PREFIX_CACHE_MB", None)
     monkeypatch.setattr(loading, "_trust_remote_code", False)
     cfg = load([f"model.path={tiny}", "rollout.port=30000", "rollout.device=cpu", "rollout.prefix_cache_mb=3",
                 "model.trust_remote_code=true", "run.log_level=warning"])

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from slimecli.config.schema import SlimeConfig
+    from slimecli.engine.settings import EngineSettings
 
 log = logging.getLogger("slimecli.engine")
 
@@ -43,24 +44,32 @@ def on_gpu(device: str) -> bool:
     return device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
 
 
-def start(cfg: SlimeConfig, index: int = 0, run_dir: str | Path | None = None) -> None:
-    """Serve engine `index` of this config (blocks); run_dir: where update_weights_from_disk may load from
+def settings_of(cfg: SlimeConfig, index: int = 0, run_dir: str | Path | None = None) -> EngineSettings:
+    """Engine `index`'s settings from the run config; run_dir: where update_weights_from_disk may load from
     when rollout.weight_roots is not set."""
     from slimecli.config.groups.rollout import engine_dtype
     from slimecli.config.layout import engine_slot
-    from slimecli.engine.app import run
+    from slimecli.engine.settings import EngineSettings
     from slimecli.model.loading import resolve_model_path, resolve_tokenizer_path
     from slimecli.net.auth import engine_api_key
 
     model_path = resolve_model_path(cfg.model)
     r = cfg.rollout
     slot = engine_slot(cfg, index)
-    run(model_path, host=slot.host, port=slot.port, tokenizer_path=resolve_tokenizer_path(cfg.model),
-        dtype=engine_dtype(r, cfg.model.dtype, on_gpu(r.device)), max_running=r.max_running_requests, seed=cfg.run.seed + index, device=r.device,
-        prefix_cache_mb=r.prefix_cache_mb, trust_remote_code=cfg.model.trust_remote_code,
-        log_level=cfg.run.log_level, api_key=engine_api_key(r.api_key), weight_roots=weight_roots(cfg, run_dir, model_path),
-        read_timeout_s=r.read_timeout_s, max_connections=r.max_connections,
-        loopback_loads_anywhere=not r.weight_roots)
+    return EngineSettings(
+        str(model_path), tokenizer_path=str(resolve_tokenizer_path(cfg.model)), host=slot.host, port=slot.port,
+        dtype=engine_dtype(r, cfg.model.dtype, on_gpu(r.device)), device=r.device,
+        max_running=r.max_running_requests, seed=cfg.run.seed + index, prefix_cache_mb=r.prefix_cache_mb,
+        trust_remote_code=cfg.model.trust_remote_code, log_level=cfg.run.log_level,
+        api_key=engine_api_key(r.api_key), weight_roots=tuple(map(str, weight_roots(cfg, run_dir, model_path))),
+        read_timeout_s=r.read_timeout_s, max_connections=r.max_connections, loopback_loads_anywhere=not r.weight_roots)
+
+
+def start(cfg: SlimeConfig, index: int = 0, run_dir: str | Path | None = None) -> None:
+    """Serve engine `index` of this config (blocks)."""
+    from slimecli.engine.app import run
+
+    run(settings_of(cfg, index, run_dir))
 
 
 if __name__ == "__main__":

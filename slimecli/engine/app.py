@@ -6,11 +6,10 @@ import asyncio
 import logging
 import signal
 import sys
-from pathlib import Path
 
-from slimecli.engine import server as server_mod
-from slimecli.engine.server import EngineServer, default_device
-from slimecli.net.listen import MAX_CONNECTIONS, app_runner, start_site
+from slimecli.engine.server import EngineServer
+from slimecli.engine.settings import EngineSettings
+from slimecli.net.listen import app_runner, start_site
 
 
 class EngineStartError(RuntimeError):
@@ -27,7 +26,7 @@ async def serve(server: EngineServer, stop: asyncio.Event | None = None) -> None
     runner = app_runner(server.app(), read_timeout_s=server.limits.body_timeout_s, shutdown_timeout=1.0)
     await runner.setup()
     # bound first: /health answers 503 while the model loads
-    await start_site(runner, server.host, server.port, max_connections=server.max_connections)
+    await start_site(runner, server.host, server.port, max_connections=server.settings.max_connections)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -53,29 +52,19 @@ async def serve(server: EngineServer, stop: asyncio.Event | None = None) -> None
         await runner.cleanup()
 
 
-def run(model_path: str | Path, *, host: str, port: int, tokenizer_path: str | Path | None = None,
-        dtype: str = "float32", max_running: int = 64, seed: int | None = None, device: str = "auto",
-        prefix_cache_mb: int | None = None, trust_remote_code: bool = False, log_level: str = "info",
-        api_key: str | None = None, weight_roots: list[str | Path] | None = None, read_timeout_s: float = 60.0,
-        max_connections: int = MAX_CONNECTIONS, loopback_loads_anywhere: bool = False) -> None:
-    """Serve until signalled; the keyword settings are the run config's (rollout.device, rollout.prefix_cache_mb,
-    model.trust_remote_code, run.log_level, rollout.api_key, rollout.weight_roots, rollout.read_timeout_s,
-    rollout.max_connections) and hold for this whole process, weight updates included."""
+def run(settings: EngineSettings) -> None:
+    """Serve until signalled."""
     from slimecli.model.loading import set_trust_remote_code
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         stream=sys.stderr)
-    server_mod.PREFIX_CACHE_MB = prefix_cache_mb
-    set_trust_remote_code(trust_remote_code)
-    server = EngineServer(model_path, tokenizer_path=tokenizer_path, dtype=dtype, max_running=max_running,
-                          host=host, port=port, seed=seed, device=default_device(device), api_key=api_key,
-                          weight_roots=weight_roots, read_timeout_s=read_timeout_s, max_connections=max_connections,
-                          loopback_loads_anywhere=loopback_loads_anywhere)
+    set_trust_remote_code(settings.trust_remote_code)
+    server = EngineServer(settings)
     try:
         asyncio.run(serve(server))
     except EngineStartError as exc:
         print(f"slimecli engine: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
     except OSError as exc:
-        print(f"slimecli engine: cannot serve on {host}:{port}: {exc}", file=sys.stderr)
+        print(f"slimecli engine: cannot serve on {settings.host}:{settings.port}: {exc}", file=sys.stderr)
         raise SystemExit(1) from None

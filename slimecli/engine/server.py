@@ -20,10 +20,10 @@ from slimecli.engine.grammar import Compiled, GrammarCache
 from slimecli.engine.protocol import BadRequest, Constraint, GenerateRequest, Item, SamplingParams, parse_generate
 from slimecli.engine.scheduler import Scheduler, Update
 from slimecli.engine.seq import Seq, build_reply
+from slimecli.engine.settings import EngineSettings
 from slimecli.engine.weights import WeightRoutes
 from slimecli.net import server as net
 from slimecli.net.auth import bearer_auth
-from slimecli.net.listen import MAX_CONNECTIONS
 
 log = logging.getLogger("slimecli.engine")
 MAX_BODY = net.ENGINE_MAX_BODY
@@ -42,16 +42,6 @@ def default_device(device: str = "auto") -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-PREFIX_CACHE_MB: int | None = None  # rollout.prefix_cache_mb of this engine process; app.run sets it
-
-
-def prefix_cache_bytes() -> int:
-    """rollout.prefix_cache_mb (PREFIX_CACHE_MB, else the schema's default) in bytes; 0 turns the cache off."""
-    from slimecli.config.groups.rollout import RolloutConfig
-
-    return (RolloutConfig.prefix_cache_mb if PREFIX_CACHE_MB is None else PREFIX_CACHE_MB) << 20
 
 
 def error(message: str, status: int = 400) -> web.Response:
@@ -82,18 +72,12 @@ MAX_SEQS = 4096  # sequences one /generate may ask for (batch entries x n)
 class EngineServer:
     """Owns the model, tokenizer and scheduler; routes HTTP requests to them."""
 
-    def __init__(self, model_path: str | Path, *, tokenizer_path: str | Path | None = None, dtype: str = "float32",
-                 max_running: int = 64, host: str = "127.0.0.1", port: int = 30000, seed: int | None = None,
-                 device: str | None = None, api_key: str | None = None,
-                 weight_roots: list[str | Path] | None = None, read_timeout_s: float = net.BODY_TIMEOUT_S,
-                 max_connections: int = MAX_CONNECTIONS, loopback_loads_anywhere: bool = False) -> None:
-        self.model_path = str(model_path)
-        self.tokenizer_path = str(tokenizer_path or model_path)
-        self.dtype = dtype
-        self.max_running = max_running
-        self.host, self.port = host, port
-        self.seed = seed
-        self.device = device or default_device()
+    def __init__(self, settings: EngineSettings) -> None:
+        self.settings = settings
+        self.model_path, self.tokenizer_path = settings.model_path, settings.tokenizer
+        self.dtype, self.device = settings.dtype, default_device(settings.device)
+        self.max_running = settings.max_running
+        self.host, self.port = settings.host, settings.port
         self.scheduler: Scheduler | None = None
         self.tokenizer: Any = None
         self.ready = False
@@ -104,11 +88,9 @@ class EngineServer:
         self.same_config: tuple[bytes, Any] | None = None
         self.active: dict[str, int] = {}  # client rid -> unfinished sequences (event-loop side only)
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.api_key = api_key  # rollout.api_key: every endpoint but /health* needs it (SGLang's --api-key)
-        self.weight_roots = weight_roots  # update_weights_from_disk loads only under these (None: anywhere)
-        self.loopback_loads_anywhere = loopback_loads_anywhere  # no roots configured: loopback clients, as SGLang
-        self.limits = net.BodyLimits(net.MIN_BODY, read_timeout_s)  # raised to the context's size by load()
-        self.max_connections = max_connections
+        self.weight_roots: list[str | Path] | None = list(settings.weight_roots) if settings.weight_roots is not None else None
+        self.loopback_loads_anywhere = settings.loopback_loads_anywhere
+        self.limits = net.BodyLimits(net.MIN_BODY, settings.read_timeout_s)  # raised to the context's size by load()
         self.max_text_chars = 0  # a longer text cannot fit the context (set by load())
         self._encoder = ThreadPoolExecutor(1, thread_name_prefix="engine-tokenize")
         self._encode_tok: Any = None
@@ -137,8 +119,8 @@ class EngineServer:
         # The scheduler thread decodes with its own tokenizer object: the Rust tokenizer behind an HF fast
         # tokenizer must not be borrowed by two threads at once.
         self.scheduler = Scheduler(model, load_tokenizer(self.tokenizer_path), max_running=self.max_running,
-                                   pad_id=int(pad), seed=self.seed, dispatch=self._dispatch_threadsafe,
-                                   prefix_cache_bytes=prefix_cache_bytes())
+                                   pad_id=int(pad), seed=self.settings.seed, dispatch=self._dispatch_threadsafe,
+                                   prefix_cache_bytes=self.settings.prefix_cache_mb << 20)
         self.scheduler.start()
         self.grammars = GrammarCache(lambda: load_tokenizer(self.tokenizer_path), self.vocab_size, self.eos_ids)
         # Texts are encoded off the event loop, by a tokenizer of their own (one thread, see above).
@@ -165,7 +147,7 @@ class EngineServer:
         await self._run([seq])
 
     def app(self) -> web.Application:
-        auth = bearer_auth(lambda: self.api_key, what="rollout.api_key")
+        auth = bearer_auth(lambda: self.settings.api_key, what="rollout.api_key")
         app = web.Application(middlewares=[json_errors, auth, readiness(self, OPEN_WHILE_NOT_READY)],
                               client_max_size=MAX_BODY)
         app[net.BODY_LIMITS] = self.limits
