@@ -23,6 +23,7 @@ import torch
 from slimecli.engine.protocol import BadRequest, Constraint
 
 if TYPE_CHECKING:
+    from llguidance import LLExecutor, LLMatcher, LLTokenizer
     from llguidance._lib import JsonCompileOptions
 
 CACHE_SIZE = 256
@@ -35,7 +36,7 @@ class Matcher:
 
     __slots__ = ("_m", "eos", "vocab")
 
-    def __init__(self, m: Any, eos: tuple[int, ...], vocab: int) -> None:
+    def __init__(self, m: LLMatcher, eos: tuple[int, ...], vocab: int) -> None:
         self._m, self.eos, self.vocab = m, eos, vocab  # vocab: the width of the matcher's masks
 
     def consume(self, token: int) -> bool:
@@ -54,7 +55,7 @@ class Matcher:
 class Compiled:
     """A grammar compiled for the tokenizer: a start-state matcher that is copied, never advanced."""
 
-    def __init__(self, m: Any, eos: tuple[int, ...], vocab: int) -> None:
+    def __init__(self, m: LLMatcher, eos: tuple[int, ...], vocab: int) -> None:
         self._m, self.eos, self.vocab = m, eos, vocab
 
     def matcher(self) -> Matcher:
@@ -89,11 +90,11 @@ class GrammarCache:
         self.vocab_size = vocab_size
         self.eos = tuple(sorted(eos_ids))
         self.size = size
-        self._tokenizer: Any = None
+        self._tokenizer: LLTokenizer | None = None
         self._lock = threading.Lock()
         self._cache: collections.OrderedDict[tuple[str, str], Compiled | str] = collections.OrderedDict()
 
-    def _ll_tokenizer(self) -> Any:
+    def _ll_tokenizer(self) -> LLTokenizer:
         with self._lock:
             if self._tokenizer is None:
                 import llguidance.hf
@@ -134,10 +135,10 @@ class GrammarCache:
         return Compiled(m, self.eos, tok.vocab_size)
 
 
-_EXECUTOR: Any = None
+_EXECUTOR: LLExecutor | None = None
 
 
-def _executor() -> Any:
+def _executor() -> LLExecutor:
     global _EXECUTOR
     if _EXECUTOR is None:
         import llguidance

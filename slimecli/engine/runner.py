@@ -57,7 +57,8 @@ class Runner:
         with torch.inference_mode():
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
                              logits_to_keep=keep, **{self.cache_kw: cache})
-        return out.logits
+        logits: torch.Tensor = out.logits  # a transformers output: untyped
+        return logits
 
     def groups(self, seqs: list[Seq]) -> list[list[Seq]]:
         """Split new sequences into prefill groups whose padded size stays under max_prefill_tokens."""

@@ -14,7 +14,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import torch
 
@@ -22,10 +22,11 @@ from slimecli.engine.grammar import Matcher, allowed_tokens, forced_token
 from slimecli.engine.prefix_cache import PrefixCache
 from slimecli.engine.runner import Runner
 from slimecli.engine.sampling import NEG_INF, sample
-from slimecli.engine.seq import Seq
+from slimecli.engine.seq import FinishReason, Seq
 
 log = logging.getLogger("slimecli.engine")
-Update = tuple[Seq, int, "dict[str, Any] | None"]  # a sequence, its token count and finish reason at that moment
+Update = tuple[Seq, int, "FinishReason | None"]  # a sequence, its token count and finish reason at that moment
+T = TypeVar("T")  # what a command run on the scheduler thread returns
 
 
 class Scheduler:
@@ -47,7 +48,8 @@ class Scheduler:
         else:
             self.generator.seed()
         self.waiting: collections.deque[Seq] = collections.deque()
-        self._commands: collections.deque[tuple[Callable[[], Any], concurrent.futures.Future]] = collections.deque()
+        self._commands: collections.deque[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = (
+            collections.deque())
         self._wake = threading.Condition(threading.RLock())
         self._stop = False
         self._thread = threading.Thread(target=self._loop, name="slimecli-engine-scheduler", daemon=True)
@@ -75,9 +77,9 @@ class Scheduler:
             self.waiting.extend(seqs)
             self._wake.notify_all()
 
-    def call(self, fn: Callable[[], Any]) -> concurrent.futures.Future:
+    def call(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
         """Run fn on the scheduler thread between two steps."""
-        fut: concurrent.futures.Future = concurrent.futures.Future()
+        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
         with self._wake:
             self._commands.append((fn, fut))
             self._wake.notify_all()
@@ -235,7 +237,8 @@ class Scheduler:
             self._retire()
 
     def _decode_tail(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=False)
+        text: str = self.tokenizer.decode(ids, skip_special_tokens=False)
+        return text
 
     def _masks(self, rows: list[Seq], vocab: int) -> tuple[list[int], torch.Tensor] | None:
         """Next-token masks of the grammar-constrained rows, from each one's matcher state."""

@@ -7,7 +7,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, Required, TypedDict
 
 import torch
 
@@ -17,6 +17,17 @@ from slimecli.engine.protocol import Item, SamplingParams
 from slimecli.engine.sampling import RowState, make_generator
 
 _UID = itertools.count()
+Pairs = list[tuple[float, int]]  # (log-prob, token id) at one position: its top tokens, or the ids asked for
+Entry = list[float | int | str | None]  # one log-prob in a reply: [log-prob, token id, its text or null]
+
+
+class FinishReason(TypedDict, total=False):
+    """SGLang's meta_info.finish_reason: why a sequence ended."""
+
+    type: Required[Literal["stop", "length", "abort"]]
+    matched: int | str | None  # stop: the EOS / stop token id, stop string or stop_regex pattern (None: a grammar's end)
+    length: int  # length: the max_new_tokens reached
+    message: str  # abort: why
 
 
 @dataclass(eq=False)
@@ -26,20 +37,20 @@ class Seq:
     eos_ids: frozenset[int]
     # Runs on the event loop for each update: (seq, tokens so far, finish reason at that moment). The scheduler
     # thread keeps appending, so readers use the snapshot length, never len(output_ids).
-    notify: Callable[[Seq, int, dict[str, Any] | None], None] | None = None
+    notify: Callable[[Seq, int, FinishReason | None], None] | None = None
     stream: bool = False
     uid: int = field(default_factory=lambda: next(_UID))
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
-    top: list[Any] = field(default_factory=list)
-    ids_lp: list[Any] = field(default_factory=list)  # token_ids_logprob at each output position
+    top: list[Pairs | None] = field(default_factory=list)
+    ids_lp: list[Pairs | None] = field(default_factory=list)  # token_ids_logprob at each output position
     # From logprob_start_len on, SGLang-shaped: the first position is None (nothing before it is scored).
-    input_logprobs: list[Any] | None = None
-    input_top: list[Any] | None = None
-    input_ids_lp: list[Any] | None = None
+    input_logprobs: list[float | None] | None = None
+    input_top: list[Pairs | None] | None = None
+    input_ids_lp: list[Pairs | None] | None = None
     retractions: int = 0  # times a retract-mode pause sent it back to the queue
     version_events: list[tuple[str, int]] = field(default_factory=list)  # (old weight version, tokens then)
-    finish: dict[str, Any] | None = None
+    finish: FinishReason | None = None
     started: float = field(default_factory=time.monotonic)
     weight_version: str = ""
     cached_tokens: int = 0  # prompt tokens whose keys/values came from the prefix cache
@@ -78,8 +89,8 @@ class Seq:
         self._row.blocked = blocked
         return self._row
 
-    def append(self, token: int, logprob: float, top: Any, decode: Callable[[list[int]], str],
-               ids_lp: Any = None) -> None:
+    def append(self, token: int, logprob: float, top: Pairs | None, decode: Callable[[list[int]], str],
+               ids_lp: Pairs | None = None) -> None:
         self.output_ids.append(token)
         self.logprobs.append(logprob)
         if self.item.top_logprobs_num and self.item.return_logprob:
@@ -119,17 +130,17 @@ class Seq:
             self.finish = {"type": "abort", "message": message}
 
 
-def _entry(lp: float | None, tid: int, decode_one: Callable[[int], str] | None) -> list[Any]:
+def _entry(lp: float | None, tid: int, decode_one: Callable[[int], str] | None) -> Entry:
     return [lp, tid, decode_one(tid) if decode_one else None]
 
 
-def _entries(pairs: Any, decode_one: Callable[[int], str] | None) -> list[Any] | None:
+def _entries(pairs: Pairs | None, decode_one: Callable[[int], str] | None) -> list[Entry] | None:
     """One position's top / token_ids log-probs: [[logprob, id, text], ...], or None (SGLang's empty slot)."""
     return [_entry(lp, t, decode_one) for lp, t in pairs] if pairs else None
 
 
 def build_reply(seq: Seq, tokenizer: Any, weight_version: str, n: int | None = None,
-                finish: dict[str, Any] | None = None) -> dict[str, Any]:
+                finish: FinishReason | None = None) -> dict[str, Any]:
     """The /generate reply dict for one sequence, or for its first n tokens (a streamed chunk, cumulative).
 
     Keys as SGLang's TokenizerManager._handle_batch_output builds them; e2e_latency and weight_versions only
@@ -141,13 +152,14 @@ def build_reply(seq: Seq, tokenizer: Any, weight_version: str, n: int | None = N
     ids = seq.output_ids[:n]
     fin = finish
     text_ids = ids
-    if fin and fin["type"] == "stop" and isinstance(fin.get("matched"), int) and not p.no_stop_trim and ids:
+    matched = fin.get("matched") if fin and fin["type"] == "stop" else None
+    if isinstance(matched, int) and not p.no_stop_trim and ids:
         text_ids = ids[:-1]
     text = tokenizer.decode(text_ids, skip_special_tokens=p.skip_special_tokens) if text_ids else ""
-    if fin and fin["type"] == "stop" and isinstance(fin.get("matched"), str):
-        cut = text.find(fin["matched"])
+    if isinstance(matched, str):
+        cut = text.find(matched)
         if cut >= 0:
-            text = text[:cut + len(fin["matched"])] if p.no_stop_trim else text[:cut]
+            text = text[:cut + len(matched)] if p.no_stop_trim else text[:cut]
     wv = seq.weight_version or weight_version
     meta: dict[str, Any] = {
         "id": seq.rid,

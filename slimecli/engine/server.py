@@ -19,7 +19,7 @@ from slimecli.engine.disk_update import update_weights_from_disk
 from slimecli.engine.grammar import Compiled, GrammarCache
 from slimecli.engine.protocol import BadRequest, Constraint, GenerateRequest, Item, SamplingParams, parse_generate
 from slimecli.engine.scheduler import Scheduler, Update
-from slimecli.engine.seq import Seq, build_reply
+from slimecli.engine.seq import FinishReason, Seq, build_reply
 from slimecli.engine.settings import EngineSettings
 from slimecli.engine.weights import WeightRoutes
 from slimecli.net import server as net
@@ -231,7 +231,7 @@ class EngineServer:
         done = asyncio.Event()
         remaining = {s.uid for s in seqs}
 
-        def notify(s: Seq, n: int, fin: dict[str, Any] | None) -> None:
+        def notify(s: Seq, n: int, fin: FinishReason | None) -> None:
             if on_update is not None:
                 on_update((s, n, fin))
             if fin is not None and s.uid in remaining:
