@@ -10,7 +10,7 @@ TORCH ?= torch==2.13.0
 CONSTRAINTS ?= constraints.txt
 PIP_C := $(BIN)/pip install -q $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
-.PHONY: setup agent-clis sandbox-deps sglang-contract wheelhouse train test test-quick test-durations lint bench constraints
+.PHONY: setup agent-clis sandbox-deps sglang-contract wheelhouse train test test-deps test-quick test-durations lint bench constraints
 
 $(BIN)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -72,11 +72,19 @@ wheelhouse: setup
 # The suite runs on TEST_WORKERS pytest-xdist workers, a test file per worker at a time (a file's module-scoped
 # engines and servers are started once), costliest first (tests/conftest.py orders them; xdist keeps that order); each test's duration goes to .test-durations.json and the 15 slowest
 # are printed at the end (docs/testing.md: how the time is spent; make test-durations prints its table).
+# What the suite needs beside the venv is installed side by side (the installs are independent), and mypy checks
+# the types while the suite runs (it keeps one core busy for most of a minute): both must pass, its report is
+# printed only when it fails, so the run still ends with the slowest tests.
 TEST_WORKERS ?= 2
-test: setup $(BIN)/.installed-megatron agent-clis sandbox-deps sglang-contract
+test-deps: $(BIN)/.installed-megatron agent-clis sandbox-deps sglang-contract
+
+test: setup
+	@$(MAKE) --no-print-directory -j4 test-deps
 	$(BIN)/ruff check .
-	$(BIN)/python -m mypy
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
+	@types=$$(mktemp); $(BIN)/python -m mypy > $$types 2>&1 & mypy=$$!; \
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS); \
+	tests=$$?; if wait $$mypy; then rm -f $$types; else cat $$types; rm -f $$types; echo "mypy failed"; exit 1; fi; \
+	exit $$tests
 
 # The inner loop: everything but the tests marked slow (real training runs, servers, the agent CLIs).
 test-quick: setup

@@ -206,8 +206,10 @@ def test_readme_says_what_make_test_does():
     m = re.search(r"^test:(.*)\n((?:\t.*\n?)+)", makefile, re.MULTILINE)
     assert m, "no test target in the Makefile"
     prerequisites, recipe = m.group(1).split(), m.group(2)
-    for name in ("setup", "$(BIN)/.installed-megatron", "agent-clis", "sandbox-deps"):
-        assert name in prerequisites, name
+    deps = re.search(r"^test-deps:(.*)$", makefile, re.MULTILINE)
+    assert "setup" in prerequisites and deps and "test-deps" in recipe  # the test-only installs, side by side
+    for name in ("$(BIN)/.installed-megatron", "agent-clis", "sandbox-deps", "sglang-contract"):
+        assert name in deps.group(1).split(), name
     assert ".[dev,megatron,wandb]" in makefile
     assert "ruff check ." in recipe and "mypy" in recipe
     pytest_args = next(line for line in recipe.splitlines() if " pytest" in line).partition(" pytest")[2]

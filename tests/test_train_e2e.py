@@ -50,7 +50,8 @@ def test_opd_student_learns_from_teacher_with_zero_task_reward(tmp_path, tmp_pat
     teacher_reward = sum(r["reward/mean"] for r in metrics(teacher_run)[-5:]) / 5
     student_run = tmp_path / "student"
     out = run_train(student_run, "+recipe=opd", f"teacher.model_path={teacher_run / 'final'}",
-                    f"teacher.port={free_port()}", "trainer.max_steps=45", "trainer.save_interval=0")
+                    f"teacher.port={free_port()}", "trainer.max_steps=45", "trainer.save_interval=0",
+                    "trainer.nproc=1")
     assert out.returncode == 0, out.stdout[-3000:]
     rows = metrics(student_run)
     assert all(r["reward/mean"] is not None for r in rows)  # the task reward is logged, not trained on
