@@ -23,7 +23,10 @@ from slimecli.model.loading import load_model, load_tokenizer
 SCHEMA = json.dumps({"type": "object", "properties": {
     "name": {"type": "string", "enum": ["alpha", "beta"]}, "count": {"type": "integer", "minimum": 0}},
     "required": ["name", "count"], "additionalProperties": False})
-CHOICES = 'start: "# Fix the reported problem\\nsed -i s/a/b/ file.py" | "# Note where it starts\\necho note"\n'
+HEAD = "# Two edits are listed for the problem reported in the parser module; choose one of them:\\n"
+EDITS = ("sed -i s/old_value/new_value/ src/parser/file.py", "echo note >> src/parser/file.py")
+CHOICES = f'start: "{HEAD}" ("{EDITS[0]}" | "{EDITS[1]}")\n'  # a long forced run, a choice, another run
+TEXTS = tuple(HEAD.replace("\\n", "\n") + e for e in EDITS)
 
 
 def _run(model_dir: Path, bodies: list[dict[str, Any]], jump: bool) -> tuple[list[dict[str, Any]], dict[str, float]]:
@@ -77,8 +80,7 @@ def test_forced_token_is_the_only_one_the_mask_allows(tiny: Path) -> None:
     cache = GrammarCache(lambda: load_tokenizer(tiny), 4096, {int(tok.eos_token_id)})
     m = cache.compile(Constraint("ebnf", CHOICES)).matcher()
     assert forced_token(m) is not None  # "# " begins both choices
-    text = "# Fix the reported problem\nsed -i s/a/b/ file.py"
-    ids = tok.encode(text, add_special_tokens=False)
+    ids = tok.encode(TEXTS[0], add_special_tokens=False)
     forced = 0
     for t in ids:
         f = forced_token(m)
@@ -112,10 +114,10 @@ def test_greedy_outputs_and_log_probs_are_the_same_with_far_fewer_decode_steps(t
     assert stats["steps"] < plain_stats["steps"]
     (alone,), alone_stats = _run(tiny, bodies[:1], jump=True)
     _same(alone, plain[0])
-    assert alone_stats["steps"] <= 2 < 15 <= len(alone["output_ids"])  # one forward where the texts part
+    assert alone_stats["steps"] <= 4 < 25 <= len(alone["output_ids"])  # decode steps only where the texts part
     first = jumped[0]
     assert first["meta_info"]["finish_reason"]["type"] == "stop"
-    assert first["text"] in ("# Fix the reported problem\nsed -i s/a/b/ file.py", "# Note where it starts\necho note")
+    assert first["text"] in TEXTS
     assert jumped[3]["meta_info"]["finish_reason"] == {"type": "length", "length": 7}
     assert jumped[1]["text"].startswith('{"name": "')  # keys and punctuation were forced
 
@@ -126,6 +128,6 @@ def test_sampled_outputs_stay_in_the_grammar_with_masked_log_probs(tiny: Path, s
             "sampling_params": {"ebnf": CHOICES, "temperature": 1.0, "max_new_tokens": 64, "sampling_seed": seed}}
     replies, _ = _run(tiny, [body, dict(body, input_ids=[7, 8])], jump=True)
     for reply in replies:
-        assert reply["text"] in ("# Fix the reported problem\nsed -i s/a/b/ file.py", "# Note where it starts\necho note")
+        assert reply["text"] in TEXTS
         lps = [e[0] for e in reply["meta_info"]["output_token_logprobs"]]
         assert all(lp <= 0 for lp in lps) and sum(lp < 0 for lp in lps) <= 2  # only where the texts part

@@ -18,13 +18,15 @@ from typing import Any, TypeVar, cast
 
 import torch
 
-from slimecli.engine.grammar import Matcher, allowed_tokens, forced_token
+from slimecli.engine.grammar import Matcher, allowed_tokens, forced_run, forced_token
 from slimecli.engine.prefix_cache import PrefixCache
 from slimecli.engine.runner import Runner
 from slimecli.engine.sampling import NEG_INF, sample
 from slimecli.engine.seq import FinishReason, Seq
 
 log = logging.getLogger("slimecli.engine")
+JUMP_MIN = 8  # grammar-forced tokens a jump-forward must skip at the least (see Scheduler._append_forced)
+JUMP_PER_ROW = 4
 Update = tuple[Seq, int, "FinishReason | None"]  # a sequence, its token count and finish reason at that moment
 T = TypeVar("T")  # what a command run on the scheduler thread returns
 
@@ -272,9 +274,17 @@ class Scheduler:
 
     def _append_forced(self, s: Seq) -> int:
         """Append the tokens the grammar forces next, as the sampler would have drawn them: each with
-        log-prob 0, its only candidate (top log-probs) and -inf for every other id asked for."""
+        log-prob 0, its only candidate (top log-probs) and -inf for every other id asked for.
+
+        Only a run worth the jump: the jump takes the row out of the batch and back (copies of the batch's
+        cache) and gives it a forward of its own, while a short run rides along the batch's decode steps for a
+        share of each; so a run must be JUMP_MIN tokens long, and JUMP_PER_ROW per running row."""
         assert s.grammar is not None
         t0 = time.perf_counter()
+        need = max(JUMP_MIN, JUMP_PER_ROW * len(self.runner.rows))
+        if forced_run(s.grammar, need) < need:
+            self.stats["grammar_s"] += time.perf_counter() - t0
+            return 0
         n = 0
         while not s.done and (tok := forced_token(s.grammar)) is not None:
             row = s.row(self.runner.device)
