@@ -167,15 +167,17 @@ def forced_token(m: Matcher) -> int | None:
     return word * 32 + bits.bit_length() - 1
 
 
-def forced_run(m: Matcher, limit: int) -> int:
-    """How many tokens in a row the grammar forces from here, counted up to `limit` on a copy of the matcher."""
-    if limit <= 0 or forced_token(m) is None:
-        return 0
+def forced_run(m: Matcher, limit: int) -> list[int]:
+    """The tokens the grammar forces in a row from here, up to `limit` of them (found on a copy of the matcher)."""
+    if limit <= 0 or (first := forced_token(m)) is None:
+        return []
     probe = Matcher(m._m.deep_copy(), m.eos, m.vocab)
-    n = 0
-    while n < limit and (tok := forced_token(probe)) is not None and probe.consume(tok):
-        n += 1
-    return n
+    run: list[int] = []
+    tok: int | None = first
+    while tok is not None and len(run) < limit and probe.consume(tok):
+        run.append(tok)
+        tok = forced_token(probe)
+    return run
 
 
 def allowed_tokens(matchers: list[Matcher], vocab: int, device: torch.device | str = "cpu") -> torch.Tensor:

@@ -282,11 +282,12 @@ class Scheduler:
         assert s.grammar is not None
         t0 = time.perf_counter()
         need = max(JUMP_MIN, JUMP_PER_ROW * len(self.runner.rows))
-        if forced_run(s.grammar, need) < need:
+        run = forced_run(s.grammar, need)
+        if len(run) < need:
             self.stats["grammar_s"] += time.perf_counter() - t0
             return 0
         n = 0
-        while not s.done and (tok := forced_token(s.grammar)) is not None:
+        while not s.done and (tok := run.pop(0) if run else forced_token(s.grammar)) is not None:
             row = s.row(self.runner.device)
             top = [(0.0, tok)] if row.top_n else None
             ids = [(0.0 if t == tok else NEG_INF, t) for t in row.ids_logprob] if row.ids_logprob else None
