@@ -19,10 +19,11 @@ $(BIN)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PIP_C) -e ".[dev]"
 	touch $@
 
-# megatron-core (trainer=megatron, the stateless Adam patch) and wandb (observe.wandb, tested offline) only for
-# the tests, not in every user's set-up.
+# megatron-core (trainer=megatron, the stateless Adam patch), wandb (observe.wandb, tested offline) and the hubs'
+# environment libraries (env=verifiers|openenv|skyrl_gym|reasoning_gym) only for the tests, not in every user's
+# set-up: one pip run, so that two installs never write the venv at once.
 $(BIN)/.installed-megatron: $(BIN)/.installed
-	$(PIP_C) -e ".[dev,megatron,wandb]"
+	$(PIP_C) -e ".[dev,megatron,wandb,envs]"
 	touch $@
 
 setup: $(BIN)/.installed

@@ -26,9 +26,9 @@ sys.path.insert(0, str(ROOT))
 
 def edits_grammar(tokenizer: object) -> str:
     """The choices grammar of the smoke recipe's first turn for its first task (Claude Code's Bash calls)."""
-    from slimecli.agent.api.constrain import choices_grammar, resolve_choices
-    from slimecli.agent.api.parsers import HermesToolParser
     from slimecli.agent.registry import resolve
+    from slimecli.model.tool_calls import HermesToolParser
+    from slimecli.model.tool_grammar import choices_grammar, resolve_choices
     from slimecli.swe.builtin import task_file
 
     row = json.loads(task_file("swe_tiny_smoke").read_text().splitlines()[0])

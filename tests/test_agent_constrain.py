@@ -17,13 +17,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from slimecli.agent.api import constrain
 from slimecli.agent.api.adapter import AdapterSettings
 from slimecli.agent.api.anthropic import AnthropicAdapter
 from slimecli.agent.api.anthropic import tool_choice as anthropic_choice
-from slimecli.agent.api.constrain import GrammarError, ToolChoice
 from slimecli.agent.api.engine_link import EngineLink
-from slimecli.agent.api.parsers import HermesToolParser, ParsedOutput
 from slimecli.agent.api.render import Renderer, tool_schema
 from slimecli.agent.api.responses import ResponsesAdapter
 from slimecli.agent.api.responses import tool_choice as responses_choice
@@ -31,6 +28,9 @@ from slimecli.agent.trajectory.manager import TrajectoryManager
 from slimecli.config.compose import load
 from slimecli.config.errors import ConfigErrors
 from slimecli.config.rules import agent as agent_rules
+from slimecli.model import tool_grammar as constrain
+from slimecli.model.tool_calls import HermesToolParser, ParsedOutput
+from slimecli.model.tool_grammar import GrammarError, ToolChoice
 from slimecli.rollout.sample import Sample
 from tests.helpers import run_cli
 from tests.helpers.engine import Engine

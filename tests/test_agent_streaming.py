@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from test_agent_adapters import anthropic_body, call, post, responses_body, sse, tokenizer
 
 from slimecli.agent.api.anthropic import AnthropicAdapter
-from slimecli.agent.api.parsers import HermesToolParser
 from slimecli.agent.api.responses import ResponsesAdapter
 from slimecli.agent.api.streaming import LiveText
+from slimecli.model.tool_calls import HermesToolParser
 from slimecli.rollout.sample import Sample
 from tests.helpers.scripted_engine import Stack
 from tests.helpers.streaming_engine import StreamingEngine
@@ -295,9 +295,9 @@ def test_real_engine_streamed_and_plain_turns_record_the_same_tokens(tmp_path_fa
 
     from slimecli.agent.api.adapter import AdapterSettings
     from slimecli.agent.api.engine_link import EngineLink
-    from slimecli.agent.api.parsers import get_parser
     from slimecli.agent.api.render import Renderer
     from slimecli.agent.trajectory.manager import TrajectoryManager
+    from slimecli.model.tool_calls import get_parser
     from tests.helpers.engine import engine_fixture
 
     fixture = engine_fixture(tmp_path_factory.mktemp("engine"))

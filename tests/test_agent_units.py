@@ -8,9 +8,9 @@ import json
 import pytest
 
 from slimecli.agent import registry
-from slimecli.agent.api.parsers import HermesToolParser, get_parser
 from slimecli.agent.harness import install
 from slimecli.agent.trajectory.manager import SessionClosed, TooManyTurns, TrajectoryManager, Turn
+from slimecli.model.tool_calls import HermesToolParser, get_parser
 from slimecli.rollout.sample import Sample, Status
 
 STOP = 99
@@ -44,7 +44,7 @@ def test_parser_ill_formed_is_returned_as_text(bad):
 
 def test_get_parser_by_name_and_import_path():
     assert isinstance(get_parser("qwen"), HermesToolParser)
-    assert isinstance(get_parser("slimecli.agent.api.parsers:HermesToolParser"), HermesToolParser)
+    assert isinstance(get_parser("slimecli.model.tool_calls:HermesToolParser"), HermesToolParser)
     with pytest.raises(ValueError, match="valid: hermes, qwen"):
         get_parser("nope")
 

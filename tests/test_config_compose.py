@@ -21,6 +21,13 @@ MEMBER_NEEDS = {
     ("teacher", "sglang"): ["teacher.url=http://127.0.0.1:30000"],
     ("reward", "python"): ["reward.path=slimecli.reward:__name__"],
     ("task", "jsonl"): [f"task.path={ROOT / 'pyproject.toml'}"],
+    ("reward", "env"): ["env=native", "env.id=lookup"],  # the environment's reward: only with an environment
+    ("env", "native"): ["env.id=lookup"],
+    ("env", "verifiers"): ["env.id=exact-answer"],  # whether it loads is pre-flight's question
+    ("env", "openenv"): ["env.id=echo_env"],
+    ("env", "skyrl_gym"): ["env.id=gsm8k"],
+    ("env", "reasoning_gym"): ["env.id=chain_sum"],
+    ("env", "mix"): ["env.mix=[{name: a, env: native, id: lookup}]"],
 }
 
 

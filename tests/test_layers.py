@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("model", "observe", "reward", "sandbox"),
     ("swe", "engine"),  # SWE tasks, workspaces and grading (in sandboxes); the embedded inference server
     ("rollout",),  # samples, the engine client, the collect loop and the single-turn driver
-    ("teacher", "agent"),  # the teacher server and client; agent CLIs, adapters, trajectories
+    ("teacher", "agent", "env"),  # the teacher server and client; agent CLIs, adapters, trajectories; RL environments
     ("launch",),  # the process plan, preflight checks (agent, teacher, sandbox) and the supervisor
     ("eval",),  # held-out evaluation: the evaluator the trainer and `slimecli eval` run (launch's watchdog)
     ("train",),  # the trainer worker: uses everything below, launch's watchdog included

@@ -38,9 +38,9 @@ def gold_share(model_dir: str | Path, tokenizer, prompt_ids: list[int], texts: l
 
 def first_requests(run: Path, agent: str, tokenizer, limit: int) -> list[tuple[list[int], list[str], int]]:
     """(prompt ids, choice texts, gold index) of the first `limit` distinct archived tasks."""
-    from slimecli.agent.api.constrain import resolve_choices
-    from slimecli.agent.api.parsers import HermesToolParser
     from slimecli.agent.registry import resolve
+    from slimecli.model.tool_calls import HermesToolParser
+    from slimecli.model.tool_grammar import resolve_choices
     from slimecli.swe.builtin import task_file
 
     rows = {r["instance_id"]: r for r in map(json.loads, task_file("swe_tiny_smoke").read_text().splitlines())}

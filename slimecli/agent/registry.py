@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from slimecli.agent.api.parsers import load_object
 from slimecli.config.registry import AGENTS, UnknownPluginError
+from slimecli.model.tool_calls import load_object
 
 
 def register(name: str, harness: str | type, adapter: str | type) -> None:

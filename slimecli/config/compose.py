@@ -282,6 +282,9 @@ def _implied_groups(data: dict[str, Any], parsed: _Parsed, env_agent: str | None
     reward = data.get("reward", {}).get("name")
     if task == "swe" and "reward" not in parsed.groups and reward != "swe_tests":
         implied["reward"] = "swe_tests"
+    env = data.get("env", {}).get("name")
+    if env not in (None, "none") and "reward" not in parsed.groups and reward != "env":
+        implied["reward"] = "env"  # the environment's reward is the reward (a reward= given with env is refused)
     if reward == "swe_tests" and "task" not in parsed.groups and task != "swe":
         implied["task"] = "swe"
     return implied
@@ -318,7 +321,17 @@ def compose_dict(overrides: list[str], recipe_dirs: tuple[str, ...] = (), uses_a
     if interpolated:
         _resolve_interpolations(data, before, interpolated, errors)
     _apply_aliases(data, parsed, errors)
+    _imply_env_rollout(data)
     return data, errors
+
+
+def _imply_env_rollout(data: dict[str, Any]) -> None:
+    """With an environment, its episodes are the rollout: rollout.generate=env unless another kind was named
+    (which the env rules refuse, with the reason)."""
+    env, rollout = data.get("env"), data.get("rollout")
+    if isinstance(env, dict) and env.get("name") not in (None, "none") and isinstance(rollout, dict) and \
+            rollout.get("generate", "single_turn") == "single_turn":
+        rollout["generate"] = "env"
 
 
 # Another tool's word for a key, accepted as that key: a SLURM user writes --nodes, torchrun --nnodes.

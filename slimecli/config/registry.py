@@ -24,7 +24,7 @@ from slimecli.config.import_path import PATH_HINT, is_import_path, load, syntax_
 # The packages whose plugins.py declares built-ins, imported before the first lookup (each imports only this
 # module: declaring stays cheap and torch-free). The layer test keeps this list equal to the files.
 DECLARED_IN = ("slimecli.reward.plugins", "slimecli.sandbox.plugins", "slimecli.swe.plugins",
-               "slimecli.rollout.plugins", "slimecli.agent.plugins", "slimecli.train.plugins")
+               "slimecli.rollout.plugins", "slimecli.agent.plugins", "slimecli.env.plugins", "slimecli.train.plugins")
 F = TypeVar("F")  # what is registered: a function or class, handed back unchanged
 _discovery = threading.RLock()
 _discovered = False
@@ -67,17 +67,22 @@ class Registry:
 
     reserved: names a config may use that are built elsewhere from the config (reward=remote), never registered.
     aliases: deprecated names, accepted and resolved but not listed (gspo -> grpo).
+    entry_points: a packaging entry-point group whose entries (name = "pkg.module:attr") installed packages
+    declare: `pip install` of such a package is enough to name its objects (read at the first lookup).
     """
 
     def __init__(self, kind: str, config_key: str, *, paths: bool = False, reserved: tuple[str, ...] = (),
-                 aliases: dict[str, str] | None = None):
+                 aliases: dict[str, str] | None = None, entry_points: str | None = None):
         self.kind = kind
         self.config_key = config_key
         self.paths = paths
         self.reserved = reserved
         self.aliases = dict(aliases or {})
+        self.entry_points = entry_points
         self._entries: dict[str, Entry | _Lazy] = {}
         self._declared: dict[str, _Lazy] = {}  # the built-ins as declared, for the layer test
+        self._origins: dict[str, str] = {}  # name -> the package that declared it by entry point
+        self._scanned = False
 
     # ---- declaring --------------------------------------------------------------------------------------------
     def builtin(self, name: str, target: str, **options: Any) -> None:
@@ -93,6 +98,7 @@ class Registry:
         if not callable(obj):
             raise TypeError(f"{self.kind} {name!r}: {obj!r} is not callable")
         self._entries[name] = Entry(name, obj, dict(options))
+        self._origins[name] = "registered at run time"
         return obj
 
     def decorator(self, name: str, **options: Any) -> Callable[[F], F]:
@@ -108,10 +114,37 @@ class Registry:
         if name in self.reserved:
             raise ValueError(f"{self.kind} {name!r} is built from the config and cannot be registered")
 
+    # ---- installed packages -----------------------------------------------------------------------------------
+    def _scan_entry_points(self) -> None:
+        """Names that installed packages declare in the entry-point group, once per process (a built-in or a
+        run-time registration of the same name wins)."""
+        if self.entry_points is None or self._scanned:
+            return
+        from importlib.metadata import entry_points
+
+        with _discovery:
+            if self._scanned:
+                return
+            for point in entry_points(group=self.entry_points):
+                if point.name in self._entries or not is_import_path(point.value) or is_import_path(point.name):
+                    continue
+                self._entries[point.name] = _Lazy(point.value, {})
+                dist = point.dist
+                self._origins[point.name] = f"{dist.name} {dist.version}" if dist is not None else "entry point"
+            self._scanned = True
+
+    def origin(self, name: str) -> str:
+        """Where a name comes from: slimecli (a built-in), an installed package, or a run-time registration."""
+        self.names()
+        if name in self._declared:
+            return "slimecli"
+        return self._origins.get(name, "")
+
     # ---- looking up -------------------------------------------------------------------------------------------
     def names(self) -> list[str]:
         """Every name a config may give (built-ins first, in declaration order), without importing any of them."""
         discover()
+        self._scan_entry_points()
         return list(dict.fromkeys([*self._entries, *self.reserved]))
 
     def declared(self) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -130,6 +163,7 @@ class Registry:
             except (ImportError, AttributeError, TypeError, ValueError) as exc:
                 raise ValueError(f"{self.config_key}={name!r}: cannot load the {self.kind}: {exc}") from exc
         discover()
+        self._scan_entry_points()
         name = self.aliases.get(name, name)
         found = self._entries.get(name)
         if isinstance(found, _Lazy):  # imported outside any lock: the module may itself look names up
@@ -160,7 +194,7 @@ class Registry:
     def scoped(self) -> Iterator[Registry]:
         """What is registered inside the with-block is gone after it, and what it replaced comes back."""
         discover()
-        saved, declared = dict(self._entries), dict(self._declared)
+        saved, declared, origins = dict(self._entries), dict(self._declared), dict(self._origins)
         try:
             yield self
         finally:
@@ -168,6 +202,9 @@ class Registry:
             self._entries.update(saved)
             self._declared.clear()
             self._declared.update(declared)
+            self._origins.clear()
+            self._origins.update(origins)
+            self._scanned = False  # packages installed inside the block are forgotten with it
 
     @contextmanager
     def override(self, **objs: Any) -> Iterator[Registry]:
@@ -185,4 +222,7 @@ POLICY_LOSSES = Registry("policy loss", "trainer.policy_loss", paths=True)
 GENERATE_KINDS = Registry("rollout function", "rollout.generate", paths=True)
 AGENTS = Registry("agent", "agent.name")  # a harness class, with its adapter class as the option `adapter`
 SANDBOXES = Registry("sandbox", "sandbox.name")  # a Sandbox class
-KINDS = (REWARDS, ADVANTAGE_ESTIMATORS, POLICY_LOSSES, GENERATE_KINDS, AGENTS, SANDBOXES)
+# env.id of env=native: slimecli's built-in environments, those installed packages declare in the entry-point
+# group slimecli.environments, and import paths
+ENVIRONMENTS = Registry("environment", "env.id", paths=True, entry_points="slimecli.environments")
+KINDS = (REWARDS, ADVANTAGE_ESTIMATORS, POLICY_LOSSES, GENERATE_KINDS, AGENTS, SANDBOXES, ENVIRONMENTS)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from slimecli.config.decode import spec
 from slimecli.config.groups.agent import AgentConfig
 from slimecli.config.groups.cluster import ClusterConfig
+from slimecli.config.groups.env import EnvConfig
 from slimecli.config.groups.eval import EvalConfig
 from slimecli.config.groups.model import ModelConfig
 from slimecli.config.groups.observe import ObserveConfig
@@ -38,6 +39,7 @@ class SlimeConfig:
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     observe: ObserveConfig = spec(default_factory=ObserveConfig, resumable=True)
     eval: EvalConfig = spec(default_factory=EvalConfig, resumable=True)
@@ -45,4 +47,5 @@ class SlimeConfig:
 
 
 # Groups whose member is chosen with `group=member` (a YAML file in conf/<group>/).
-GROUPS: tuple[str, ...] = ("optimizer", "agent", "teacher", "reward", "rollout", "trainer", "model", "task", "cluster", "sandbox")
+GROUPS: tuple[str, ...] = ("optimizer", "agent", "teacher", "reward", "rollout", "trainer", "model", "task", "env",
+                           "cluster", "sandbox")

@@ -122,9 +122,9 @@ class Stack:
                  max_turns: int = 64, max_body_bytes: int = 32 << 20) -> None:
         from slimecli.agent.api.adapter import AdapterSettings
         from slimecli.agent.api.engine_link import EngineLink
-        from slimecli.agent.api.parsers import get_parser
         from slimecli.agent.api.render import Renderer
         from slimecli.agent.trajectory.manager import TrajectoryManager
+        from slimecli.model.tool_calls import get_parser
 
         self.engine = ScriptedEngine(tokenizer, script)
         self.renderer = Renderer(tokenizer, context_len)

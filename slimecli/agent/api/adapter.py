@@ -4,7 +4,7 @@ A subclass translates its API's request into chat messages + tools and the turn 
 Every refusal is a 4xx JSON body in the client's own error format; a turn is recorded only after its reply
 was written; a client that goes away cancels the handler, which aborts the engine request.
 
-agent.constrain (see slimecli.agent.api.constrain) adds a grammar to each turn's sampling params:
+agent.constrain (see slimecli.model.tool_grammar) adds a grammar to each turn's sampling params:
 - tool_calls: plain text or tool calls valid against the request's tools, honouring its tool_choice;
 - choices: exactly one of the session's alternatives (`set_choices`, else agent.choices_file), while the
   conversation has no tool result yet. Once a tool ran (the choice was made and executed), the next turn
@@ -31,14 +31,14 @@ from typing import Any
 
 from aiohttp import web
 
-from slimecli.agent.api import constrain
-from slimecli.agent.api.constrain import GrammarError, ToolChoice
 from slimecli.agent.api.engine_link import EngineLink, Generation, Progress
 from slimecli.agent.api.fields import ApiError, echoed, int_field, text_of
-from slimecli.agent.api.parsers import ParsedOutput, ToolParser
 from slimecli.agent.api.render import Renderer
 from slimecli.agent.api.streaming import KEEPALIVE_S, STREAM_INTERVAL, LiveText, StreamWriter, open_sse
 from slimecli.agent.trajectory.manager import SessionClosed, TooManyTurns, TrajectoryManager, Turn
+from slimecli.model import tool_grammar as constrain
+from slimecli.model.tool_calls import ParsedOutput, ToolParser
+from slimecli.model.tool_grammar import GrammarError, ToolChoice
 from slimecli.net import server as net
 from slimecli.rollout.client import EngineError, EngineRejected
 
@@ -87,7 +87,7 @@ class AdapterSettings:
     top_k: int = -1
     max_new_tokens: int = 1024  # cap per turn, whatever the client asks
     max_body_bytes: int = net.ADAPTER_MAX_BODY
-    constrain: str = "none"  # none | tool_calls | choices (slimecli.agent.api.constrain)
+    constrain: str = "none"  # none | tool_calls | choices (slimecli.model.tool_grammar)
     choices_then: str = "final"  # choices mode, once a tool ran: final | none | tool_calls
     choices_final: str = "Done."  # the text a `final` turn is constrained to
     choices_file: str | None = None  # JSON list of choices for sessions that registered none

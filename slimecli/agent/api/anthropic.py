@@ -13,9 +13,9 @@ from typing import Any
 from aiohttp import web
 
 from slimecli.agent.api.adapter import Adapter, ApiError, TurnRequest, TurnResult, new_id, send_json
-from slimecli.agent.api.constrain import ToolChoice
 from slimecli.agent.api.fields import echoed, int_field, text_of, tools_of
 from slimecli.agent.api.streaming import LiveText, sse_event
+from slimecli.model.tool_grammar import ToolChoice
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",

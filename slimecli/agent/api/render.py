@@ -20,7 +20,7 @@ class Renderer:
             if isinstance(tid, int) and tid != tokenizer.unk_token_id and tid is not None:
                 self.stop_ids.add(tid)
         # Added tokens are single tokens to a grammar engine too: a constrained turn names them by id, so it
-        # samples the same ids the chat template renders (see slimecli.agent.api.constrain).
+        # samples the same ids the chat template renders (see slimecli.model.tool_grammar).
         added = tokenizer.get_added_vocab() if hasattr(tokenizer, "get_added_vocab") else {}
         self.added_tokens: dict[str, int] = {str(k): int(v) for k, v in added.items()}
 

@@ -16,9 +16,9 @@ from typing import Any
 from aiohttp import web
 
 from slimecli.agent.api.adapter import Adapter, ApiError, TurnRequest, TurnResult, new_id, send_json
-from slimecli.agent.api.constrain import ToolChoice
 from slimecli.agent.api.fields import echoed, int_field, text_of, tools_of
 from slimecli.agent.api.streaming import LiveText, sse_event
+from slimecli.model.tool_grammar import ToolChoice
 
 # A reply cut by the length limit the client asked for (or by the context window) is "incomplete", as the
 # Responses API marks it.

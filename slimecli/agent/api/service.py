@@ -17,10 +17,10 @@ from aiohttp import web
 
 from slimecli.agent.api.adapter import Adapter, AdapterSettings
 from slimecli.agent.api.engine_link import EngineLink, EnginePool
-from slimecli.agent.api.parsers import get_parser
 from slimecli.agent.api.render import Renderer
 from slimecli.agent.registry import resolve
 from slimecli.agent.trajectory.manager import TrajectoryManager
+from slimecli.model.tool_calls import get_parser
 from slimecli.net.listen import READ_TIMEOUT_S, app_runner, start_site
 from slimecli.net.ports import free_port
 

@@ -4,7 +4,7 @@ The rule (the reply must not change because it was streamed): every delta sent i
 turn's parse gives, so the streamed reply and the non-streamed one are the same blocks with the same text.
 - Text is shown as the engine produces it, minus a tail that could still change its meaning: the start of a stop
   sequence of the request (stripped when matched), an incomplete UTF-8 character, trailing whitespace (the reply
-  text is stripped), and what the tool parser holds back (`stream_view`, see slimecli.agent.api.parsers): for the
+  text is stripped), and what the tool parser holds back (`stream_view`, see slimecli.model.tool_calls): for the
   Qwen/Hermes layout, a leading `<think>` block until `</think>` arrives (then the reasoning is sent whole) and
   everything from `<tool_call>` on (or a tail that could become one).
 - Tool calls are sent when the turn ends: whether a call is well-formed (and so a tool call rather than text) is
@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from slimecli.agent.api.parsers import ParsedOutput, partial_suffix
+from slimecli.model.tool_calls import ParsedOutput, partial_suffix
 
 log = logging.getLogger(__name__)
 

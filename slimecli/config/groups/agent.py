@@ -36,7 +36,7 @@ class AgentConfig:
     max_context_len: int | None = spec(None, gt=0, note="or unset")  # None -> the model's max_position_embeddings
     realign_min_ratio: float = spec(0.8, ge=0, le=1)  # re-rendered last response this similar to the sampled one -> realigned
     output: str | None = None  # `slimecli agent run`: samples JSONL; None -> <run.root>/agent-<time>/samples.jsonl
-    # Constrained decoding of each turn (grammar in the engine's sampling params; see slimecli.agent.api.constrain):
+    # Constrained decoding of each turn (grammar in the engine's sampling params; see slimecli.model.tool_grammar):
     # none | tool_calls (text or a call valid against the request's tools and tool_choice) | choices (exactly one
     # of the session's listed alternatives until a tool ran, then `choices_then`)
     constrain: str = "none"

@@ -7,7 +7,7 @@ from slimecli.config.registry import AGENTS
 from slimecli.config.schema import SlimeConfig
 
 KNOWN_PARSERS = ("qwen", "hermes")
-CONSTRAIN_MODES = ("none", "tool_calls", "choices")  # slimecli.agent.api.constrain.MODES
+CONSTRAIN_MODES = ("none", "tool_calls", "choices")  # slimecli.model.tool_grammar.MODES
 CHOICES_THEN = ("final", "none", "tool_calls")
 
 

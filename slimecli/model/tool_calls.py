@@ -1,4 +1,5 @@
-"""Turn a model's raw output text into reasoning, text and tool calls (one parser per model family)."""
+"""A model's raw output text -> reasoning, text and tool calls, one parser per chat-template family (agent adapters and
+the environment rollout both read tool calls this way)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Grammars for constrained agent turns (agent.constrain): tool calls valid against the request's tools, or
+"""Grammars for constrained turns (agent.constrain, env.constrain): tool calls valid against the offered tools, or
 exactly one of a session's listed alternatives.
 
 A random or barely trained model almost never writes a well-formed tool call, so coding-agent RL on a small
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slimecli.agent.api.parsers import ToolCallFormat
+from slimecli.model.tool_calls import ToolCallFormat
 
 MODES = ("none", "tool_calls", "choices")
 CHOICES_THEN = ("final", "none", "tool_calls")
