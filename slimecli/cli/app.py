@@ -30,7 +30,8 @@ app = typer.Typer(help=HELP, rich_markup_mode="rich", no_args_is_help=True, add_
                   context_settings={"help_option_names": ["-h", "--help"]})
 
 # One module per command family; each exposes register(app).
-COMMAND_MODULES = ("train", "config", "plan", "recipes", "rollout", "teacher", "model", "agent", "tasks", "report", "eval")
+COMMAND_MODULES = ("train", "config", "plan", "recipes", "rollout", "teacher", "model", "agent", "tasks", "report", "eval",
+                   "env")
 
 
 def _version(value: bool) -> None:

@@ -16,6 +16,8 @@ def register(app: typer.Typer) -> None:
 
   slimecli eval model.path=runs/q/final                      # the quickstart's held-out set (the default eval)
 
+  slimecli eval +recipe=env_lookup model.path=runs/l/final   # an environment's eval split (each source a dataset)
+
   slimecli eval model.path=/ckpt 'eval.datasets=[{name: test, task: jsonl, path: test.jsonl, temperature: 0.6}]'""")
     def eval_(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> None:
         """Evaluate: engines serve the model, every eval dataset is sampled and scored, a table of the metrics.

@@ -8,6 +8,7 @@ together instead of Hydra stopping at the first one.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -246,7 +247,8 @@ def _set_path(data: dict[str, Any], path: str, value: Any, errors: list[ConfigEr
     node: Any = data
     parts = path.split(".")
     for i, part in enumerate(parts[:-1]):
-        if isinstance(node, dict) and part not in node and _is_section(".".join(parts[:i + 1])):
+        if isinstance(node, dict) and part not in node and (_is_section(".".join(parts[:i + 1]))
+                                                            or _is_free_mapping(".".join(parts[:i + 1]))):
             node[part] = {}  # a nested section (trainer.lora) no YAML file mentions: its defaults are the schema's
         if not isinstance(node, dict) or part not in node:
             where = ".".join(parts[:i])
@@ -260,6 +262,21 @@ def _set_path(data: dict[str, Any], path: str, value: Any, errors: list[ConfigEr
         return False
     node[parts[-1]] = value
     return True
+
+
+def _is_free_mapping(path: str) -> bool:
+    """A dict-valued field of the schema (env.args): any key may be set below it."""
+    import typing
+
+    from slimecli.config.decode import field_types
+
+    cls: Any = SlimeConfig
+    for name in path.split("."):
+        hints = field_types(cls) if dataclasses.is_dataclass(cls) else {}
+        if name not in hints:
+            return False
+        cls = hints[name]
+    return typing.get_origin(cls) is dict
 
 
 def _is_section(path: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from slimecli.config.groups.env import EnvConfig, EnvSourceConfig
 from slimecli.config.groups.eval import EvalDatasetConfig, EvalRewardConfig
 from slimecli.config.groups.reward import RewardConfig
 from slimecli.config.groups.rollout import RolloutConfig
@@ -38,6 +39,13 @@ def dataset_reward(ds: EvalDatasetConfig, run: RewardConfig) -> RewardConfig:
     base = run if name == run.name else member_reward(name)
     changes = {k: getattr(override, k) for k in REWARD_FIELDS if getattr(override, k) is not None}
     return replace(base, **changes)
+
+
+def dataset_env(ds: EvalDatasetConfig, env: EnvConfig) -> EnvConfig:
+    """An environment dataset as the run's env group sees it: one source labelled by the dataset's name, on the
+    environment's "eval" split, with the run's budgets (max_turns, timeouts, constrain, ...)."""
+    source = EnvSourceConfig(name=ds.name, env=ds.env or "native", id=ds.id or "", args=dict(ds.args))
+    return replace(env, name="mix", id=None, args={}, mix=(source,), split="eval")
 
 
 def dataset_sampling(ds: EvalDatasetConfig, rollout: RolloutConfig) -> RolloutConfig:

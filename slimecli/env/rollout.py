@@ -50,6 +50,7 @@ class EnvRollout:
         self._group_first: dict[int, int] = {}
         self._episodes: list[Sample] = []  # every episode of this collect, kept or not: the per-source metrics
         self.min_valid = min(2, cfg.rollout.n_samples_per_prompt)
+        self.seed_scope: tuple[Any, ...] = ("env",)  # names the episodes' sampling seeds (the evaluator: its dataset)
 
     # ---- one episode, one group -------------------------------------------------------------------------
     def sampling_params(self, max_new_tokens: int) -> dict[str, Any]:
@@ -66,7 +67,7 @@ class EnvRollout:
         async def generate(ids: list[int], max_new_tokens: int, turn: int, extra: dict[str, Any]) -> dict[str, Any]:
             params = {**self.sampling_params(max_new_tokens), **extra}
             if position is not None:
-                params["sampling_seed"] = sample_seed(self.cfg.run.seed, "env", position, slot, turn)
+                params["sampling_seed"] = sample_seed(self.cfg.run.seed, *self.seed_scope, position, slot, turn)
             out = await engine.generate(input_ids=ids, sampling_params=params, return_logprob=True)
             return out if isinstance(out, dict) else out[0]
 

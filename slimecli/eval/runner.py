@@ -3,7 +3,8 @@ scored with its reward, summarised (eval/<name>/...) and written sample by sampl
 
 Single-turn datasets go through the rollout driver with the dataset's sampling settings; SWE datasets are
 worked by the agent (its own adapter in front of the same engines) and graded by their tests, so their
-reward is the grade (resolved by default). A dataset that fails (a missing file, an engine error) is reported
+reward is the grade (resolved by default). Environment datasets (`env`) are the environment's episodes on its
+"eval" split, run by the environment rollout, and their reward is the episode's. A dataset that fails (a missing file, an engine error) is reported
 as failed (eval/<name>/failed = 1) and does not stop the others.
 """
 
@@ -17,11 +18,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
-from slimecli.config.eval_settings import dataset_reward, dataset_sampling, dataset_task
+from slimecli.config.eval_settings import dataset_env, dataset_reward, dataset_sampling, dataset_task
 from slimecli.config.groups.eval import EvalDatasetConfig
 from slimecli.config.schema import SlimeConfig
 from slimecli.eval.datasets import load_records
-from slimecli.eval.scoring import Outcome, dataset_metrics, sample_row
+from slimecli.eval.scoring import Outcome, dataset_metrics, episode_summary, sample_row
 from slimecli.rollout.driver import RolloutDriver
 
 log = logging.getLogger("slimecli.eval")
@@ -112,6 +113,8 @@ class Evaluator:
                 outcomes = await self._outcomes(ds)
                 n = dataset_sampling(ds, self.cfg.rollout).n_samples_per_prompt
                 result.metrics = dataset_metrics(outcomes, n, ds.pass_threshold, swe=ds.task == "swe")
+                if ds.env is not None:
+                    result.metrics.update(episode_summary(outcomes, ds.name))
                 path = out_dir / f"{ds.name}.jsonl"
                 with open(path, "w", encoding="utf-8") as f:
                     for o in outcomes:
@@ -143,8 +146,10 @@ class Evaluator:
     async def _outcomes(self, ds: EvalDatasetConfig) -> list[Outcome]:
         from slimecli.reward import Invalid, assign_rewards, sample_reward
 
-        records = self.records(ds)
         cfg = self.scoped(ds)
+        if ds.env is not None:  # the episode's reward is the reward
+            return await self._env_outcomes(ds, cfg)
+        records = self.records(ds)
         if ds.task == "swe":
             outcomes = await self._agent_outcomes(cfg, records)
         else:
@@ -163,6 +168,30 @@ class Evaluator:
                 o.invalid = str(value)
             else:
                 o.value = float(value)
+        return outcomes
+
+    async def _env_outcomes(self, ds: EvalDatasetConfig, cfg: SlimeConfig) -> list[Outcome]:
+        """n episodes of each of the environment's eval tasks (the first max_samples), run by the environment
+        rollout with the run's env budgets; a dropped episode is invalid, with its reason."""
+        from slimecli.env.rollout import EnvRollout
+        from slimecli.env.sources import open_sources, record
+
+        cfg = replace(cfg, env=dataset_env(ds, self.cfg.env))
+        sources = await asyncio.to_thread(open_sources, cfg.env, cfg.task, cfg.env.split)  # loading may block
+        rollout = EnvRollout(cfg, self.tokenizer, self.engines, cast(Any, None), sources=sources)
+        rollout.seed_scope = ("eval", ds.name)  # the same draw at every evaluation, none of training's
+        try:
+            rows = len(sources[0].rows)
+            records = [record(sources, i, cfg.run.seed, False) for i in range(min(rows, ds.max_samples or rows))]
+            groups = await asyncio.gather(*(rollout._runs(rec, i) for i, rec in enumerate(records)))
+        finally:
+            await rollout.stop()
+        outcomes = []
+        for i, runs in enumerate(groups):
+            for j, (s,) in enumerate(runs):
+                dropped = s.metadata.get("drop_reason", "aborted") if s.remove_sample else None
+                outcomes.append(Outcome(i, j, records[i], [s], None if dropped else float(s.reward),
+                                        f"dropped: {dropped}" if dropped else None))
         return outcomes
 
     async def _agent_outcomes(self, cfg: SlimeConfig, records: list[dict[str, Any]]) -> list[Outcome]:

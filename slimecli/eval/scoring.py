@@ -64,6 +64,17 @@ def dataset_metrics(outcomes: list[Outcome], n: int, threshold: float, swe: bool
     return out
 
 
+def episode_summary(outcomes: list[Outcome], label: str) -> dict[str, float]:
+    """An environment dataset's episodes as the training rollout reports them (env/<source>/...): mean turns,
+    tool calls and parse errors, the turn-limit rate, the dropped episodes by reason."""
+    from slimecli.env.rollout import episode_metrics
+
+    prefix = f"env/{label}/"
+    keep = ("turns", "tool_calls/", "tool_errors", "turn_limit_rate", "dropped")
+    metrics = episode_metrics([s for o in outcomes for s in o.samples])
+    return {k[len(prefix):]: v for k, v in metrics.items() if k.startswith(prefix) and k[len(prefix):].startswith(keep)}
+
+
 def sample_row(o: Outcome, threshold: float) -> dict[str, Any]:
     """The per-sample line of RUN/eval/step_<N>/<name>.jsonl."""
     from slimecli.observe.metrics import to_json_value
@@ -75,6 +86,9 @@ def sample_row(o: Outcome, threshold: float) -> dict[str, Any]:
         "passed": o.passed(threshold), "invalid": o.invalid, "response_length": o.response_length,
         "status": getattr(first.status, "value", str(first.status)),
     }
+    if "task" in o.record and "source" in o.record:  # an environment episode: its task row, turns, why dropped
+        row.update(task=o.record["task"], turns=first.metadata.get("turns"),
+                   drop_reason=first.metadata.get("drop_reason"))
     if "instance_id" in (o.record.get("metadata") or {}):
         row["instance_id"] = o.record["metadata"]["instance_id"]
     return dict(to_json_value(row))

@@ -5,6 +5,8 @@ Two ways to name what is evaluated:
   step 0, in a new run directory `<run.root>/<run.name>-<time>` (run.name defaults to `eval`);
 - `run.dir=RUN`: that run's final policy (RUN/final) with the run's own frozen config and eval settings (a
   later key=value changes them; its ports are picked free again unless given), as its last step, in `RUN/evals/final-<time>`.
+With an environment (env=KIND env.id=ID, or env.mix) and no eval dataset naming one, each of its sources is
+evaluated too, as a dataset named by its label (its eval split; eval.datasets=[] leaves only those).
 Either directory holds what a training run's evaluation writes: eval/step_<N>/<name>.jsonl, the summary,
 metrics.jsonl, plus the config, plan and logs.
 """
@@ -26,6 +28,7 @@ from slimecli.config.schema import GROUPS, SlimeConfig
 FINAL_DIR = "final"
 MERGED_DIR = "final-merged"  # a LoRA run: final/ holds the adapter, final-merged/ the model it makes
 EVALS_DIR = "evals"
+SCHEDULE = {"eval.interval": 0, "eval.at_start": "false", "eval.at_end": "false"}
 ORDER = ("reward_mean", "resolved_rate", "pass@", "response_len_mean", "invalid", "prompts", "samples")
 
 
@@ -38,12 +41,35 @@ def resolve(overrides: list[str], recipe_dirs: tuple[str, ...] = ()) -> tuple[Sl
     from slimecli.launch.source_checks import load
 
     source = next((o.split("=", 1)[1] for o in overrides if _override_key(o) == "run.dir"), None)
-    if source is None:
-        cfg = load(overrides, recipe_dirs)
+    if source is None:  # evaluated once, now: training's schedule does not apply (an env alone is something to evaluate)
+        given = {_override_key(o) for o in overrides}
+        cfg = load([f"{k}={v}" for k, v in SCHEDULE.items() if k not in given] + overrides, recipe_dirs)
         if not any(_override_key(o) == "run.name" for o in overrides):
             cfg = replace(cfg, run=replace(cfg.run, name="eval"))
-        return cfg, 0
-    return from_run(Path(source).expanduser(), [o for o in overrides if _override_key(o) != "run.dir"])
+        return with_env_datasets(cfg), 0
+    cfg, step = from_run(Path(source).expanduser(), [o for o in overrides if _override_key(o) != "run.dir"])
+    return with_env_datasets(cfg), step
+
+
+def with_env_datasets(cfg: SlimeConfig) -> SlimeConfig:
+    """The run's environments as eval datasets (each source one, named by its label, before eval.datasets' own),
+    unless a dataset already names an environment: `slimecli eval env=native env.id=lookup` evaluates lookup."""
+    from slimecli.config.groups.eval import EvalDatasetConfig
+    from slimecli.config.rules import check_all
+    from slimecli.env.sources import source_specs
+
+    if any(ds.env is not None for ds in cfg.eval.datasets):
+        return cfg
+    rows = cfg.task.path if cfg.task.name == "jsonl" else None  # for environments without eval tasks of their own
+    added = tuple(EvalDatasetConfig(name=spec.label, env=spec.kind, id=spec.env_id, args=dict(spec.args),  # type: ignore[arg-type]
+                                    path=rows) for spec in source_specs(cfg.env))
+    if not added:
+        return cfg
+    cfg = replace(cfg, eval=replace(cfg.eval, datasets=added + cfg.eval.datasets))
+    errors = check_all(cfg)
+    if errors:
+        raise ConfigErrors(errors)
+    return cfg
 
 
 def from_run(run_dir: Path, overrides: list[str]) -> tuple[SlimeConfig, int]:
@@ -126,7 +152,8 @@ def evaluate(cfg: SlimeConfig, step: int, argv: list[str], overrides: list[str],
     console = console or Console(highlight=False, soft_wrap=True)
     if not cfg.eval.datasets:
         raise ConfigErrors([ConfigError("eval.datasets", [], "nothing to evaluate",
-                                        "eval.datasets=[{name: NAME, task: jsonl, path: FILE}] or +recipe=NAME")])
+                                        "eval.datasets=[{name: NAME, task: jsonl, path: FILE}], an environment "
+                                        "(env=native env.id=lookup) or +recipe=NAME")])
     cfg = with_free_rollout_port(materialize(cfg))  # rollout.port=auto: free ports, recorded in the plan
     errors = engine_errors(cfg, [slot.port for slot in engine_slots(cfg)])
     if any(ds.task == "swe" for ds in cfg.eval.datasets):  # SWE tasks are worked by the agent CLI in sandboxes

@@ -1,7 +1,7 @@
 """Pre-flight for the files a config names: the model and teacher checkpoints, the task file (every SWE row
 parsed, the built-in sets built with git) and each eval dataset's, the reward functions (the run's and each
 eval dataset's) and the functions rollout.generate, trainer.advantage_estimator and trainer.policy_loss name
-by import path (found without importing them). The config layer checks only what the
+by import path (found without importing them), and every environment (the run's, each eval dataset's) loads. The config layer checks only what the
 config says; every command reads its config through `load` here, so these are reported with the rules'
 errors, all at once, before anything starts."""
 
@@ -30,11 +30,35 @@ def load(overrides: Sequence[str] = (), recipe_dirs: tuple[str, ...] = (), uses_
 
 
 def source_errors(cfg: SlimeConfig) -> list[ConfigError]:
-    errors = model_dirs(cfg) + teacher_dir(cfg) + task_errors(cfg.task) + reward_functions(cfg) + plugin_functions(cfg)
+    errors = model_dirs(cfg) + teacher_dir(cfg) + reward_functions(cfg) + plugin_functions(cfg)
+    if cfg.env.name == "none":
+        errors += task_errors(cfg.task)
+    else:  # the environment's tasks, or task.path's rows as they are
+        from slimecli.env.check import source_errors as env_errors
+
+        errors += env_errors(cfg)
     for i, ds in enumerate(cfg.eval.datasets):
-        if ds.task != "quickstart":
+        if ds.env is not None:
+            errors += env_dataset_errors(cfg, i)
+        elif ds.task != "quickstart":
             errors += _scoped(task_errors(dataset_task(ds, cfg.task)), f"eval.datasets[{i}]")
     return errors
+
+
+def env_dataset_errors(cfg: SlimeConfig, i: int) -> list[ConfigError]:
+    """eval.datasets[i]'s environment loads and has eval tasks (its own, else the dataset's path rows); an id the
+    eval rules already refuse is not loaded."""
+    from slimecli.config.eval_settings import dataset_env
+    from slimecli.config.rules.env import _native_id
+    from slimecli.env.check import source_errors as env_errors
+
+    ds, where = cfg.eval.datasets[i], f"eval.datasets[{i}]"
+    if not ds.id or (ds.env == "native" and _native_id(ds.id, "id")):
+        return []
+    scoped = replace(cfg, env=dataset_env(ds, cfg.env), task=dataset_task(ds, cfg.task))
+    keys = {"env.mix[0].id": f"{where}.id", "task.path": f"{where}.path"}
+    return [replace(e, path=keys.get(e.path, e.path), reason=e.reason.replace("task=jsonl task.path=", f"{where}.path="))
+            for e in env_errors(scoped)]
 
 
 def reward_functions(cfg: SlimeConfig) -> list[ConfigError]:

@@ -1,9 +1,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from slimecli.config.decode import spec
+from slimecli.config.groups.env import EnvKind
 
 
 @dataclass(frozen=True)
@@ -26,13 +27,19 @@ class EvalRewardConfig:
 
 @dataclass(frozen=True)
 class EvalDatasetConfig:
-    """One held-out dataset; every unset override takes the run's rollout (and task) setting."""
+    """One held-out dataset (a task's prompts, or an environment's episodes with `env`); every unset override
+    takes the run's rollout (and task) setting."""
 
     name: str = ""  # metrics are eval/<name>/...; per-sample results RUN/eval/step_<N>/<name>.jsonl
     # quickstart: the quickstart task's held-out prompts; jsonl: a prompt file (path); swe: SWE tasks (path:
     # a SWE-bench JSONL file or builtin:NAME), graded by their tests (rollout.generate=agent runs)
     task: Literal["quickstart", "jsonl", "swe"] = "jsonl"
     path: str | None = None
+    # an RL environment's episodes (as env=KIND env.id=ID env.args=...), on its "eval" split (its own eval tasks,
+    # else `path`'s rows, each passed to reset), with the run's env budgets; the reward is the episode's
+    env: EnvKind | None = None
+    id: str | None = None  # env: the environment to load (slimecli env list)
+    args: dict[str, Any] = field(default_factory=dict)  # env: keyword arguments for the environment
     prompt_key: str = "prompt"  # jsonl
     label_key: str = "label"  # jsonl
     max_samples: int | None = spec(None, ge=1, note="null: every prompt")  # evaluate the first N prompts (tasks) only; null: all of them

@@ -63,7 +63,8 @@ class LookupEnv:
                 return self._answer(str(call.arguments.get("word", "")))
         if not action.tool_calls:
             return self._answer(action.content)
-        return StepResult(Observation(results))
+        # once it has looked, answering is all that is left to do: the answer tool alone is offered
+        return StepResult(Observation(results, [t for t in self.tools() if t["function"]["name"] == "answer"]))
 
     def _answer(self, word: str) -> StepResult:
         correct = word.strip().lower() == self.secret
