@@ -210,7 +210,7 @@ def test_readme_says_what_make_test_does():
     assert "setup" in prerequisites and deps and "test-deps" in recipe  # the test-only installs, side by side
     for name in ("$(BIN)/.installed-megatron", "agent-clis", "sandbox-deps", "sglang-contract"):
         assert name in deps.group(1).split(), name
-    assert ".[dev,megatron,wandb]" in makefile
+    assert ".[dev,megatron,wandb,envs]" in makefile
     assert "ruff check ." in recipe and "mypy" in recipe
     pytest_args = next(line for line in recipe.splitlines() if " pytest" in line).partition(" pytest")[2]
     assert not re.search(r"(^|\s)(-m|-k|--deselect|--ignore)\b|\stests/\S", pytest_args), pytest_args

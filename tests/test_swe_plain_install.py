@@ -8,32 +8,19 @@ bench/check_plain_install.py; one task here keeps CI cheap."""
 from __future__ import annotations
 
 import subprocess
-import sys
-import venv
-from pathlib import Path
 
 import pytest
 
 from tests.helpers import ROOT
+from tests.helpers.plain_venv import linked_venv
 
 pytestmark = pytest.mark.slow
 
 RUNNER_PARTS = ("pytest", "_pytest", "xdist", "pytest_", "_hypothesis_pytestplugin")
 
 
-def _without_pytest(root: Path) -> Path:
-    """A venv of this interpreter's packages (links) without pytest or its plugins; its python."""
-    venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
-    site = next(root.glob("lib/python*/site-packages"))
-    here = Path(next(p for p in sys.path if p.endswith("site-packages") and p.startswith(sys.prefix)))
-    for entry in here.iterdir():
-        if not entry.name.lower().startswith(RUNNER_PARTS):
-            (site / entry.name).symlink_to(entry)
-    return root / "bin" / "python"
-
-
 def test_tasks_check_passes_where_slimecli_cannot_import_pytest(tmp_path):
-    python = _without_pytest(tmp_path / "plain")
+    python = linked_venv(tmp_path / "plain", RUNNER_PARTS)  # this venv's packages, pytest and its plugins left out
     probe = subprocess.run([str(python), "-c", "import slimecli, pip; import pytest"], capture_output=True, text=True)
     assert "No module named 'pytest'" in probe.stderr  # slimecli and pip import, pytest does not
     envs = tmp_path / "envs"

@@ -171,7 +171,7 @@ async def check_source(cfg: SlimeConfig, spec: SourceSpec, limit: int | None) ->
     label = f" (source {spec.label})" if cfg.env.mix else ""
     typer.echo(f"environment: {provider.describe()}{label}")
     env: Environment | None = None
-    closed = False
+    failure: StageFailed | None = None
     try:
         try:
             own = provider.tasks(cfg.env.split)
@@ -195,8 +195,7 @@ async def check_source(cfg: SlimeConfig, spec: SourceSpec, limit: int | None) ->
         typer.echo(f"tools: {tool_names(obs.tools)}")
         for line in tool_lines(obs.tools, limit):
             typer.echo(f"  {line}")
-        action = Action(text="", content="")
-        result: StepResult = await _stage("step", env.step(action), timeout, timings)
+        result: StepResult = await _stage("step", env.step(Action(text="", content="")), timeout, timings)
         try:
             check_step(result)
         except Dropped as exc:
@@ -207,23 +206,19 @@ async def check_source(cfg: SlimeConfig, spec: SourceSpec, limit: int | None) ->
             typer.echo(f"  {message_line(message, limit)}")
         if result.observation.tools is not None:
             typer.echo(f"  tools now: {tool_names(result.observation.tools)}")
-        closed = True
-        await _stage("close", env.close(), timeout, timings)
-    finally:
-        if env is not None and not closed:  # a stage failed: the episode is closed all the same
-            try:
-                await asyncio.wait_for(env.close(), timeout)
-            except Exception:  # noqa: S110 - the stage's own failure is the one reported
-                pass
-        started = time.perf_counter()
+    except StageFailed as exc:
+        failure = exc
+    # the episode and the environment are closed whatever failed; the first failure is the one reported
+    for stage, call in (("close", env.close() if env is not None else None), ("aclose", provider.aclose())):
+        if call is None:
+            continue
         try:
-            await asyncio.wait_for(provider.aclose(), timeout)
-        except Exception as exc:
-            if not isinstance(exc, StageFailed):
-                raise StageFailed("aclose", f"{type(exc).__name__}: {exc}") from None
-        finally:
-            timings["aclose"] = time.perf_counter() - started
-            typer.echo(f"timings: {_timings(timings)}")
+            await _stage(stage, call, timeout, timings)
+        except StageFailed as exc:
+            failure = failure or exc
+    typer.echo(f"timings: {_timings(timings)}")
+    if failure is not None:
+        raise failure
 
 
 # ---- env run ---------------------------------------------------------------------------------------------------
@@ -446,20 +441,19 @@ def register(app: typer.Typer) -> None:
 
         Exits 1 when the engine or the environment cannot be started or every episode was dropped, 2 on a
         config error."""
-        from slimecli.cli.serve import run_until_signal, served_config
+        from slimecli.cli.serve import served_config
+        from slimecli.env.sources import source_specs
         from slimecli.launch.preflight import engine_errors, materialize, tokenizer_errors
+        from slimecli.model.loading import load_tokenizer, set_trust_remote_code
 
         if url is not None and not url.startswith(("http://", "https://")):
             fail(f"--url: {url!r} is not an http(s) URL (e.g. http://127.0.0.1:30000)")
         overrides = split_overrides(ctx.args)
-        cfg = served_config(load_config_or_exit(overrides, recipe_dir), overrides,
-                            lambda c: tokenizer_errors(c) if url else engine_errors(c, []))
-        from slimecli.env.sources import source_specs
-
+        cfg = load_config_or_exit(overrides, recipe_dir)
         if not source_specs(cfg.env):
             _no_environment("run")
-        from slimecli.model.loading import load_tokenizer, set_trust_remote_code
-
+        # the embedded engine's device and model files, or (--url) the tokenizer's
+        cfg = served_config(cfg, overrides, lambda c: tokenizer_errors(c) if url else engine_errors(c, []))
         set_trust_remote_code(cfg.model.trust_remote_code)
         try:
             cfg = materialize(cfg)  # model=tiny is made on first use
@@ -467,7 +461,7 @@ def register(app: typer.Typer) -> None:
         except (OSError, ValueError) as exc:
             fail(f"env run: the tokenizer of {cfg.model.path or cfg.model.name}: {exc}", code=1)
         limit = None if full else SHORT
-        results = _play(cfg, tokenizer, url, episodes, run_until_signal)
+        results = _play(cfg, tokenizer, url, episodes)
         rows = []
         for number, (rec, sample, events) in enumerate(results, 1):
             typer.echo("\n".join(transcript(number, len(results), rec, sample, events, limit)))
@@ -483,11 +477,12 @@ def register(app: typer.Typer) -> None:
             fail("env run: every episode was dropped (see the reasons above)", code=1)
 
 
-def _play(cfg: SlimeConfig, tokenizer: Any, url: str | None, episodes: int,
-          run_until_signal: Any) -> list[tuple[dict[str, Any], Any, list[dict[str, Any]]]]:
+def _play(cfg: SlimeConfig, tokenizer: Any, url: str | None, episodes: int
+          ) -> list[tuple[dict[str, Any], Any, list[dict[str, Any]]]]:
     """The episodes against the embedded engine (started and stopped here) or `url`, through EnvRollout."""
     import tempfile
 
+    from slimecli.cli.serve import run_until_signal
     from slimecli.env.rollout import EnvRollout
     from slimecli.env.sources import open_sources, record
     from slimecli.rollout.client import EngineClient, EngineError
@@ -540,7 +535,7 @@ def _play(cfg: SlimeConfig, tokenizer: Any, url: str | None, episodes: int,
                 shutil.rmtree(workdir, ignore_errors=True)
 
     try:
-        return run_until_signal(main())  # type: ignore[no-any-return]
+        return run_until_signal(main())
     except KeyboardInterrupt:
         fail("env run: interrupted", code=130)
     except (*ROLLOUT_FAILURES, EngineError) as exc:

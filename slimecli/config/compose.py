@@ -272,7 +272,7 @@ def _is_free_mapping(path: str) -> bool:
 
     cls: Any = SlimeConfig
     for name in path.split("."):
-        hints = field_types(cls) if dataclasses.is_dataclass(cls) else {}
+        hints = field_types(cls) if isinstance(cls, type) and dataclasses.is_dataclass(cls) else {}
         if name not in hints:
             return False
         cls = hints[name]

@@ -11,6 +11,7 @@ that says why, and the episode goes on.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -90,6 +91,7 @@ class EpisodeRunner:
         self.max_tokens_per_turn = max_tokens_per_turn
         added = tokenizer.get_added_vocab() if hasattr(tokenizer, "get_added_vocab") else {}
         self.added_tokens: dict[str, int] = {str(k): int(v) for k, v in added.items()}
+        self._grammars: dict[str, str] = {}
 
     async def _timed(self, stats: EpisodeStats, what: str, call: Awaitable[Any]) -> Any:
         started = time.perf_counter()
@@ -145,9 +147,9 @@ class EpisodeRunner:
             if budget <= 0:
                 raise Dropped("budget_exceeded", f"{conv.added} tokens after the prompt "
                                                  f"(env.max_tokens_per_episode={cfg.max_tokens_per_episode})")
-            grammar = self._grammar(tools)
+            constraint = self._constraint(tools)
             started = time.perf_counter()
-            reply = await generate(list(conv.tokens), budget, stats.turns, {"ebnf": grammar} if grammar else {})
+            reply = await generate(list(conv.tokens), budget, stats.turns, constraint)
             stats.engine_s += time.perf_counter() - started
             meta = reply.get("meta_info", {})
             stats.prompt_tokens += int(meta.get("prompt_tokens", len(conv.tokens)))
@@ -159,7 +161,7 @@ class EpisodeRunner:
                 raise Dropped("aborted", "the engine aborted the turn")
             log_probs = [float(e[0]) for e in entries]
             # under a grammar, a token it forced (masked log-prob exactly 0) was no choice of the policy
-            conv.sampled(ids, log_probs, [0 if grammar and lp == 0.0 else 1 for lp in log_probs])
+            conv.sampled(ids, log_probs, [0 if constraint and lp == 0.0 else 1 for lp in log_probs])
             versions.append(str(meta.get("weight_version", "")))
             stats.turns += 1
             action = self._action(ids, bool(tools))
@@ -202,17 +204,25 @@ class EpisodeRunner:
         self._stamp(sample, stats)
         return sample
 
-    def _grammar(self, tools: list[dict[str, Any]]) -> str | None:
-        if self.cfg.constrain == "none" or not tools:
-            return None
+    def _constraint(self, tools: list[dict[str, Any]]) -> dict[str, str]:
+        """The turn's structured-output params: the tool-call grammar where tools are offered (env.constrain), the
+        answer regex where none are (env.regex)."""
+        if not tools:
+            return {"regex": self.cfg.regex} if self.cfg.regex else {}
+        if self.cfg.constrain == "none":
+            return {}
         fmt = getattr(self.parser, "call_format", None)
         if fmt is None:
             raise Dropped("bad_observation", f"env.constrain=tool_calls: the tool parser {self.cfg.tool_parser!r} "
                                              "declares no call format")
-        try:
-            return tool_call_grammar(tools, ToolChoice(mode=self.cfg.tool_choice, parallel=self.cfg.parallel_tool_calls), fmt, self.added_tokens)
-        except GrammarError as exc:
-            raise Dropped("bad_observation", f"tools: {exc}") from exc
+        key = json.dumps(tools, sort_keys=True, default=str)
+        if key not in self._grammars:  # one grammar per tool list, not one per turn
+            choice = ToolChoice(mode=self.cfg.tool_choice, parallel=self.cfg.parallel_tool_calls)
+            try:
+                self._grammars[key] = tool_call_grammar(tools, choice, fmt, self.added_tokens)
+            except GrammarError as exc:
+                raise Dropped("bad_observation", f"tools: {exc}") from exc
+        return {"ebnf": self._grammars[key]}
 
     def _action(self, ids: list[int], parse_tools: bool) -> Action:
         body = ids[:-1] if ids and ids[-1] in self.stop_ids else ids

@@ -46,6 +46,9 @@ class EnvConfig:
     constrain: Literal["none", "tool_calls"] = "none"
     tool_choice: Literal["auto", "required"] = "auto"  # constrain=tool_calls: required allows calls only
     parallel_tool_calls: bool = True  # constrain=tool_calls: several calls in one turn
+    # every turn without tools is sampled under this regex (the engine's structured outputs): a small model that
+    # must answer in a fixed form (a number, yes/no) finds it at all. null: free text
+    regex: str | None = spec(None, nonempty=True)
     # env=mix: several environments in one run, each a source with its own label
     mix: tuple[EnvSourceConfig, ...] = ()
     split: str = "train"  # which of the environment's own tasks are trained on (verifiers, reasoning-gym)
