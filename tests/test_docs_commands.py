@@ -31,9 +31,10 @@ COMPOSED = {
     ("eval",): False, ("teacher", "serve"): False, ("rollout", "serve"): False,
     ("agent", "run"): True, ("agent", "serve"): True,
     ("tasks", "list"): False, ("tasks", "check"): False, ("tasks", "grade"): False,
+    ("env", "check"): False, ("env", "run"): False,  # tests/test_cli_env.py runs them
 }
 # Options of those commands that take a value (dropped with it before composing).
-VALUE_OPTIONS = {"--patch", "--index", "--recipe-dir", "-r", "--out", "--by", "--seeds", "--dir"}
+VALUE_OPTIONS = {"--patch", "--index", "--recipe-dir", "-r", "--out", "--by", "--seeds", "--dir", "--episodes", "--url"}
 
 # Lines not checked, each with the reason. Keep it small.
 SKIPPED = {

@@ -338,17 +338,28 @@ def compose_dict(overrides: list[str], recipe_dirs: tuple[str, ...] = (), uses_a
     if interpolated:
         _resolve_interpolations(data, before, interpolated, errors)
     _apply_aliases(data, parsed, errors)
-    _imply_env_rollout(data)
+    _imply_env_rollout(data, {path for path, _ in parsed.values})
     return data, errors
 
 
-def _imply_env_rollout(data: dict[str, Any]) -> None:
+def _imply_env_rollout(data: dict[str, Any], given: set[str]) -> None:
     """With an environment, its episodes are the rollout: rollout.generate=env unless another kind was named
-    (which the env rules refuse, with the reason)."""
-    env, rollout = data.get("env"), data.get("rollout")
-    if isinstance(env, dict) and env.get("name") not in (None, "none") and isinstance(rollout, dict) and \
-            rollout.get("generate", "single_turn") == "single_turn":
+    (which the env rules refuse, with the reason). The quickstart's held-out set gives way too, unless the command
+    line asks for it: it grades quickstart prompts, nothing of the environment's."""
+    env, rollout, ev = data.get("env"), data.get("rollout"), data.get("eval")
+    if not isinstance(env, dict) or env.get("name") in (None, "none"):
+        return
+    if isinstance(rollout, dict) and rollout.get("generate", "single_turn") == "single_turn":
         rollout["generate"] = "env"
+    if isinstance(ev, dict) and "eval.datasets" not in given and isinstance(ev.get("datasets"), list):
+        kept = [ds for ds in ev["datasets"] if not (isinstance(ds, dict) and ds.get("task") == "quickstart"
+                                                    and not ds.get("env"))]
+        if len(kept) < len(ev["datasets"]):
+            ev["datasets"] = kept
+            if not kept:  # nothing left to evaluate at the start or the end
+                for key in ("at_start", "at_end"):
+                    if f"eval.{key}" not in given:
+                        ev[key] = False
 
 
 # Another tool's word for a key, accepted as that key: a SLURM user writes --nodes, torchrun --nnodes.

@@ -52,7 +52,7 @@ def syntax_error(spec: str) -> str | None:
     return None
 
 
-def _find_module_spec(name: str) -> importlib.machinery.ModuleSpec | None:
+def find_module_spec(name: str) -> importlib.machinery.ModuleSpec | None:
     """Locate a module like importlib.util.find_spec, but without importing its parent packages."""
     if name in sys.modules:
         return getattr(sys.modules[name], "__spec__", None) or importlib.machinery.ModuleSpec(name, None)
@@ -135,7 +135,7 @@ def check_import_path(spec: str) -> str | None:
             return f"file {target} does not exist"
         return _check_defined(path, attr, f"file {target}")
     try:
-        module_spec = _find_module_spec(target)
+        module_spec = find_module_spec(target)
     except (ImportError, ValueError) as exc:
         return f"module {target} cannot be located: {exc}"
     if module_spec is None:

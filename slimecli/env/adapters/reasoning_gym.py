@@ -20,27 +20,19 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import difflib
 from collections.abc import Mapping
 from typing import Any
 
+from slimecli.config.errors import did_you_mean
 from slimecli.config.groups.env import EnvConfig
+from slimecli.env.adapters import library
 from slimecli.env.protocol import Action, Observation, StepResult
 from slimecli.env.provider import EnvLoadError, EnvNotFound, EnvProvider
 
 KIND = "reasoning_gym"
-INSTALL = "pip install 'slimecli[reasoning-gym]'"
 OWN_ARGS = ("system_prompt", "answer_tag", "eval_seed", "eval_size")
 SPLITS = ("train", "eval")
 UNSET = object()
-
-
-def _library() -> Any:
-    try:
-        import reasoning_gym
-    except ImportError as exc:
-        raise EnvLoadError(f"env={KIND} needs the reasoning-gym library: {INSTALL} ({exc})") from exc
-    return reasoning_gym
 
 
 def available() -> list[tuple[str, str]]:
@@ -52,8 +44,8 @@ def available() -> list[tuple[str, str]]:
 
 
 def _did_you_mean(word: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(word, choices, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    hint = did_you_mean(word, choices)
+    return f" ({hint})" if hint else ""
 
 
 def _check_config(name: str, config: Mapping[str, Any], where: str) -> None:
@@ -109,15 +101,14 @@ def _create(name: str, config: Mapping[str, Any]) -> Any:
 
 
 def load(env_id: str, args: Mapping[str, Any], cfg: EnvConfig) -> ReasoningGymProvider:
-    _library()
+    library(KIND, "reasoning_gym", "the reasoning-gym library")
     from reasoning_gym.factory import DATASETS
     from reasoning_gym.utils import SYSTEM_PROMPTS
 
     if env_id not in DATASETS:
         known = sorted(DATASETS)
-        close = difflib.get_close_matches(env_id, known, n=1)
-        raise EnvNotFound(KIND, env_id, known, "not a reasoning-gym dataset" + (f"; did you mean {close[0]!r}?"
-                                                                              if close else ""))
+        hint = did_you_mean(env_id, known)
+        raise EnvNotFound(KIND, env_id, known, "not a reasoning-gym dataset" + (f"; {hint}" if hint else ""))
     config = {k: v for k, v in args.items() if k not in OWN_ARGS}
     _check_config(env_id, config, "env.args")
     config.setdefault("seed", 0)

@@ -16,26 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import difflib
 import importlib
 from collections.abc import Mapping
 from typing import Any
 
+from slimecli.config.errors import did_you_mean
 from slimecli.config.groups.env import EnvConfig
+from slimecli.env.adapters import library
 from slimecli.env.protocol import Action, Observation, StepResult
 from slimecli.env.provider import EnvLoadError, EnvNotFound, EnvProvider
 
 KIND = "skyrl_gym"
-INSTALL = "pip install 'slimecli[skyrl-gym]'"
 ARGS = ("env_config", "module", "prompt_key", "env_class_key")
-
-
-def _library() -> Any:
-    try:
-        import skyrl_gym
-    except ImportError as exc:
-        raise EnvLoadError(f"env={KIND} needs the skyrl-gym library: {INSTALL} ({exc})") from exc
-    return skyrl_gym
 
 
 def available() -> list[tuple[str, str]]:
@@ -103,11 +95,11 @@ def _resolve(sg: Any, env_id: str) -> Any:
 
 
 def load(env_id: str, args: Mapping[str, Any], cfg: EnvConfig) -> EnvProvider:
-    sg = _library()
+    sg: Any = library(KIND, "skyrl_gym", "the skyrl-gym library")
     for key in args:
         if key not in ARGS:
-            close = difflib.get_close_matches(key, ARGS, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(key, ARGS)
+            hint = f" ({hint})" if hint else ""
             raise EnvLoadError(f"env={KIND}: unknown argument env.args.{key}{hint}; allowed: {', '.join(ARGS)}")
     env_config = args.get("env_config") or {}
     if not isinstance(env_config, Mapping):
