@@ -19,6 +19,7 @@ from slimecli.config.groups.env import EnvConfig
 from slimecli.env.adapters import openenv as adapter
 from slimecli.env.protocol import Action, ToolCall
 from slimecli.env.provider import EnvLoadError, EnvNotFound, EnvProvider
+from tests.helpers.episodes import play, say
 from tests.helpers.packages import install_package, write_package
 
 pytest.importorskip("openenv")
@@ -165,10 +166,6 @@ def _started(provider: EnvProvider) -> Provider:
     return provider
 
 
-def _say(text: str) -> Action:
-    return Action(text=text, content=text)
-
-
 def _calls(*calls: tuple[str, dict]) -> Action:
     return Action(text="<tool_call>...</tool_call>",
                   tool_calls=tuple(ToolCall(f"call-{i}", name, args) for i, (name, args) in enumerate(calls)))
@@ -210,18 +207,12 @@ def test_text_env_reset_step_reward_done(servers: tuple[Provider, Provider]) -> 
     greet, _ = servers
     assert "greet_env.server.app:app" in greet.describe()
 
-    async def episode() -> list:
-        env = greet.episode()
-        obs = await env.reset({"guest": "Ada", "prompt": "Meet the guest."})  # row fields reach reset(**kwargs)
-        assert obs.tools is None
-        assert obs.messages == [{"role": "system", "content": "Be brief."},
-                                {"role": "user", "content": "Meet the guest.\n\nGreet Ada."}]
-        wrong = await env.step(_say("hi there"))
-        right = await env.step(Action(text="<think>who?</think>Hello Ada!", content="Hello Ada!", reasoning="who?"))
-        await env.close()
-        return [wrong, right]
-
-    wrong, right = asyncio.run(episode())
+    row = {"guest": "Ada", "prompt": "Meet the guest."}  # row fields reach reset(**kwargs)
+    hello = Action(text="<think>who?</think>Hello Ada!", content="Hello Ada!", reasoning="who?")
+    obs, (wrong, right) = asyncio.run(play(greet, row, ["hi there", hello]))
+    assert obs.tools is None
+    assert obs.messages == [{"role": "system", "content": "Be brief."},
+                            {"role": "user", "content": "Meet the guest.\n\nGreet Ada."}]
     assert (wrong.reward, wrong.done, wrong.observation.messages) == (
         0.0, False, [{"role": "user", "content": "No: greet Ada."}])  # None reward -> 0.0
     assert (right.reward, right.done, right.observation.messages) == (1.0, True, [{"role": "user", "content": "Thanks!"}])
@@ -230,15 +221,11 @@ def test_text_env_reset_step_reward_done(servers: tuple[Provider, Provider]) -> 
 def test_mcp_env_tools_and_calls(servers: tuple[Provider, Provider]) -> None:
     _, calc = servers
 
-    async def episode(answer: int) -> tuple:
-        env = calc.episode()
-        obs = await env.reset({"prompt": "What is 2 + 3? Use the tools."})
-        first = await env.step(_calls(("add", {"a": 2, "b": 3}), ("add", {"a": "two"})))
-        last = await env.step(_calls(("submit", {"answer": answer})))
-        await env.close()
-        return obs, first, last
+    def episode(answer: int) -> tuple:
+        return asyncio.run(play(calc, {"prompt": "What is 2 + 3? Use the tools."}, [
+            _calls(("add", {"a": 2, "b": 3}), ("add", {"a": "two"})), _calls(("submit", {"answer": answer}))]))
 
-    obs, first, last = asyncio.run(episode(5))
+    obs, (first, last) = episode(5)
     assert obs.messages == [{"role": "user", "content": "What is 2 + 3? Use the tools."}]
     assert obs.tools is not None
     tools = {t["function"]["name"]: t["function"] for t in obs.tools}
@@ -252,16 +239,10 @@ def test_mcp_env_tools_and_calls(servers: tuple[Provider, Provider]) -> None:
     assert (first.reward, first.done) == (0.0, False)
     assert (last.reward, last.done) == (1.0, True)
     assert last.observation.messages[0]["content"] == "submitted"
-    assert asyncio.run(episode(6))[2].reward == 0.0
-
-    async def no_call() -> tuple:
-        env = calc.episode()
-        await env.reset({"prompt": "x"})
-        result = await env.step(_say("I will not use tools"))
-        await env.close()
-        return result.reward, result.done
-
-    assert asyncio.run(no_call()) == (0.0, True)  # a turn without a tool call ends the episode
+    _, (_, wrong) = episode(6)
+    assert wrong.reward == 0.0
+    _, [no_call] = asyncio.run(play(calc, {"prompt": "x"}, ["I will not use tools"]))
+    assert (no_call.reward, no_call.done) == (0.0, True)  # a turn without a tool call ends the episode
 
 
 def test_episodes_at_once(servers: tuple[Provider, Provider]) -> None:
@@ -271,18 +252,15 @@ def test_episodes_at_once(servers: tuple[Provider, Provider]) -> None:
         ada, bob = greet.episode(), greet.episode()
         await ada.reset({"guest": "Ada"})
         await bob.reset({"guest": "Bob"})  # both sessions open: each episode has its own environment
-        rewards = [(await bob.step(_say("hello Bob"))).reward, (await ada.step(_say("hello Bob"))).reward,
-                   (await ada.step(_say("hello Ada"))).reward]
+        rewards = [(await bob.step(say("hello Bob"))).reward, (await ada.step(say("hello Bob"))).reward,
+                   (await ada.step(say("hello Ada"))).reward]
         await asyncio.gather(ada.close(), bob.close())
         return rewards
 
     assert asyncio.run(interleaved()) == [1.0, 0.0, 1.0]
 
     async def full(answer: int) -> float:
-        env = calc.episode()
-        await env.reset({"prompt": "2 + 3?"})
-        result = await env.step(_calls(("submit", {"answer": answer})))
-        await env.close()
+        _, [result] = await play(calc, {"prompt": "2 + 3?"}, [_calls(("submit", {"answer": answer}))])
         return result.reward
 
     async def three() -> list[float]:
@@ -296,31 +274,25 @@ def test_url_connects_to_a_running_server(servers: tuple[Provider, Provider]) ->
     greet, _ = servers
     attached = adapter.load("greet", {"url": greet.base_url}, CFG)
 
-    async def episode() -> float:
-        env = attached.episode()
-        await env.reset({"guest": "Cy"})
-        result = await env.step(_say("Hello Cy"))
-        await env.close()
-        await attached.aclose()  # started nothing, stops nothing
-        return result.reward
-
-    assert asyncio.run(episode()) == 1.0
+    _, [result] = asyncio.run(play(attached, {"guest": "Cy"}, ["Hello Cy"]))
+    assert result.reward == 1.0
+    asyncio.run(attached.aclose())  # started nothing, stops nothing
     with urllib.request.urlopen(f"{greet.base_url}/health", timeout=5) as response:
         assert response.status == 200
 
 
-def test_unknown_id_and_bad_args(packages: Path) -> None:
+def test_unknown_id(packages: Path) -> None:
     with pytest.raises(EnvNotFound) as err:
         adapter.load("gret", {}, CFG)
     assert {"greet_env", "calc_env"} <= set(err.value.known)
     with pytest.raises(EnvNotFound):
         adapter.load("greet_env.server.nothing:app", {}, CFG)
-    with pytest.raises(EnvLoadError, match="env.args.port"):
-        adapter.load("greet", {"port": 8000}, CFG)
-    with pytest.raises(EnvLoadError, match="env.args.workers"):
-        adapter.load("greet", {"workers": 0}, CFG)
-    with pytest.raises(EnvLoadError, match="env.args.env_vars"):
-        adapter.load("greet", {"env_vars": ["A=1"]}, CFG)
+
+
+@pytest.mark.parametrize("args", [{"port": 8000}, {"workers": 0}, {"env_vars": ["A=1"]}], ids=lambda a: next(iter(a)))
+def test_bad_args_are_named(packages: Path, args: dict) -> None:
+    with pytest.raises(EnvLoadError, match=f"env.args.{next(iter(args))}"):
+        adapter.load("greet", args, CFG)
 
 
 def test_action_not_fillable_from_text_is_refused(packages: Path) -> None:

@@ -16,21 +16,17 @@ from reasoning_gym.utils import SYSTEM_PROMPTS
 
 from slimecli.config.groups.env import EnvConfig
 from slimecli.env.adapters import reasoning_gym as adapter
-from slimecli.env.protocol import Action, StepResult
+from slimecli.env.protocol import StepResult
 from slimecli.env.provider import EnvLoadError, EnvNotFound, EnvProvider
+from tests.helpers.episodes import play
 
 CFG = EnvConfig(name="reasoning_gym")
 CHAIN = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2, "size": 30, "seed": 7}
 
 
 def answer(provider: EnvProvider, row: dict[str, Any], content: str) -> tuple[list[dict[str, Any]], StepResult]:
-    async def go() -> tuple[list[dict[str, Any]], StepResult]:
-        env = provider.episode()
-        obs = await env.reset(row)
-        result = await env.step(Action(text=content, content=content))
-        await env.close()
-        return obs.messages, result
-    return asyncio.run(go())
+    obs, [result] = asyncio.run(play(provider, row, [content]))
+    return obs.messages, result
 
 
 def test_dataset_by_name_with_config() -> None:

@@ -13,8 +13,8 @@ import pytest
 
 from slimecli.config.groups.env import EnvConfig
 from slimecli.env.adapters import skyrl_gym as adapter
-from slimecli.env.protocol import Action
-from slimecli.env.provider import EnvLoadError, EnvNotFound, EnvProvider
+from slimecli.env.provider import EnvLoadError, EnvNotFound
+from tests.helpers.episodes import play
 from tests.helpers.packages import install_package, write_package
 
 # The multi-turn example of SkyRL's "Creating a New Environment" tutorial, as a user's package would hold it.
@@ -96,23 +96,11 @@ def cfg(max_turns: int = 3) -> EnvConfig:
     return EnvConfig(name="skyrl_gym", max_turns=max_turns)
 
 
-async def play(provider: EnvProvider, task: dict[str, Any], texts: list[str]) -> tuple[list[Any], Any]:
-    env = provider.episode()
-    obs = await env.reset(task)
-    results = []
-    try:
-        for text in texts:
-            results.append(await env.step(Action(text=text, content=text)))
-    finally:
-        await env.close()
-    return results, obs
-
-
 def test_registered_multi_turn_env_from_installed_package(multiply_pkg: str) -> None:
     provider = adapter.load("multiply_test", {"module": multiply_pkg, "env_config": {"hint": "Try again."}}, cfg(3))
     assert provider.tasks("train") is None  # rows come from the user's dataset
     assert "skyrl_multiply_test.env:MultiplyEnv" in provider.describe()
-    results, obs = asyncio.run(play(provider, row("3 * 4", "12"), ["I think 11", "\\boxed{11}", "\\boxed{12}"]))
+    obs, results = asyncio.run(play(provider, row("3 * 4", "12"), ["I think 11", "\\boxed{11}", "\\boxed{12}"]))
     assert obs.messages == [SYSTEM, {"role": "user", "content": "3 * 4"}] and obs.tools is None
     unformatted, wrong, right = results
     assert (unformatted.reward, unformatted.done) == (0.0, False)
@@ -129,17 +117,17 @@ def test_registered_multi_turn_env_from_installed_package(multiply_pkg: str) -> 
 def test_env_max_turns_comes_from_the_run_config(multiply_pkg: str) -> None:
     """SkyRL's generator puts its max_turns into extras: the environment ends the episode there."""
     provider = adapter.load("multiply_test", {"module": multiply_pkg, "env_config": {"hint": "no"}}, cfg(2))
-    results, _ = asyncio.run(play(provider, row("2 * 2", "4"), ["\\boxed{5}", "\\boxed{6}"]))
+    _, results = asyncio.run(play(provider, row("2 * 2", "4"), ["\\boxed{5}", "\\boxed{6}"]))
     assert [(r.reward, r.done) for r in results] == [(0.0, False), (0.5, True)]
 
 
 def test_import_path_to_the_class(multiply_pkg: str) -> None:
     provider = adapter.load(f"{multiply_pkg}.env:MultiplyEnv", {"env_config": {"hint": "h"}}, cfg(1))
-    results, _ = asyncio.run(play(provider, row("5 * 5", "25", env_class=None), ["\\boxed{25}"]))
+    _, results = asyncio.run(play(provider, row("5 * 5", "25", env_class=None), ["\\boxed{25}"]))
     assert (results[0].reward, results[0].done) == (1.0, True)
     # gym's `module:id` form: importing the module registers the id
     provider = adapter.load(f"{multiply_pkg}:multiply_test", {"env_config": {"hint": "h"}}, cfg(1))
-    results, _ = asyncio.run(play(provider, row("5 * 5", "25"), ["\\boxed{24}"]))
+    _, results = asyncio.run(play(provider, row("5 * 5", "25"), ["\\boxed{24}"]))
     assert (results[0].reward, results[0].done) == (0.5, True)
 
 
@@ -147,10 +135,10 @@ def test_builtin_gsm8k_reward() -> None:
     provider = adapter.load("gsm8k", {}, cfg())
     task = {"data_source": "openai/gsm8k", "prompt": "Tom has 2 apples and buys 3. How many? End with #### N.",
             "env_class": "gsm8k", "reward_spec": {"method": "rule", "ground_truth": "5"}, "extra_info": {"index": 0}}
-    (good,), obs = asyncio.run(play(provider, task, ["2 + 3 = 5\n#### 5"]))
+    obs, (good,) = asyncio.run(play(provider, task, ["2 + 3 = 5\n#### 5"]))
     assert obs.messages == [{"role": "user", "content": task["prompt"]}]
     assert (good.reward, good.done) == (1.0, True) and isinstance(good.reward, float)
-    (bad,), _ = asyncio.run(play(provider, task, ["#### 6"]))
+    _, (bad,) = asyncio.run(play(provider, task, ["#### 6"]))
     assert (bad.reward, bad.done) == (0.0, True)
 
 
@@ -159,7 +147,7 @@ def test_row_env_class_routes_to_that_env() -> None:
     provider = adapter.load("gsm8k", {}, cfg(4))
     task = {"prompt": [{"role": "user", "content": "1+1?"}], "env_class": "gsm8k_multi_turn",
             "reward_spec": {"method": "rule", "ground_truth": "2"}}
-    (wrong, right), _ = asyncio.run(play(provider, task, ["#### 3", "#### 2"]))
+    _, (wrong, right) = asyncio.run(play(provider, task, ["#### 3", "#### 2"]))
     assert wrong.reward == pytest.approx(0.2 / 4) and not wrong.done
     assert wrong.observation.messages[0]["role"] == "user" and "####" in wrong.observation.messages[0]["content"]
     assert (right.reward, right.done) == (1.0, True) and right.info["env_metrics"] == {"steps": 2}

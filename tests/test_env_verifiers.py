@@ -15,6 +15,7 @@ from slimecli.config.groups.env import EnvConfig
 from slimecli.env.adapters import verifiers as adapter
 from slimecli.env.protocol import Action, ToolCall
 from slimecli.env.provider import EnvLoadError, EnvNotFound
+from tests.helpers.episodes import play, say
 from tests.helpers.packages import install_package, write_package
 
 pytest.importorskip("verifiers.v1")
@@ -176,26 +177,8 @@ def cfg(**kw: Any) -> EnvConfig:
     return EnvConfig(name="verifiers", **kw)
 
 
-def say(text: str) -> Action:
-    return Action(text=text, content=text)
-
-
 def run_python(code: str, call_id: str = "c1") -> Action:
     return Action(text="", tool_calls=(ToolCall(call_id, "calc_python", {"code": code}),))
-
-
-async def play(provider: Any, row: dict[str, Any], actions: list[Action]) -> tuple[Any, list[Any]]:
-    env = provider.episode()
-    obs = await env.reset(row)
-    results = []
-    try:
-        for action in actions:
-            results.append(await env.step(action))
-            if results[-1].done:
-                break
-    finally:
-        await env.close()
-    return obs, results
 
 
 def test_single_turn_exact_answer_by_installed_id() -> None:

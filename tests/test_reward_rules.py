@@ -73,7 +73,7 @@ def test_remote_reward_needs_a_url_and_sane_limits():
 
 def test_unknown_reward_name_lists_names_and_suggests():
     [msg] = errors_of(["reward.name=mathh"])
-    assert msg == ("reward.name: unknown reward (got 'mathh')\n    hint: did you mean 'math'? allowed: exact_match, "
+    assert msg == ("reward.name: unknown reward (got 'mathh')\n    hint: did you mean 'math'? allowed: env, exact_match, "
                    "f1, math, python, quickstart, remote, swe_tests")  # no test leaves a registration behind
     [msg] = errors_of(["reward.on_invalid=skip"])
     assert msg.startswith("reward.on_invalid:")

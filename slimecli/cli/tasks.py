@@ -131,7 +131,8 @@ def grade(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption,
     typer.echo(json.dumps(out))
 
 
-env_app = typer.Typer(help="Task environments (task.environment): build them ahead of a run, list, remove.",
+env_app = typer.Typer(help="Task environments (task.environment: the packages a SWE task runs with): build them "
+                           "ahead of a run, list, remove. Not an RL environment (env=...: see `slimecli env`).",
                       no_args_is_help=True, rich_markup_mode="rich")
 
 

@@ -195,6 +195,7 @@ class Registry:
         """What is registered inside the with-block is gone after it, and what it replaced comes back."""
         discover()
         saved, declared, origins = dict(self._entries), dict(self._declared), dict(self._origins)
+        self._scanned = False  # packages installed before the block are seen in it
         try:
             yield self
         finally:
