@@ -108,14 +108,14 @@ def list_kind(kind: str) -> tuple[str, list[tuple[str, str]] | None]:
     import importlib.metadata
     import importlib.util
 
-    from slimecli.env.adapters import EXTRAS, adapter
+    from slimecli.env.adapters import adapter, install_hint
 
     if kind == "native":
         heading = "native (slimecli's own protocol: built-ins, slimecli.environments entry points, registrations)"
     else:
         module, dist = LIBRARIES[kind]
         if importlib.util.find_spec(module) is None:
-            return f"{kind}: not installed (pip install 'slimecli[{EXTRAS[kind]}]')", None
+            return f"{kind}: not installed ({install_hint(kind)})", None
         try:
             version = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:

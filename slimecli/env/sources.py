@@ -12,13 +12,13 @@ import json
 import math
 import random
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from slimecli.config.groups.env import EnvConfig, EnvSourceConfig
 from slimecli.config.groups.task import TaskConfig
 from slimecli.env.adapters import adapter
 from slimecli.env.provider import EnvLoadError, EnvProvider
+from slimecli.rollout.data import jsonl_objects
 
 GOLDEN = (math.sqrt(5) - 1) / 2
 
@@ -59,18 +59,10 @@ def read_rows(task: TaskConfig) -> list[dict[str, Any]]:
     if not task.path:
         raise EnvLoadError("this environment has no tasks of its own: give its dataset rows with "
                            "task=jsonl task.path=FILE.jsonl (each row is passed to reset)")
-    rows = []
-    with open(Path(task.path)) as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise EnvLoadError(f"{task.path}:{line_no}: not valid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise EnvLoadError(f"{task.path}:{line_no}: a row must be a JSON object")
-            rows.append(row)
+    try:
+        rows = [row for _, row in jsonl_objects(task.path)]
+    except ValueError as exc:
+        raise EnvLoadError(str(exc)) from None
     if not rows:
         raise EnvLoadError(f"{task.path}: no rows")
     return rows

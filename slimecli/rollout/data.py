@@ -58,7 +58,9 @@ class PromptSource:
         self.position = int(state["position"])
 
 
-def _read_jsonl(path: Path, prompt_key: str, label_key: str) -> list[dict[str, Any]]:
+def jsonl_objects(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, object) of every non-empty line of a JSONL file; a line that is not a JSON object is a
+    ValueError naming the file and line."""
     rows = []
     with open(path) as f:
         for line_no, line in enumerate(f, 1):
@@ -68,10 +70,19 @@ def _read_jsonl(path: Path, prompt_key: str, label_key: str) -> list[dict[str, A
                 item = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}:{line_no}: not valid JSON ({exc.msg})") from None
-            if prompt_key not in item:
-                raise ValueError(f"{path}:{line_no}: no '{prompt_key}' field (task.prompt_key); keys: {sorted(item)}")
-            meta = {k: v for k, v in item.items() if k not in (prompt_key, label_key)}
-            rows.append({"prompt": item[prompt_key], "label": item.get(label_key), "metadata": meta})
+            if not isinstance(item, dict):
+                raise ValueError(f"{path}:{line_no}: a row must be a JSON object")
+            rows.append((line_no, item))
+    return rows
+
+
+def _read_jsonl(path: Path, prompt_key: str, label_key: str) -> list[dict[str, Any]]:
+    rows = []
+    for line_no, item in jsonl_objects(path):
+        if prompt_key not in item:
+            raise ValueError(f"{path}:{line_no}: no '{prompt_key}' field (task.prompt_key); keys: {sorted(item)}")
+        meta = {k: v for k, v in item.items() if k not in (prompt_key, label_key)}
+        rows.append({"prompt": item[prompt_key], "label": item.get(label_key), "metadata": meta})
     if not rows:
         raise ValueError(f"{path}: no prompts")
     return rows

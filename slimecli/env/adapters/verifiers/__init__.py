@@ -51,7 +51,9 @@ def available() -> list[tuple[str, str]]:
             out.setdefault(info.name, "verifiers built-in taskset")
     for dist in importlib.metadata.distributions():
         name = dist.metadata["Name"] or ""
-        requires = [re.split(r"[\s\[<>=!~;(]", req, maxsplit=1)[0].lower() for req in dist.requires or []]
+        # a hard requirement only: a package with an optional verifiers extra (slimecli itself) is no taskset
+        requires = [re.split(r"[\s\[<>=!~;(]", req, maxsplit=1)[0].lower() for req in dist.requires or []
+                    if "extra ==" not in req.replace('"', "").replace("'", "")]
         if name and name.lower() != "verifiers" and "verifiers" in requires:
             try:
                 found = importlib.util.find_spec(_module_name(name)) is not None
