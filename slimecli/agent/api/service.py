@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,6 +63,20 @@ class EngineProcess:
             kill_group(self.proc.pid, grace_s=5.0, leader=self.proc)
         if self.proc is not None:
             self.proc.wait(timeout=10)
+
+
+async def wait_engine(healthy: Callable[[], Awaitable[bool]], url: str, timeout_s: float,
+                      proc: EngineProcess | None = None) -> None:
+    """Poll `healthy` until it answers; RuntimeError when `proc` (the engine started here) exits first, with its
+    log's tail, or after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and (reason := proc.failed()):
+            raise RuntimeError(reason)
+        if await healthy():
+            return
+        await asyncio.sleep(0.5)
+    raise RuntimeError(f"rollout engine at {url} not ready after {timeout_s:.0f}s")
 
 
 async def serve_app(app: web.Application, host: str, port: int, read_timeout_s: float = READ_TIMEOUT_S
@@ -127,21 +142,11 @@ class AgentService:
     async def start(self) -> None:
         if self.engine_proc is not None:
             self.engine_proc.start()
-        await self._wait_engine()
+        await wait_engine(self.engine.healthy, self.engine.base_url, self.cfg.rollout.start_timeout_s,
+                          self.engine_proc)
         self._runner = await serve_app(self.adapter.app(), self.host, self.port)
         if self.port == 0:
             self.port = self._runner.addresses[0][1]
-
-    async def _wait_engine(self) -> None:
-        deadline = time.monotonic() + self.cfg.rollout.start_timeout_s
-        while time.monotonic() < deadline:
-            if self.engine_proc is not None and (reason := self.engine_proc.failed()):
-                raise RuntimeError(reason)
-            if await self.engine.healthy():
-                return
-            await asyncio.sleep(0.5)
-        raise RuntimeError(f"rollout engine at {self.engine.base_url} not ready after "
-                           f"{self.cfg.rollout.start_timeout_s:.0f}s")
 
     async def stop(self) -> None:
         if self._runner is not None:
