@@ -61,12 +61,12 @@ def play(tokenizer: Any, env: Any, texts: list[str], task: dict[str, Any] | None
          ) -> tuple[Sample, Policy]:
     policy = Policy(tokenizer, texts)
     sample = Sample(prompt="p", group_index=0, index=7, metadata={"source": "t"})
-    out = asyncio.run(runner(tokenizer, **cfg).run(env, task or {"secret": "lemon"}, policy, sample))
+    out = asyncio.run(runner(tokenizer, **cfg).run(env, task or {"secret": "moon"}, policy, sample))
     return out, policy
 
 
 LOOKUP = '<tool_call>\n{"name": "lookup", "arguments": {}}\n</tool_call>'
-ANSWER = '<tool_call>\n{"name": "answer", "arguments": {"word": "lemon"}}\n</tool_call>'
+ANSWER = '<tool_call>\n{"name": "answer", "arguments": {"word": "moon"}}\n</tool_call>'
 
 
 def test_tokens_in_tokens_out_over_several_turns(tokenizer: Any) -> None:
@@ -84,7 +84,7 @@ def test_tokens_in_tokens_out_over_several_turns(tokenizer: Any) -> None:
     assert sum(mask) == n0 + n1 and len(mask) == sample.response_length == len(logps)
     assert logps[:n0] == pytest.approx([-0.25 - 0.01 * i for i in range(n0)])
     obs_text = tokenizer.decode(sample.tokens[len(first) + n0:len(second)])
-    assert "<tool_response>\nlemon\n</tool_response>" in obs_text and obs_text.endswith("<|im_start|>assistant\n")
+    assert "<tool_response>\nmoon\n" in obs_text and obs_text.endswith("</tool_response><|im_end|>\n<|im_start|>assistant\n")
     assert sample.metadata["turns"] == 2 and sample.metadata["tool_calls"] == {"lookup": 1, "answer": 1}
     assert sample.weight_versions == ["3", "3"]
 
@@ -93,10 +93,10 @@ def test_rendering_matches_the_chat_template_of_the_whole_conversation(tokenizer
     """The appended observation renders what the template renders for the conversation as a whole."""
     sample, policy = play(tokenizer, LookupEnv(), [LOOKUP, ANSWER])
     env = LookupEnv()
-    messages = [*asyncio.run(env.reset({"secret": "lemon"})).messages,
+    messages = [*asyncio.run(env.reset({"secret": "moon"})).messages,
                 {"role": "assistant", "content": "", "tool_calls": [
                     {"id": "call_0", "type": "function", "function": {"name": "lookup", "arguments": {}}}]},
-                {"role": "tool", "tool_call_id": "call_0", "content": "lemon"}]
+                {"role": "tool", "tool_call_id": "call_0", "content": "\n".join(["moon"] * env.repeat)}]
     whole = tokenizer.apply_chat_template(messages, tools=env.tools(), add_generation_prompt=True, tokenize=False)
     assert tokenizer.decode(policy.prompts[1]) == whole
 

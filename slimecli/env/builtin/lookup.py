@@ -15,24 +15,32 @@ from typing import Any
 
 from slimecli.env.protocol import Action, Observation, StepResult, tool_result
 
-WORDS = ("apple", "lemon", "green", "white", "star", "moon")  # two tokens each for the tiny tokenizer
+WORDS = ("blue", "fish", "king", "moon", "pink", "snow")
+REPEAT = 16
 SYSTEM = "Find the secret word with the lookup tool, then give it with the answer tool."
 
 
 class LookupEnv:
-    def __init__(self, words: list[str] | tuple[str, ...] = WORDS, num_tasks: int = 512, seed: int = 0) -> None:
+    def __init__(self, words: list[str] | tuple[str, ...] = WORDS, num_tasks: int = 600, seed: int = 0,
+                 repeat: int = REPEAT) -> None:
         if len(words) < 2 or not all(isinstance(w, str) and w for w in words):
             raise TypeError("words must be at least two non-empty strings")
         self.words = tuple(words)
         self.num_tasks = int(num_tasks)
         self.seed = int(seed)
+        self.repeat = int(repeat)
         self.secret = ""
         self.looked = False
 
     def tasks(self, split: str = "train") -> list[dict[str, Any]]:
         """num_tasks rows, each a secret word; the eval split draws from another seed."""
         rng = random.Random(f"{self.seed}:{split}")
-        return [{"id": f"{split}-{i}", "secret": rng.choice(self.words)} for i in range(self.num_tasks)]
+        secrets: list[str] = []
+        while len(secrets) < self.num_tasks:  # every word once in each run of len(words) tasks, in a random order
+            block = list(self.words)
+            rng.shuffle(block)
+            secrets += block
+        return [{"id": f"{split}-{i}", "secret": secret} for i, secret in enumerate(secrets[:self.num_tasks])]
 
     def tools(self) -> list[dict[str, Any]]:
         return [
@@ -58,7 +66,7 @@ class LookupEnv:
         for call in action.tool_calls:
             if call.name == "lookup":
                 self.looked = True
-                results.append(tool_result(call, self.secret))
+                results.append(tool_result(call, "\n".join([self.secret] * self.repeat)))
             elif call.name == "answer":
                 return self._answer(str(call.arguments.get("word", "")))
         if not action.tool_calls:
