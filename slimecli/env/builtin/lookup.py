@@ -4,7 +4,9 @@ Each task hides a secret word. The `lookup` tool reveals it; the episode ends wh
 `answer` tool or in plain text. The reward is 1 for the secret word once looked up, else 0: an answer that was not
 looked up is a guess, however lucky, so the only way to reward is to use the tool and then repeat what it said.
 It is small enough that the tiny model learns it on a CPU in minutes (recipe env_lookup, with
-env.constrain=tool_calls).
+env.constrain=tool_calls). The tool says the word `repeat` times (16): a randomly initialised model attends almost
+evenly over its context, and one copy of the word among hundreds of tokens is too faint a signal to learn to
+repeat it within minutes; sixteen copies are not (runs with one copy stayed at chance for 100 steps).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from slimecli.env.protocol import Action, Observation, StepResult, tool_result
 
-WORDS = ("blue", "fish", "king", "moon", "pink", "snow")
+WORDS = ("blue", "fish", "king", "moon", "pink", "snow")  # two tokens each in the tiny tokenizer, first ones distinct
 REPEAT = 16
 SYSTEM = "Find the secret word with the lookup tool, then give it with the answer tool."
 
