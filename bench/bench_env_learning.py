@@ -28,7 +28,9 @@ def curve(recipe: str, key: str, steps: int, seed: int, tmp: Path) -> tuple[list
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
         raise SystemExit(f"{recipe} failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
-    rows = [r for r in read_metrics(run / "metrics.jsonl") if key in r]
+    rows = [r for r in read_metrics(run) if key in r]
+    if not rows:
+        raise SystemExit(f"{recipe}: no {key} in {run}/metrics.jsonl")
     elapsed, total = [], 0.0
     for r in rows:  # each step's own time: start-up and engine loading are not training time
         total += float(r["time/step_s"])
