@@ -243,4 +243,4 @@ def test_kl_shaping_and_tis_combinations():
     assert msg.startswith("trainer.kl_coef: KL reward shaping is not part of grpo's advantages")
     assert load(["trainer.kl_coef=0.1", "trainer.advantage_estimator=reinforce_plus_plus"]).trainer.kl_coef == 0.1
     (msg,) = errors_of(["trainer.use_tis=true", "trainer.use_rollout_logprobs=true"])
-    assert msg.startswith("trainer.use_tis: TIS corrects recomputed old log-probs")
+    assert msg.startswith("trainer.use_tis: an off-policy correction weighs recomputed old log-probs")

@@ -119,7 +119,7 @@ def test_trainer_weight_sync_sends_the_key_end_to_end(engine: Engine, tmp_path: 
     cfg = load([f"model.path={engine.model_path}", f"rollout.port={port}", f"rollout.api_key={KEY}",
                 "trainer.weight_sync=disk"])
     coord = RolloutCoordinator(cfg, tmp_path, load_tokenizer(str(engine.model_path)))
-    sync = make_weight_sync(cfg, tmp_path, coord.engines, coord.run)
+    sync = make_weight_sync(cfg, tmp_path, coord.engines, coord.loop.run)
     try:
         hf = AutoModelForCausalLM.from_pretrained(str(engine.model_path))
         where = sync.push(dict(hf.state_dict()), 7)

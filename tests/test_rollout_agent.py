@@ -303,10 +303,10 @@ def test_rank0_puts_the_agent_service_in_front_of_the_first_engine(monkeypatch, 
 
     monkeypatch.setattr(service_mod, "AgentService", FakeService)
     side = RolloutCoordinator(config("rollout.port=30100", "rollout.num_engines=2"), tmp_path, tokenizer=None)
-    assert isinstance(side.driver, agent_rollout.AgentRollout) and isinstance(side.driver.service, FakeService)
-    assert side.driver.archive is not None and side.driver.archive.root == tmp_path / "agent"
-    side.watch(4, print)
-    assert side.driver.step == 4 and side.driver.on_progress is print
+    assert isinstance(side.collector, agent_rollout.AgentRollout) and isinstance(side.collector.service, FakeService)
+    assert side.collector.archive is not None and side.collector.archive.root == tmp_path / "agent"
+    side.open_records(0, None)
+    assert side.collector.on_progress == side.records.progress.note  # its live status goes on the progress line
     side.close()
     assert events == [("init", ["http://127.0.0.1:30100", "http://127.0.0.1:30101"], 0), ("stop",)]
 

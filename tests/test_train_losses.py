@@ -123,12 +123,6 @@ def test_kl_estimators():
         L.kl_penalty(logp, ref, "k9")
 
 
-def test_tis_weights_clamped():
-    old, rollout = torch.tensor([0.0, 1.0, -3.0]), torch.zeros(3)
-    # exp: 1, e, e^-3 = 0.0498 -> clamp to [0.1, 2]
-    assert L.tis_weights(old, rollout, 0.1, 2.0).tolist() == pytest.approx([1.0, 2.0, 0.1])
-
-
 def test_gspo_sequence_ratio_uses_masked_mean_per_row():
     logp = torch.tensor([[0.1, 0.3, 5.0], [0.2, 9.0, 9.0]])
     old = torch.zeros(2, 3)
@@ -177,17 +171,15 @@ def test_policy_loss_hand_value_and_gradient():
     assert logp.grad[0].tolist() == pytest.approx([-0.25, 0.25], abs=1e-6)
 
 
-def test_policy_loss_tis_multiplies_pg():
-    c = cfg(use_tis=True, tis_clip_low=0.1, tis_clip_high=2.0)
+def test_policy_loss_importance_weights_multiply_pg():
+    c = cfg(tis_clip_low=0.1, tis_clip_high=2.0)
     logp = torch.tensor([[-1.0, -2.0]])
     old = logp - torch.tensor([[0.0, math.log(1.5)]])  # ratios 1, 1.5 -> token losses -1, -1.2
-    rollout = old - torch.tensor([[1.0, math.log(0.5)]])  # tis: e^1 clamped to 2, 0.5
-    loss, m = L.policy_loss(logp, old, torch.ones(1, 2), torch.tensor([[0.5, 0.5]]), c, rollout_logp=rollout)
+    weights = torch.tensor([[2.0, 0.5]])
+    loss, _ = L.policy_loss(logp, old, torch.ones(1, 2), torch.tensor([[0.5, 0.5]]), c, is_weights=weights)
     assert loss.item() == pytest.approx(0.5 * (-1 * 2) + 0.5 * (-1.2 * 0.5), abs=1e-6)  # -1.3
-    assert m["tis"].item() == pytest.approx(1.25, abs=1e-6)
-    assert m["tis_clipfrac"].item() == pytest.approx(0.5)
-    with pytest.raises(ValueError, match="rollout"):
-        L.policy_loss(logp, old, torch.ones(1, 2), torch.ones(1, 2), c)
+    plain, _ = L.policy_loss(logp, old, torch.ones(1, 2), torch.tensor([[0.5, 0.5]]), c)
+    assert plain.item() == pytest.approx(0.5 * -1 + 0.5 * -1.2, abs=1e-6)
 
 
 def test_policy_loss_gspo_sequence_ratio_and_gradient():

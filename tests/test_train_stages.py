@@ -128,10 +128,10 @@ def whiten_by_hand(values: list[list[float]], masks: list[list[int]]) -> list[li
 def test_rollout_stage_hands_the_collected_batch_to_every_rank():
     samples = make_samples()
     result = SimpleNamespace(samples=samples, train_rewards=list(REWARDS), metrics={"reward/mean": 0.375})
-    batch = stages.rollout(SimpleNamespace(collect=lambda: result))
+    batch = stages.rollout(SimpleNamespace(take=lambda step: result), 3)
     assert batch == StepBatch(samples, REWARDS, {"reward/mean": 0.375})
     assert stages.rollout(None) is None  # a world of one without a rollout side: nothing to broadcast
-    assert stages.rollout(Coordinator()) is None  # a rank other than 0: its coordinator collects nothing
+    assert stages.rollout(Coordinator().rollouts, 3) is None  # a rank other than 0: its part takes nothing
 
 
 # ---- old_logp -----------------------------------------------------------------------------------------------
@@ -313,20 +313,18 @@ def test_update_two_updates_off_policy_second():
 
 
 
-def test_update_tis_missing_engine_logprobs_is_an_error():
+def test_off_policy_stage_without_engine_logprobs_is_an_error():
     model, batch = TinyLM(0), make_batch(s3={"rollout_log_probs": None})
-    cfg = make_cfg(use_tis=True)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    cfg = make_cfg(use_tis=True)  # the deprecated spelling of off_policy_correction=tis
     old = stages.old_logp(torch_policy(model), batch, cfg.trainer, CTX, has_ref=False)
-    tensors = StepTensors(old, None, stages.advantages(batch, old, None, cfg.trainer, 2))
-    with pytest.raises(ValueError, match=r"sample 3 \(index 3\) has no engine log-probs.*trainer.use_tis"):
-        stages.update(torch_policy(model, optimizer), None, batch, tensors, cfg, CTX)
+    with pytest.raises(ValueError, match=r"sample 3 \(index 3\) has no engine log-probs.*off_policy_correction=tis"):
+        stages.off_policy(batch, old, cfg.trainer, version=1)
 
 
 # ---- sync_weights and save ----------------------------------------------------------------------------------
 def test_sync_weights_pushes_the_whole_state_with_its_version():
     model, pushed = TinyLM(0), []
-    sink = SimpleNamespace(push_weights=lambda state, version: pushed.append((state, version)))
+    sink = SimpleNamespace(push=lambda state, version: pushed.append((state, version)))
     state = stages.sync_weights(torch_policy(model), sink, 7, is_main=True)
     assert sorted(state) == ["embed.weight", "head.bias", "head.weight"]
     assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())

@@ -320,7 +320,7 @@ def test_training_pushes_every_step_without_a_checkpoint_on_disk(tmp_path: Path,
     before = set(segment_dir().glob(f"{SEGMENT_PREFIX}*"))
     # with TIS the trainer compares its own log-probs with the engine's: equal weights give a ratio of 1
     out = run_train(run, f"trainer.weight_sync={kind}", "trainer.max_steps=3", "trainer.save_interval=0",
-                    "trainer.use_tis=true", "trainer.nproc=1")
+                    "trainer.off_policy_correction=tis", "trainer.nproc=1")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     engine_log = (run / "logs" / "engine-0.log").read_text()
     versions = [line.rsplit("weight_version=", 1)[1].rstrip(")") for line in engine_log.splitlines() if logged in line]
@@ -329,7 +329,8 @@ def test_training_pushes_every_step_without_a_checkpoint_on_disk(tmp_path: Path,
     rows = metrics(run)
     assert [row["weight_version"] for row in rows] == [1, 2, 3]
     for row in rows[1:]:  # generated with the weights pushed after the step before
-        assert row["train/tis"] == pytest.approx(1.0, abs=1e-3) and row["train/tis_clipfrac"] < 0.01, row
+        assert row["off_policy/is_weight_mean"] == pytest.approx(1.0, abs=1e-3), row
+        assert row["off_policy/clipped_frac"] < 0.01 and row["off_policy/mismatch_kl"] < 1e-4, row
     assert set(segment_dir().glob(f"{SEGMENT_PREFIX}*")) <= before  # the trainer gave its segment back
 
 

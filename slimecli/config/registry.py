@@ -220,10 +220,12 @@ REWARDS = Registry("reward", "reward.name", reserved=("python", "remote"))
 ADVANTAGE_ESTIMATORS = Registry("advantage estimator", "trainer.advantage_estimator", paths=True,
                                 aliases={"gspo": "grpo"})  # gspo: grpo with trainer.importance_level=sequence
 POLICY_LOSSES = Registry("policy loss", "trainer.policy_loss", paths=True)
+OFF_POLICY_CORRECTIONS = Registry("off-policy correction", "trainer.off_policy_correction", paths=True,
+                                  reserved=("none",))
 GENERATE_KINDS = Registry("rollout function", "rollout.generate", paths=True)
 AGENTS = Registry("agent", "agent.name")  # a harness class, with its adapter class as the option `adapter`
 SANDBOXES = Registry("sandbox", "sandbox.name")  # a Sandbox class
 # env.id of env=native: slimecli's built-in environments, those installed packages declare in the entry-point
 # group slimecli.environments, and import paths
 ENVIRONMENTS = Registry("environment", "env.id", paths=True, entry_points="slimecli.environments")
-KINDS = (REWARDS, ADVANTAGE_ESTIMATORS, POLICY_LOSSES, GENERATE_KINDS, AGENTS, SANDBOXES, ENVIRONMENTS)
+KINDS = (REWARDS, ADVANTAGE_ESTIMATORS, POLICY_LOSSES, OFF_POLICY_CORRECTIONS, GENERATE_KINDS, AGENTS, SANDBOXES, ENVIRONMENTS)

@@ -23,7 +23,7 @@ from slimecli.env.conversation import Conversation, TemplateError
 from slimecli.env.protocol import Action, Environment, Observation, StepResult, ToolCall
 from slimecli.model.tool_calls import ToolParser
 from slimecli.model.tool_grammar import GrammarError, ToolChoice, tool_call_grammar
-from slimecli.rollout.sample import Sample, Status
+from slimecli.rollout.sample import Sample, Status, token_versions
 
 # fn(input_ids, max_new_tokens, turn, extra sampling params) -> an engine's /generate reply (SGLang's native form)
 Generate = Callable[[list[int], int, int, dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -141,6 +141,7 @@ class EpisodeRunner:
         sample.tokens = list(conv.tokens)
         total = 0.0
         versions: list[str] = []
+        per_token: list[int] = []  # the version of each token after the prompt (observations: the last turn's)
         done = False
         while stats.turns < cfg.max_turns:
             budget = min(self.max_tokens_per_turn, cfg.max_tokens_per_episode - conv.added)
@@ -163,6 +164,7 @@ class EpisodeRunner:
             # under a grammar, a token it forced (masked log-prob exactly 0) was no choice of the policy
             conv.sampled(ids, log_probs, [0 if constraint and lp == 0.0 else 1 for lp in log_probs])
             versions.append(str(meta.get("weight_version", "")))
+            per_token = _aligned(per_token + token_versions(meta, len(ids)), conv.added)
             stats.turns += 1
             action = self._action(ids, bool(tools))
             unknown = [c.name for c in action.tool_calls if c.name not in {tool_name(t) for t in tools}]
@@ -189,6 +191,7 @@ class EpisodeRunner:
                 conv.observe(list(observation.messages), ids)
             except TemplateError as exc:
                 raise Dropped("bad_observation", str(exc)) from exc
+            per_token = _aligned(per_token, conv.added)
             if conv.added >= cfg.max_tokens_per_episode:
                 raise Dropped("budget_exceeded", f"{conv.added} tokens after the prompt "
                                                  f"(env.max_tokens_per_episode={cfg.max_tokens_per_episode})")
@@ -199,6 +202,7 @@ class EpisodeRunner:
         sample.response = self.tokenizer.decode(conv.tokens[conv.prompt_len:], skip_special_tokens=False)
         sample.reward = total
         sample.weight_versions = versions
+        sample.token_versions = _aligned(per_token, conv.added)
         sample.status = Status.COMPLETED if done else Status.TRUNCATED
         sample.metadata["turn_limit"] = not done
         self._stamp(sample, stats)
@@ -240,3 +244,8 @@ class EpisodeRunner:
         sample.metadata.update(turns=stats.turns, tool_calls=dict(stats.tool_calls), tool_errors=stats.tool_errors,
                                env_s=stats.env_s, engine_s=stats.engine_s, prompt_tokens=stats.prompt_tokens,
                                cached_tokens=stats.cached_tokens)
+
+
+def _aligned(versions: list[int], n: int) -> list[int]:
+    """``versions`` cut or extended (by its last entry: the tokens of an observation, after their turn) to n."""
+    return (versions + [versions[-1] if versions else -1] * n)[:n]

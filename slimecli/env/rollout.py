@@ -47,8 +47,6 @@ class EnvRollout:
         self._limit = asyncio.Semaphore(max(1, e.concurrency))
         self._engine_cycle = itertools.cycle(range(len(engines)))
         self._next_index = 0
-        self._group_first: dict[int, int] = {}
-        self._episodes: list[Sample] = []  # every episode of this collect, kept or not: the per-source metrics
         self.min_valid = min(2, cfg.rollout.n_samples_per_prompt)
         self.seed_scope: tuple[Any, ...] = ("env",)  # names the episodes' sampling seeds (the evaluator: its dataset)
 
@@ -58,11 +56,11 @@ class EnvRollout:
         return {"temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k, "max_new_tokens": max_new_tokens,
                 "skip_special_tokens": False, "no_stop_trim": True, "spaces_between_special_tokens": False}
 
-    async def episode(self, rec: dict[str, Any], group_index: int, index: int) -> Sample:
+    async def episode(self, rec: dict[str, Any], group_index: int, index: int, slot: int = 0) -> Sample:
+        """One episode of task ``rec``; ``slot``: its place in its group, which names its sampling seeds."""
         engine = self.engines[next(self._engine_cycle)]
         source = next(s for s in self.sources if s.spec.label == rec["source"])
         position = rec.get("position")
-        slot = index - self._group_first.get(group_index, index)  # the episode's place in its group: its seeds
 
         async def generate(ids: list[int], max_new_tokens: int, turn: int, extra: dict[str, Any]) -> dict[str, Any]:
             params = {**self.sampling_params(max_new_tokens), **extra}
@@ -75,28 +73,32 @@ class EnvRollout:
                         metadata={**rec.get("metadata", {}), "source": rec["source"]})
         async with self._limit:
             env = source.provider.episode()
-            done = await self.runner.run(env, rec["task"], generate, sample)
-        self._episodes.append(done)
-        return done
+            return await self.runner.run(env, rec["task"], generate, sample)
 
-    async def _runs(self, rec: dict[str, Any], group_index: int) -> list[Run]:
+    async def group(self, rec: dict[str, Any], group_index: int, episodes: list[Sample] | None = None) -> list[Run]:
+        """n_samples_per_prompt episodes of task ``rec``, each a run of its own (``episodes``: where every one of
+        them is noted, kept or not)."""
         n = self.cfg.rollout.n_samples_per_prompt
-        indices = range(self._next_index, self._next_index + n)
+        first = self._next_index
         self._next_index += n
-        self._group_first[group_index] = indices[0]
-        samples = await asyncio.gather(*(self.episode(rec, group_index, i) for i in indices))
+        samples = await asyncio.gather(*(self.episode(rec, group_index, first + j, j) for j in range(n)))
+        if episodes is not None:
+            episodes.extend(samples)
         return [[s] for s in samples]
 
     # ---- one rollout --------------------------------------------------------------------------------------
     async def collect(self) -> RolloutResult:
         """Pull tasks until rollout.batch_size groups have >= 2 episodes that train (and pass the filters)."""
-        self._episodes = []
-        self._group_first = {}
+        episodes: list[Sample] = []  # every episode of this collect, kept or not: the per-source metrics
         stream = _Stream(self.position, self.sources, self.cfg)
         filters = Filters(min_valid_runs=self.min_valid, exhausted_hint="episodes are dropped: see "
                           "env/<source>/dropped/* in the metrics and the samples' drop_detail")
-        result = await collect(self.cfg, stream, self._runs, filters)  # type: ignore[arg-type]
-        result.metrics.update(episode_metrics(self._episodes))
+
+        async def runs(rec: dict[str, Any], group_index: int) -> list[Run]:
+            return await self.group(rec, group_index, episodes)
+
+        result = await collect(self.cfg, stream, runs, filters)  # type: ignore[arg-type]
+        result.metrics.update(episode_metrics(episodes))
         return result
 
     async def stop(self) -> None:
@@ -110,9 +112,7 @@ class _Stream:
         self.position, self.sources, self.cfg = position, sources, cfg
 
     def next(self, n: int) -> list[dict[str, Any]]:
-        start = self.position.position
-        self.position.position += n
-        return [record(self.sources, start + i, self.cfg.run.seed, self.cfg.task.shuffle) for i in range(n)]
+        return [record(self.sources, p, self.cfg.run.seed, self.cfg.task.shuffle) for p in self.position.take(n)]
 
 
 def episode_metrics(episodes: list[Sample]) -> dict[str, float]:

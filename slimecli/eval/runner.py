@@ -183,7 +183,7 @@ class Evaluator:
         try:
             rows = len(sources[0].rows)
             records = [record(sources, i, cfg.run.seed, False) for i in range(min(rows, ds.max_samples or rows))]
-            groups = await asyncio.gather(*(rollout._runs(rec, i) for i, rec in enumerate(records)))
+            groups = await asyncio.gather(*(rollout.group(rec, i) for i, rec in enumerate(records)))
         finally:
             await rollout.stop()
         outcomes = []

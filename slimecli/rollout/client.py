@@ -65,8 +65,11 @@ class EngineClient:
     """api_key: sent as `Authorization: Bearer` on every request (None: $SLIMECLI_ENGINE_API_KEY, if set)."""
 
     def __init__(self, base_url: str, *, timeout_s: float = 600.0, session: aiohttp.ClientSession | None = None,
-                 api_key: str | None = None) -> None:
+                 api_key: str | None = None, pause_mode: str = "abort") -> None:
         self.base_url = base_url.rstrip("/")
+        # how a weight sync pauses generation: abort (nothing is in flight then), or, with partial rollouts,
+        # in_place / retract (the requests in flight keep their tokens and go on under the new weights)
+        self.pause_mode = pause_mode
         self.timeout_s = timeout_s
         self.api_key = api_key or engine_api_key()
         self._session = session
@@ -166,8 +169,14 @@ class EngineClient:
             raise ValueError("abort: give rid or all=True")
         return await self._request("POST", "/abort_request", body)
 
-    async def pause(self, mode: str = "abort") -> Any:
-        return await self._request("POST", "/pause_generation", {"mode": mode})
+    async def pause(self, mode: str | None = None) -> Any:
+        return await self._request("POST", "/pause_generation", {"mode": mode or self.pause_mode})
+
+    @property
+    def keeps_requests(self) -> bool:
+        """A weight sync's pause keeps the requests in flight (partial rollouts): the cache cannot be flushed
+        then (the engine drops its prefix cache itself when new weights land)."""
+        return self.pause_mode != "abort"
 
     async def resume(self) -> Any:
         return await self._request("POST", "/continue_generation", {})
@@ -269,11 +278,13 @@ class EngineClient:
 
     async def sync_weights(self, path_or_update: str | Callable[[], Awaitable[dict[str, Any]]],
                            weight_version: str | int | None = None) -> dict[str, Any]:
-        """The RL weight-sync sequence: pause -> flush -> update -> continue. The update is a checkpoint
-        directory (update_weights_from_disk) or a coroutine function that performs another kind."""
+        """The RL weight-sync sequence: pause -> flush -> update -> continue (no flush where the pause keeps the
+        requests in flight). The update is a checkpoint directory (update_weights_from_disk) or a coroutine
+        function that performs another kind."""
         await self.pause()
         try:
-            await self.flush_cache()
+            if not self.keeps_requests:
+                await self.flush_cache()
             if isinstance(path_or_update, str):
                 return await self.update_weights_from_disk(path_or_update, weight_version)
             return await path_or_update()

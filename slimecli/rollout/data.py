@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import random
+from collections import deque
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -13,15 +15,26 @@ from slimecli.config.groups.task import TaskConfig
 log = logging.getLogger("slimecli.rollout")
 
 
+# which rollout draws prompts now: the rollout pipeline sets it in the context of each step's rollout task, and
+# the tasks that rollout starts inherit it, so several rollouts in flight keep apart which prompts each drew
+DRAWER: ContextVar[int | None] = ContextVar("slimecli_rollout_drawer", default=None)
+
+
 class PromptSource:
     """Hands out prompt records ({prompt, label, metadata, position}) in a fixed, seed-determined order; a
     record's position (its place in the run's stream of prompts, which a resume restores) names it for the
-    sampling seeds of its samples."""
+    sampling seeds of its samples.
+
+    The ledger: the positions each rollout in flight has drawn (by DRAWER) until it is trained (settle). A
+    checkpoint keeps them beside the next fresh position, and a resumed run re-issues them first, so that no
+    position is trained twice or skipped."""
 
     def __init__(self, task: TaskConfig, seed: int):
         self.task = task
         self.seed = seed
         self.position = 0  # prompts handed out so far; saved in checkpoints
+        self.drawn: dict[int, list[int]] = {}  # rollout (step) -> the positions it drew, not yet trained
+        self.reissue: deque[int] = deque()  # positions a resumed run hands out again before fresh ones
         self._rows: list[dict[str, Any]] | None = None
         self._epoch_order: tuple[int, list[int]] | None = None
         if task.name == "jsonl":
@@ -29,10 +42,26 @@ class PromptSource:
         elif task.name == "swe":
             self._rows = _read_swe(task.path or "", task.on_invalid, task.format, task.repos_dir)
 
-    def next(self, n: int) -> list[dict[str, Any]]:
-        out = [{**self._record(self.position + i), "position": self.position + i} for i in range(n)]
-        self.position += n
+    def take(self, n: int) -> list[int]:
+        """The next n positions: re-issued ones first, then fresh ones; noted in the ledger of the drawing rollout."""
+        out = [self.reissue.popleft() for _ in range(min(n, len(self.reissue)))]
+        fresh = n - len(out)
+        out += range(self.position, self.position + fresh)
+        self.position += fresh
+        drawer = DRAWER.get()
+        if drawer is not None:
+            self.drawn.setdefault(drawer, []).extend(out)
         return out
+
+    def next(self, n: int) -> list[dict[str, Any]]:
+        return [self.record(p) for p in self.take(n)]
+
+    def record(self, position: int) -> dict[str, Any]:
+        return {**self._record(position), "position": position}
+
+    def settle(self, drawer: int) -> None:
+        """Rollout ``drawer`` is trained: its prompts leave the ledger."""
+        self.drawn.pop(drawer, None)
 
     def _record(self, index: int) -> dict[str, Any]:
         if self._rows is None:
@@ -52,10 +81,14 @@ class PromptSource:
         return self._epoch_order[1]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"position": self.position}
+        """The next fresh position, and the positions drawn but not trained (in flight), oldest rollout first."""
+        pending = [p for _, positions in sorted(self.drawn.items()) for p in positions]
+        return {"position": self.position, "reissue": [*self.reissue, *pending]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.position = int(state["position"])
+        self.reissue = deque(int(p) for p in state.get("reissue", ()))
+        self.drawn = {}
 
 
 def jsonl_objects(path: str | Path) -> list[tuple[int, dict[str, Any]]]:

@@ -18,7 +18,7 @@ from typing import Any
 from slimecli.config.schema import SlimeConfig
 from slimecli.rollout.collect import RolloutResult, Run, collect
 from slimecli.rollout.data import PromptSource
-from slimecli.rollout.sample import Sample, Status
+from slimecli.rollout.sample import Sample, Status, token_versions
 
 MAX_COPIES = 64  # samples of one prompt asked for in one request (sampling_params.n); more go in several
 
@@ -122,7 +122,7 @@ def record_reply(sample: Sample, out: dict[str, Any]) -> None:
     entries = meta.get("output_token_logprobs") or []
     ids = [int(e[1]) for e in entries] or list(out.get("output_ids", []))
     logps = [float(e[0]) for e in entries]
-    sample.append_response(ids, logps)
+    sample.append_response(ids, logps, versions=token_versions(meta, len(ids)))
     sample.response = out.get("text", "")
     sample.status = Status.from_finish_reason((meta.get("finish_reason") or {}).get("type", "stop"))
     sample.weight_versions.append(str(meta.get("weight_version", "")))

@@ -42,7 +42,8 @@ class Sample:
     teacher_log_probs: list[float] | None = None
     reward: Any = None  # float | int | bool | dict | None; normalised by slimecli.reward
     status: Status = Status.PENDING
-    weight_versions: list[str] = field(default_factory=list)
+    weight_versions: list[str] = field(default_factory=list)  # the engine's weight_version of each generation call
+    token_versions: list[int] | None = None  # per response token: the weight version that sampled it (-1: unknown)
     remove_sample: bool = False  # keep in the batch, zero its loss mask at train time
     metadata: dict[str, Any] = field(default_factory=dict)
 
@@ -55,8 +56,10 @@ class Sample:
             return [0] * self.response_length
         return list(self.loss_mask) if self.loss_mask is not None else [1] * self.response_length
 
-    def append_response(self, token_ids: list[int], log_probs: list[float] | None, trainable: bool = True) -> None:
-        """Add tokens to the response; sampled (trainable) tokens must come with their log-probs."""
+    def append_response(self, token_ids: list[int], log_probs: list[float] | None, trainable: bool = True,
+                        versions: list[int] | None = None) -> None:
+        """Add tokens to the response; sampled (trainable) tokens must come with their log-probs, and may come
+        with the weight version that sampled each."""
         if trainable and (log_probs is None or len(log_probs) != len(token_ids)):
             raise ValueError(f"{len(token_ids)} trainable tokens need as many log-probs, got "
                              f"{None if log_probs is None else len(log_probs)}")
@@ -68,6 +71,12 @@ class Sample:
         self.response_length += len(token_ids)
         self.loss_mask.extend([1 if trainable else 0] * len(token_ids))
         self.rollout_log_probs.extend(log_probs if trainable and log_probs is not None else [0.0] * len(token_ids))
+        if versions is not None or self.token_versions is not None:
+            known = self.token_versions if self.token_versions is not None else [-1] * (self.response_length
+                                                                                         - len(token_ids))
+            known.extend(versions if versions is not None and len(versions) == len(token_ids) else
+                         [-1] * len(token_ids))
+            self.token_versions = known
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -88,3 +97,25 @@ class Sample:
         return cls(response="", response_length=1, tokens=[*(fields.pop("tokens", None) or [0]), 0], loss_mask=[0],
                    rollout_log_probs=[0.0], reward=0.0, remove_sample=True, status=Status.ABORTED,
                    metadata=metadata, **fields)
+
+
+def version_number(version: str | None) -> int:
+    """An engine's weight_version as a step number: SGLang's "default" (the weights it started with) is 0, a
+    number is itself, a LoRA adapter's "policy-v<N>" is N; anything else is -1 (unknown)."""
+    text = str(version or "")
+    if text == "default":
+        return 0
+    text = text.rpartition("-v")[2] if "-v" in text else text
+    return int(text) if text.isdigit() else -1
+
+
+def token_versions(meta: dict[str, Any], n: int) -> list[int]:
+    """The weight version of each of a reply's ``n`` output tokens: the engine's meta_info.weight_versions spans
+    where it reports them (a request that lived through a weight update), else its one weight_version."""
+    spans = meta.get("weight_versions")
+    if not isinstance(spans, list) or not spans:
+        return [version_number(meta.get("weight_version"))] * n
+    out: list[int] = []
+    for span in spans:
+        out.extend([version_number(span.get("version"))] * max(0, int(span.get("end", 0)) - int(span.get("start", 0))))
+    return (out + [out[-1] if out else -1] * n)[:n]

@@ -23,7 +23,12 @@ from slimecli.config.schema import SlimeConfig
 from slimecli.train import dist, stages
 from slimecli.train.backend import PolicyBackend
 from slimecli.train.coordinator import make_coordinator
-from slimecli.train.registry import get_advantage_estimator, get_policy_loss, resolve_deprecated
+from slimecli.train.registry import (
+    get_advantage_estimator,
+    get_off_policy_correction,
+    get_policy_loss,
+    resolve_deprecated,
+)
 from slimecli.train.stages import RankContext, StageTimer, StepBatch, StepTensors
 
 __all__ = ["StepBatch", "Trainer"]
@@ -41,10 +46,14 @@ class Trainer:
         if cfg.trainer.advantage_estimator == "gspo":
             log.warning("trainer.advantage_estimator=gspo is deprecated: it means advantage_estimator=grpo "
                         "with trainer.importance_level=sequence; set those instead")
+        if cfg.trainer.use_tis:
+            log.warning("trainer.use_tis is deprecated: it means trainer.off_policy_correction=tis; set that instead")
         self.cfg = cfg
         self.step_cfg = dataclasses.replace(cfg, trainer=resolve_deprecated(cfg.trainer))  # what the stages read
         get_advantage_estimator(self.step_cfg.trainer.advantage_estimator)  # a bad import path fails before rollout
         get_policy_loss(self.step_cfg.trainer.policy_loss)
+        if self.step_cfg.trainer.off_policy_correction != "none":
+            get_off_policy_correction(self.step_cfg.trainer.off_policy_correction)
         self.run_dir = run_dir
         self.info = dist.init(cfg.trainer.dist_backend)
         torch.manual_seed(cfg.run.seed + self.info.rank)
@@ -97,24 +106,29 @@ class Trainer:
         return True
 
     def start(self, resumed: bool) -> None:
-        """The engines up (a resumed run's given its weights: they start from model.path), then the records."""
+        """The engines up (a resumed run's given its weights: they start from model.path), the records, then the
+        rollouts (with async_rollout, from now on ahead of the trainer) and the evaluation of the initial
+        weights."""
         self.coordinator.wait_ready()
         if resumed:
-            stages.sync_weights(self.policy, self.coordinator, self.step, self.info.is_main)
+            stages.sync_weights(self.policy, self.coordinator.weights, self.step, self.info.is_main)
         self.coordinator.open_records(self.step, self.restored_metrics)
+        self.coordinator.rollouts.start(self.step)
+        if self.step == 0:  # eval.at_start
+            self.coordinator.evaluation.begin(0)
 
     def train_step(self) -> None:
         """rollout -> old_logp -> ref_logp -> advantages -> update -> sync_weights -> eval, each timed, then a
-        checkpoint when one is due and the step's row in the records."""
+        checkpoint when one is due and the step's row in the records. An evaluation runs beside training: its
+        metrics go in the row of the step it finished in (the last step waits for it)."""
         timer, started = StageTimer(), time.perf_counter()
-        evaluated: dict[str, Any] = {}
-        if self.step == 0:  # at_start: the initial weights, reported in the first step's row
-            evaluated.update(self.evaluate(timer))
         batch = self.collect(timer)
         metrics = self.train_on(batch, timer)
         self.step += 1
         state = self.sync_weights(timer)
-        evaluated.update(self.evaluate(timer))  # the weights just pushed: every eval.interval steps and at_end
+        self.coordinator.evaluation.begin(self.step, self.coordinator.weights.delivery)
+        with timer.stage("eval"):
+            evaluated = self.coordinator.evaluation.results(wait=self.step == self.cfg.trainer.max_steps)
         row = self.coordinator.step_row(self.step, batch, metrics, evaluated, timer, started)
         if self.should_save():
             with timer.stage("save"):
@@ -127,18 +141,17 @@ class Trainer:
 
     # ---- the stages of a step -----------------------------------------------------------------------
     def collect(self, timer: StageTimer) -> StepBatch:
-        """The rollout stage: every rank gets the batch rank 0 collected (or generated ahead); then, with
-        trainer.async_rollout, rank 0 starts the next step's."""
-        self.coordinator.begin_step(self.step)
+        """The rollout stage: every rank gets the batch rank 0 took (generated ahead with trainer.async_rollout),
+        and its staleness: how many versions behind the weights it trains each sample was begun."""
         with timer.stage("rollout"):
-            batch = stages.rollout(self.coordinator)
+            batch = stages.rollout(self.coordinator.rollouts, self.step)
             if self.cfg.trainer.async_rollout:
                 batch.metrics.update(stages.staleness(batch, self.step, self.cfg.trainer.max_staleness))
-        self.coordinator.collect_next(self.step)  # on the weights the engines hold now
         return batch
 
     def train_on(self, batch: StepBatch, timer: StageTimer | None = None) -> dict[str, float]:
-        """The step's compute stages: old_logp -> ref_logp -> advantages -> update; the update's metrics."""
+        """The step's compute stages: old_logp -> ref_logp -> advantages (with the off-policy correction) ->
+        update; the update's metrics and the off_policy/* ones."""
         timer = timer or StageTimer()
         t = self.step_cfg.trainer
         with timer.stage("old_logp"):
@@ -147,23 +160,20 @@ class Trainer:
             ref = stages.ref_logp(self.ref_policy, batch, self.ctx)
         with timer.stage("advantages"):
             adv = stages.advantages(batch, old, ref, t, self.cfg.rollout.n_samples_per_prompt)
+            weights, off_policy = stages.off_policy(batch, old, t, self.step)
         with timer.stage("update"):
-            self.coordinator.before_update()
-            return stages.update(self.policy, self.scheduler, batch, StepTensors(old, ref, adv), self.step_cfg,
-                                 self.ctx)
+            self.coordinator.weights.before_update()
+            metrics = stages.update(self.policy, self.scheduler, batch, StepTensors(old, ref, adv, weights),
+                                    self.step_cfg, self.ctx)
+        return {**off_policy, **metrics}
 
     def sync_weights(self, timer: StageTimer) -> dict[str, torch.Tensor] | None:
         """The new weights to the engines; rank 0 gets them back (for the checkpoint). A wait there for the
-        rollout generated ahead counts as rollout time: the part of it that training did not hide."""
+        rollouts in flight (a push without partial rollouts) counts as rollout time: what training did not hide."""
         with timer.stage("sync_weights"):
-            state = stages.sync_weights(self.policy, self.coordinator, self.step, self.info.is_main)
-        timer.move("sync_weights", "rollout", self.coordinator.take_ahead_wait())
+            state = stages.sync_weights(self.policy, self.coordinator.weights, self.step, self.info.is_main)
+        timer.move("sync_weights", "rollout", self.coordinator.rollouts.take_wait())
         return state
-
-    def evaluate(self, timer: StageTimer) -> dict[str, Any]:
-        """eval.datasets on the weights of ``self.step`` when an evaluation is due (rank 0; {} elsewhere)."""
-        with timer.stage("eval"):
-            return stages.evaluate(self.coordinator, self.step) or {}
 
     def should_save(self) -> bool:
         interval = self.cfg.trainer.save_interval

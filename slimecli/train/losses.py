@@ -213,11 +213,6 @@ def ppo_clip(log_ratio: torch.Tensor, advantages: torch.Tensor, cfg: TrainerConf
     return loss, metrics
 
 
-def tis_weights(old_logp: torch.Tensor, rollout_logp: torch.Tensor, low: float, high: float) -> torch.Tensor:
-    """Truncated importance sampling: clamp(exp(old - rollout), low, high), detached."""
-    return torch.exp(old_logp.detach().float() - rollout_logp.detach().float()).clamp(low, high)
-
-
 def reduce(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """Weighted sum with ``loss_weights`` (so the per-step loss is a sum over micro-batches)."""
     return (values * weights).sum()
@@ -225,14 +220,15 @@ def reduce(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
 
 def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, weights: torch.Tensor,
                 cfg: TrainerConfig, *, mask: torch.Tensor | None = None, entropy: torch.Tensor | None = None,
-                ref_logp: torch.Tensor | None = None, rollout_logp: torch.Tensor | None = None
+                ref_logp: torch.Tensor | None = None, is_weights: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """pg - entropy_coef * entropy + kl_loss_coef * KL(pi, ref), each reduced with ``weights``.
 
-    logp carries the gradient; old_logp, advantages, ref_logp, rollout_logp are treated as constants.
+    logp carries the gradient; old_logp, advantages, ref_logp, is_weights are treated as constants.
     trainer.importance_level=sequence uses GSPO's sequence-level ratio (``mask`` marks each row's valid tokens;
     default weights > 0); the registered trainer.policy_loss turns the ratio into a per-token loss.
-    TIS (trainer.use_tis) multiplies the per-token pg loss by ``tis_weights(old, rollout)``.
+    ``is_weights``, trainer.off_policy_correction's importance weights (off_policy.py), multiply the per-token
+    pg loss.
     Metrics are detached weighted sums: add them over micro-batches, all-reduce SUM over ranks.
     Under DDP (which averages gradients) backprop ``loss * world_size``.
     """
@@ -247,14 +243,8 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
         raise ValueError(f"policy loss {cfg.policy_loss!r} returned a loss of shape {got}, "
                          f"expected the per-token shape {tuple(logp.shape)}")
     metrics: dict[str, torch.Tensor] = {}
-    if cfg.use_tis:
-        if rollout_logp is None:
-            raise ValueError("trainer.use_tis needs the rollout log-probs")
-        tis = tis_weights(old, rollout_logp, cfg.tis_clip_low, cfg.tis_clip_high)
-        raw = torch.exp(old.float() - rollout_logp.detach().float())
-        pg = pg * tis
-        metrics["tis"] = reduce(tis, weights).detach()
-        metrics["tis_clipfrac"] = reduce((raw != tis).float(), weights).detach()
+    if is_weights is not None:
+        pg = pg * is_weights.detach()
     pg_loss = reduce(pg, weights)
     loss = pg_loss
     metrics["pg_loss"] = pg_loss.detach()

@@ -14,20 +14,28 @@ from collections.abc import Callable
 from typing import Any
 
 from slimecli.config.groups.trainer import TrainerConfig
-from slimecli.config.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, Entry
+from slimecli.config.registry import ADVANTAGE_ESTIMATORS, OFF_POLICY_CORRECTIONS, POLICY_LOSSES, Entry
 
-__all__ = ["ADVANTAGE_ESTIMATORS", "POLICY_LOSSES", "Entry", "get_advantage_estimator", "get_policy_loss",
+__all__ = ["ADVANTAGE_ESTIMATORS", "OFF_POLICY_CORRECTIONS", "POLICY_LOSSES", "Entry", "get_advantage_estimator",
+           "get_off_policy_correction", "get_policy_loss",
            "register_advantage_estimator", "register_policy_loss", "resolve_deprecated"]
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 def resolve_deprecated(cfg: TrainerConfig) -> TrainerConfig:
-    """trainer.advantage_estimator=gspo (deprecated) = grpo advantages + trainer.importance_level=sequence."""
+    """The deprecated spellings in their current form: trainer.advantage_estimator=gspo = grpo advantages with
+    trainer.importance_level=sequence; trainer.use_tis=true = trainer.off_policy_correction=tis."""
     replacement = ADVANTAGE_ESTIMATORS.aliases.get(cfg.advantage_estimator)
-    if replacement is None:
-        return cfg
-    return dataclasses.replace(cfg, advantage_estimator=replacement, importance_level="sequence")
+    if replacement is not None:
+        cfg = dataclasses.replace(cfg, advantage_estimator=replacement, importance_level="sequence")
+    if cfg.use_tis and cfg.off_policy_correction == "none":
+        cfg = dataclasses.replace(cfg, off_policy_correction="tis")
+    return cfg
+
+
+def get_off_policy_correction(name: str) -> Entry:
+    return OFF_POLICY_CORRECTIONS.get(name)
 
 
 def register_advantage_estimator(name: str, *, whiten: bool = False) -> Decorator:

@@ -25,12 +25,13 @@ import torch
 
 from slimecli.config.groups.trainer import TrainerConfig
 from slimecli.config.schema import SlimeConfig
-from slimecli.rollout.sample import Sample
+from slimecli.rollout.sample import Sample, version_number
 from slimecli.train import advantages as adv_lib
 from slimecli.train import dist
 from slimecli.train.backend import PolicyBackend
 from slimecli.train.batch import PackedBatch, pack
 from slimecli.train.losses import kl_penalty, loss_weights, pad_sequences, policy_loss
+from slimecli.train.registry import resolve_deprecated
 
 STAGES = ("rollout", "old_logp", "ref_logp", "advantages", "update", "sync_weights", "eval", "save")
 
@@ -53,6 +54,7 @@ class StepTensors:
     old_logp: Tensors | None  # None: on-policy, the update uses its own log-probs, detached
     ref_logp: Tensors | None  # None: no reference model
     advantages: adv_lib.Advantages
+    is_weights: Tensors | None = None  # trainer.off_policy_correction's per-token importance weights
 
 
 @dataclass(frozen=True)
@@ -68,11 +70,11 @@ class RankContext:
 
 
 class RolloutSource(Protocol):
-    def collect(self) -> Any: ...  # .samples, .train_rewards, .metrics; None on a rank that only receives
+    def take(self, step: int) -> Any: ...  # .samples, .train_rewards, .metrics; None on a rank that only receives
 
-    def push_weights(self, state: dict[str, torch.Tensor], version: int) -> Any: ...
 
-    def evaluate(self, step: int) -> dict[str, float] | None: ...
+class WeightTarget(Protocol):
+    def push(self, state: dict[str, torch.Tensor], version: int) -> Any: ...
 
 
 class StageTimer:
@@ -166,24 +168,26 @@ def rank_chunks(idx: list[int], rank: int, world_size: int, micro_batch_size: in
 
 
 # ---- the stages ---------------------------------------------------------------------------------------------
-def rollout(source: RolloutSource | None) -> StepBatch:
-    """Rank 0 collects a rollout (elsewhere ``source`` is None or collects nothing); every rank gets the same
-    StepBatch."""
-    result = source.collect() if source is not None else None
+def rollout(source: RolloutSource | None, step: int = 0) -> StepBatch:
+    """Rank 0 takes step ``step``'s rollout (elsewhere ``source`` is None or takes nothing); every rank gets the
+    same StepBatch."""
+    result = source.take(step) if source is not None else None
     batch = StepBatch(result.samples, result.train_rewards, result.metrics) if result is not None else None
     # rank 0 holds the source in a trainer, so what it sends is a StepBatch
     return cast(StepBatch, dist.broadcast_object(batch))
 
 
 def staleness(batch: StepBatch, version: int, max_staleness: int) -> dict[str, float]:
-    """How many weight versions behind ``version`` (the weights about to be trained) each sample was generated;
-    a sample further behind than ``max_staleness`` stays in the batch with no loss (remove_sample).
+    """How many weight versions behind ``version`` (the weights about to be trained) each sample was begun; a
+    sample further behind than ``max_staleness`` stays in the batch with no loss (remove_sample).
 
-    The engines report SGLang's weight_version per generation call ("default" before the first update is
-    version 0); a sample generated across an update counts by its oldest part."""
+    A sample counts by its oldest token: the per-token versions where the engine reported them, else the
+    weight_version of each generation call ("default", the weights before the first update, is version 0)."""
     gaps = []
     for sample in batch.samples:
-        versions = [0 if v == "default" else int(v) for v in sample.weight_versions if v == "default" or v.isdigit()]
+        versions = [v for v in sample.token_versions or [] if v >= 0]
+        if not versions:
+            versions = [v for v in map(version_number, sample.weight_versions) if v >= 0]
         if not versions:
             continue
         gap = version - min(versions)
@@ -200,12 +204,15 @@ def old_logp(policy: PolicyBackend, batch: StepBatch, cfg: TrainerConfig, ctx: R
     """The behaviour policy's log-probs, when something needs them; None means on-policy (one update).
 
     Engine log-probs with trainer.use_rollout_logprobs, else a recompute with the current weights when the
-    step makes several updates, for TIS (with trainer.async_rollout: the weights one version ahead of those
-    that generated the batch, so TIS weighs the gap), or as the base of KL reward shaping.
+    step makes several updates, for trainer.off_policy_correction (with trainer.async_rollout: the weights some
+    versions ahead of those that sampled the batch, so the correction weighs the gap; decoupled PPO's proximal
+    policy), or as the base of KL reward shaping.
     """
+    cfg = resolve_deprecated(cfg)
     if cfg.use_rollout_logprobs:
         return engine_log_probs(batch.samples, "trainer.use_rollout_logprobs")
-    needed = len(update_slices(batch.samples, cfg)) > 1 or cfg.use_tis or (cfg.kl_coef != 0 and has_ref)
+    needed = (len(update_slices(batch.samples, cfg)) > 1 or cfg.off_policy_correction != "none"
+              or (cfg.kl_coef != 0 and has_ref))
     return score(policy, batch.samples, ctx) if needed else None
 
 
@@ -229,6 +236,41 @@ def advantages(batch: StepBatch, old: Tensors | None, ref: Tensors | None, cfg: 
                                       student_logp=student)
 
 
+def off_policy(batch: StepBatch, old: Tensors | None, cfg: TrainerConfig, version: int
+               ) -> tuple[Tensors | None, dict[str, float]]:
+    """trainer.off_policy_correction's importance weights (None: none) and the off_policy/* metrics of the batch
+    about to train the weights of ``version``: the share of its tokens sampled by older weights, the KL between
+    the engine's log-probs (each from the version that sampled its token) and the trainer's, and the share of
+    tokens the correction clipped or masked."""
+    from slimecli.train import off_policy as op
+    from slimecli.train.registry import get_off_policy_correction
+
+    cfg = resolve_deprecated(cfg)
+    samples = batch.samples
+    masks = [torch.tensor(s.effective_loss_mask(), dtype=torch.float32) for s in samples]
+    trained = [[v for v, m in zip(s.token_versions or [], mask, strict=False) if m] for s, mask in zip(
+        samples, masks, strict=True)]
+    versions = [v for vs in trained for v in vs if v >= 0]
+    metrics = {"off_policy/old_token_share": sum(v < version for v in versions) / len(versions) if versions else 0.0}
+    if old is None or any(s.rollout_log_probs is None for s in samples):
+        if cfg.off_policy_correction != "none":
+            engine_log_probs(samples, f"trainer.off_policy_correction={cfg.off_policy_correction}")  # raises
+        return None, metrics
+    behaviour = engine_log_probs(samples, "trainer.off_policy_correction")
+    mask = pad_sequences(masks)
+    old_t, behaviour_t = pad_sequences(old), pad_sequences(behaviour)
+    metrics["off_policy/mismatch_kl"] = float(op.mismatch_kl(old_t, behaviour_t, mask))
+    if cfg.off_policy_correction == "none":
+        return None, metrics
+    correction = get_off_policy_correction(cfg.off_policy_correction).fn(old_t, behaviour_t, mask, cfg)
+    tokens = mask.sum().clamp(min=1)
+    metrics["off_policy/is_weight_mean"] = float((correction.weights * mask).sum() / tokens)
+    metrics["off_policy/clipped_frac"] = float(correction.clipped.float().sum() / tokens)
+    metrics["off_policy/masked_frac"] = float(correction.masked.float().sum() / tokens)
+    weights = [correction.weights[i, :s.response_length].float() for i, s in enumerate(samples)]
+    return weights, metrics
+
+
 def update(policy: PolicyBackend, scheduler: Any, batch: StepBatch, tensors: StepTensors, cfg: SlimeConfig,
            ctx: RankContext) -> dict[str, float]:
     """One optimizer update per trainer.global_batch_size rollouts (update_slices), over this data rank's
@@ -237,7 +279,6 @@ def update(policy: PolicyBackend, scheduler: Any, batch: StepBatch, tensors: Ste
     samples = batch.samples
     slices = update_slices(samples, t)
     updates = len(slices)
-    rollout_lp = engine_log_probs(samples, "trainer.use_tis") if t.use_tis else None
     sums: dict[str, float] = {}
     grad_norms = []
     for idx in slices:
@@ -262,7 +303,7 @@ def update(policy: PolicyBackend, scheduler: Any, batch: StepBatch, tensors: Ste
                 logp, rows(tensors.old_logp) if tensors.old_logp is not None else logp.detach(),
                 rows(tensors.advantages.advantages), rows(step_weights), t, mask=packs[c].mask.to(logp.device),
                 entropy=entropy, ref_logp=rows(tensors.ref_logp) if tensors.ref_logp is not None else None,
-                rollout_logp=rows(rollout_lp) if rollout_lp is not None else None)
+                is_weights=rows(tensors.is_weights) if tensors.is_weights is not None else None)
             return (loss * 0.0, {k: v * 0.0 for k, v in metrics.items()}) if filler else (loss, metrics)
 
         for metrics in policy.forward_backward(packs, ctx.temperature, loss_fn, entropy_grad=t.entropy_coef != 0):
@@ -277,19 +318,13 @@ def update(policy: PolicyBackend, scheduler: Any, batch: StepBatch, tensors: Ste
     return out
 
 
-def sync_weights(policy: PolicyBackend, source: RolloutSource | None, version: int,
+def sync_weights(policy: PolicyBackend, target: WeightTarget | None, version: int,
                  is_main: bool) -> dict[str, torch.Tensor] | None:
     """Gather the weights (a collective when sharded) and give them to the engines; rank 0 gets them back."""
     state = policy.full_state_dict(is_main)
-    if source is not None and state is not None:
-        source.push_weights(state, version)
+    if target is not None and state is not None:
+        target.push(state, version)
     return state
-
-
-def evaluate(source: RolloutSource | None, step: int) -> dict[str, float] | None:
-    """Rank 0 evaluates eval.datasets on the engines, which serve the weights of ``step`` (0: the initial ones);
-    the metrics eval/<name>/..., or None where nothing was due (and on the other ranks, which do not wait)."""
-    return source.evaluate(step) if source is not None else None
 
 
 def save(run_dir: Path, step: int, policy: PolicyBackend, scheduler: Any,

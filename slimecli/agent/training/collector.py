@@ -91,8 +91,8 @@ class AgentRollout:
         self._limit = asyncio.Semaphore(max(1, cfg.agent.concurrency))
         self._next_index = 0
         self._rollout_ids = itertools.count(1)
+        # the live counts of the collects in flight (several, with trainer.max_staleness > 1), for on_progress
         self._live = {"done": 0, "running": 0, "resolved": 0, "graded": 0}
-        self._groups: dict[int, list[AgentRun]] = {}  # this collect's runs by group, kept or dropped: metrics, archive
 
     def _swe_job(self, task: Any) -> AgentJob:
         from slimecli.swe.env.resolve import resolve
@@ -145,21 +145,26 @@ class AgentRollout:
         self._next_index += n
         return list(await asyncio.gather(*(self._run(record, group_index, i) for i in indices)))
 
-    async def _runs(self, record: dict[str, Any], group_index: int) -> list[Run]:
-        runs = self._groups[group_index] = await self._group(record, group_index)
+    async def _runs(self, record: dict[str, Any], group_index: int, groups: dict[int, list[AgentRun]]) -> list[Run]:
+        runs = groups[group_index] = await self._group(record, group_index)
         return [run.samples for run in runs]
 
     # ---- one rollout ------------------------------------------------------------------------------------
     async def collect(self) -> RolloutResult:
         """Pull tasks until rollout.batch_size groups have >= 2 valid runs (and pass the filters)."""
-        self._live = {"done": 0, "running": 0, "resolved": 0, "graded": 0}
-        self._groups = {}
-        result = await collect(self.cfg, self.source, self._runs, FILTERS)
-        every_run = [run for _, runs in sorted(self._groups.items()) for run in runs]
+        step, self.step = self.step, self.step + 1
+        if not self._live["running"]:  # no other collect in flight: the counts start again
+            self._live = {"done": 0, "running": 0, "resolved": 0, "graded": 0}
+        groups: dict[int, list[AgentRun]] = {}  # this collect's runs by group, kept or dropped: metrics, archive
+
+        async def runs(record: dict[str, Any], group_index: int) -> list[Run]:
+            return await self._runs(record, group_index, groups)
+
+        result = await collect(self.cfg, self.source, runs, FILTERS)
+        every_run = [run for _, runs_ in sorted(groups.items()) for run in runs_]
         result.metrics.update(run_metrics(every_run))
         if self.archive is not None:
-            self.archive.record(self.step, every_run)
-        self.step += 1
+            self.archive.record(step, every_run)
         return result
 
     # ---- as a rollout.generate kind ---------------------------------------------------------------------

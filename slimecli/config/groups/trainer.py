@@ -37,9 +37,15 @@ class TrainerConfig:
     kl_loss_coef: float = 0.0  # KL loss against the frozen reference
     kl_loss_type: Literal["k1", "k2", "low_var_kl"] = "low_var_kl"
     entropy_coef: float = 0.0
-    use_tis: bool = False
+    use_tis: bool = False  # deprecated: trainer.off_policy_correction=tis
+    # how the gap between the engine's policy (that sampled the tokens) and the trainer's is corrected: none, tis
+    # (truncated importance weights), mis (whole sequences masked outside the bounds), icepop (tokens masked outside
+    # the bounds), decoupled_ppo (AReaL's: a proximal policy, tokens above is_mask_high masked), or an import path
+    off_policy_correction: str = "none"
     tis_clip_low: float = 0.0
     tis_clip_high: float = 2.0
+    is_mask_low: float = spec(0.5, ge=0)  # mis, icepop: an importance ratio below this is masked
+    is_mask_high: float = spec(2.0, gt=0)  # mis, icepop, decoupled_ppo: an importance ratio above this is masked
     use_rollout_logprobs: bool = False  # old log-probs from the engine instead of a recompute
     loss_reduction: Literal["per_rollout", "per_token"] = "per_rollout"
     opd_kl_coef: float = spec(0.0, ge=0)  # on-policy distillation strength
@@ -54,8 +60,16 @@ class TrainerConfig:
     # shared_memory (a tmpfs segment; embedded engines on this host), nccl (SGLang's weight-update group)
     weight_sync: Literal["disk", "shared_memory", "nccl"] = spec("disk", resumable=True)
     weight_sync_bucket_mb: int = spec(512, gt=0, resumable=True)  # nccl: tensors per broadcast request, in MiB
-    # one-step off-policy: the engines generate step k+1's rollout while the trainer trains on step k; the
-    # weights are pushed once that rollout is in, so no sequence mixes two weight versions
+    # the engines generate the next steps' rollouts while the trainer trains (docs/async.md)
     async_rollout: bool = False
-    max_staleness: int = spec(1, ge=1, note="the rollout that overlaps a training step is one version behind")  # async_rollout: samples more weight versions behind than this are not trained on
+    # async_rollout: a sample trains at most this many weight versions after the one that began it (1: one step
+    # ahead; more needs async_rollout); the rollouts of up to this many steps ahead are generated meanwhile
+    max_staleness: int = spec(1, ge=1, note="the rollout that overlaps a training step is one version behind")
+    # wait: a rollout starts only when it will train within max_staleness; drop: rollouts start as soon as there is
+    # room, and samples that end up further behind are not trained on (counted: rollout/stale_dropped)
+    staleness_strategy: Literal["wait", "drop"] = "wait"
+    # a weight push pauses the requests in flight, which keep their tokens and go on under the new weights
+    # (without it, a push waits until the requests in flight finish)
+    partial_rollouts: bool = False
+    pause_mode: Literal["in_place", "retract"] = "in_place"  # partial_rollouts: keep the KV cache, or recompute it
     lora: LoraConfig = field(default_factory=LoraConfig)  # trainer.lora.rank > 0: train adapters only (docs/lora.md)

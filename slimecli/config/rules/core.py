@@ -105,7 +105,7 @@ def batches(cfg: SlimeConfig) -> list[ConfigError]:
 
 
 def losses(cfg: SlimeConfig) -> list[ConfigError]:
-    from slimecli.config.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
+    from slimecli.config.registry import ADVANTAGE_ESTIMATORS, OFF_POLICY_CORRECTIONS, POLICY_LOSSES
 
     t = cfg.trainer
     # trainer.advantage_estimator=gspo still works (deprecated): the trainer reads it as grpo advantages with
@@ -122,12 +122,24 @@ def losses(cfg: SlimeConfig) -> list[ConfigError]:
         errors.append(ConfigError("trainer.kl_coef", t.kl_coef,
                                   f"KL reward shaping is not part of {t.advantage_estimator}'s advantages",
                                   "use trainer.kl_loss_coef, or a reinforce_plus_plus estimator"))
-    if t.use_tis and t.use_rollout_logprobs:
-        errors.append(ConfigError("trainer.use_tis", True, "TIS corrects recomputed old log-probs towards the engine's; "
+    correction = "tis" if t.use_tis and t.off_policy_correction == "none" else t.off_policy_correction
+    if t.use_tis and t.off_policy_correction not in ("none", "tis"):
+        errors.append(ConfigError("trainer.use_tis", True, "is the deprecated spelling of "
+                                  f"trainer.off_policy_correction=tis, which names {t.off_policy_correction!r}",
+                                  "drop trainer.use_tis"))
+    unknown = OFF_POLICY_CORRECTIONS.config_error(t.off_policy_correction)
+    if unknown is not None:
+        errors.append(unknown)
+    if correction != "none" and t.use_rollout_logprobs:
+        key = "trainer.use_tis" if t.use_tis else "trainer.off_policy_correction"
+        errors.append(ConfigError(key, True if t.use_tis else correction,
+                                  "an off-policy correction weighs recomputed old log-probs against the engine's; "
                                   "with trainer.use_rollout_logprobs=true the weight is always 1",
-                                  "set one of trainer.use_tis / trainer.use_rollout_logprobs to false"))
-    if t.use_tis and not t.tis_clip_high > t.tis_clip_low >= 0:
+                                  f"set {key} back or trainer.use_rollout_logprobs=false"))
+    if correction == "tis" and not t.tis_clip_high > t.tis_clip_low >= 0:
         errors.append(ConfigError("trainer.tis_clip_high", t.tis_clip_high, f"must be > trainer.tis_clip_low ({t.tis_clip_low}) >= 0"))
+    if correction in ("mis", "icepop") and not t.is_mask_high > t.is_mask_low:
+        errors.append(ConfigError("trainer.is_mask_high", t.is_mask_high, f"must be > trainer.is_mask_low ({t.is_mask_low})"))
     if (t.opd_kl_coef > 0 or cfg.recipe == "opd") and cfg.teacher.name == "none":
         errors.append(ConfigError("teacher", "none", "distillation needs a teacher",
                                   "add teacher=server teacher.url=... (or teacher.model_path=...), or teacher=sglang teacher.url=..."))

@@ -90,7 +90,7 @@ class GroupSync:
         async def update_all() -> None:
             await asyncio.gather(*(e.pause() for e in self.engines))
             try:
-                await asyncio.gather(*(e.flush_cache() for e in self.engines))
+                await asyncio.gather(*(e.flush_cache() for e in self.engines if not e.keeps_requests))
                 opened = await asyncio.gather(*(e.begin_weight_update() for e in self.engines))
                 try:
                     buckets = list(_buckets(tensors, self.bucket_bytes))

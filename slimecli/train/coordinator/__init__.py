@@ -1,0 +1,195 @@
+"""The coordinator: the trainer's side of the servers, in typed parts, and rank 0's records of the run.
+
+- rollouts (rollouts.py): each step's rollout, generated ahead within trainer.max_staleness, and the ledger of
+  the prompts in flight;
+- weights (weights.py): the trained weights to the engines;
+- evaluation (evaluation.py): eval.datasets on a pinned weight version, beside training;
+- teacher scoring (teacher.py): the teacher's log-probs of every rollout (on-policy distillation);
+- the records: metrics.jsonl and the progress line (train/records.py).
+
+Trainer rank 0 holds a RolloutCoordinator, whose parts talk to the servers from one event loop on a thread of
+its own (server_loop.py). Every other rank holds a Coordinator, whose parts are no-ops, so the training loop
+calls the same methods on every rank and never asks which rank it is.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from slimecli.config.layout import engine_slots
+from slimecli.config.schema import SlimeConfig
+from slimecli.rollout.data import PromptSource
+from slimecli.train.coordinator.evaluation import Evaluation, PinnedEvaluation
+from slimecli.train.coordinator.rollouts import Collector, RolloutPipeline, Rollouts
+from slimecli.train.coordinator.server_loop import ServerLoop
+from slimecli.train.coordinator.weights import EngineWeights, WeightPush
+
+if TYPE_CHECKING:
+    from slimecli.checkpoint.store import Checkpoint
+    from slimecli.train.backend import PolicyBackend
+    from slimecli.train.records import StepRecords
+    from slimecli.train.stages import StageTimer, StepBatch
+
+__all__ = ["Coordinator", "Evaluation", "RolloutCoordinator", "Rollouts", "WeightPush", "make_coordinator"]
+
+log = logging.getLogger("slimecli.train")
+
+
+class Lifecycle(Protocol):
+    """A collector with something to start once the engines are up and to stop at the end (AgentRollout)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class Coordinator:
+    """What the ranks other than 0 hold: no server to talk to, no record to write."""
+
+    def __init__(self) -> None:
+        self.rollouts: Rollouts = Rollouts()
+        self.weights: WeightPush = WeightPush()
+        self.evaluation: Evaluation = Evaluation()
+
+    def resume_point(self) -> str | None:
+        return None
+
+    def restore(self, ckpt: Checkpoint) -> None:
+        pass
+
+    def wait_ready(self) -> None:
+        pass
+
+    def open_records(self, step: int, restored_row: dict[str, Any] | None) -> None:
+        pass
+
+    def step_row(self, step: int, batch: StepBatch, metrics: dict[str, float], evaluated: dict[str, Any],
+                 timer: StageTimer, started: float) -> dict[str, Any] | None:
+        return None
+
+    def record(self, step: int, row: dict[str, Any] | None, timer: StageTimer, batch: StepBatch,
+               evaluated: dict[str, Any]) -> None:
+        pass
+
+    def data_position(self) -> Any:
+        return self.rollouts.ledger()
+
+    def close(self) -> None:
+        pass
+
+
+def make_coordinator(cfg: SlimeConfig, run_dir: Path, tokenizer: Any, policy: PolicyBackend,
+                     is_main: bool) -> Coordinator:
+    """Rank 0's RolloutCoordinator (holding its model, for a weight sync that shares its memory); a bare
+    Coordinator on every other rank."""
+    if not is_main:
+        return Coordinator()
+    return RolloutCoordinator(cfg, run_dir, tokenizer, policy.shared_module())
+
+
+class RolloutCoordinator(Coordinator):
+    """Rank 0's parts, on the servers' event loop, and the run's records (metrics.jsonl, the progress line)."""
+
+    def __init__(self, cfg: SlimeConfig, run_dir: Path, tokenizer: Any, policy: Any = None):
+        from slimecli.rollout.client import EngineClient
+
+        super().__init__()
+        self.cfg, self.run_dir = cfg, run_dir
+        self.loop = ServerLoop()
+        r, t = cfg.rollout, cfg.trainer
+        pause_mode = t.pause_mode if t.partial_rollouts else "abort"
+        self.engines = [EngineClient(slot.url, timeout_s=r.request_timeout_s, api_key=r.api_key, pause_mode=pause_mode)
+                        for slot in engine_slots(cfg)]  # every node's engines (config/layout.py)
+        self.source = PromptSource(cfg.task, cfg.run.seed)
+        self.collector = self._collector(tokenizer)
+        self.teacher = None
+        if cfg.teacher.name != "none":
+            from slimecli.train.coordinator.teacher import TeacherScoring
+
+            self.teacher = TeacherScoring(cfg)
+        self.pipeline = RolloutPipeline(cfg, self.loop, self.collector, self.source, self.teacher)
+        self.rollouts = self.pipeline
+        if cfg.eval.datasets:
+            from slimecli.eval.runner import Evaluator
+
+            self.evaluation = PinnedEvaluation(cfg, Evaluator(cfg, tokenizer, self.engines, run_dir), self.loop)
+        self.weights = EngineWeights(cfg, run_dir, self.engines, self.loop, self.pipeline, self.evaluation, policy)
+        self.records: StepRecords | None = None  # opened once the engines are up
+
+    def _collector(self, tokenizer: Any) -> Collector:
+        """What rollout.generate names (a registered kind, or an import path): a factory fn(cfg, tokenizer, engines,
+        source) of an object whose async collect() returns a RolloutResult, and whose async start() and stop(),
+        where it has them, run once the engines are up and at the end. A factory that takes `run_dir` gets the run
+        directory (the agent kind keeps its run archive there)."""
+        from slimecli.config.registry import GENERATE_KINDS
+
+        factory = GENERATE_KINDS.get(self.cfg.rollout.generate).obj
+        extra = {"run_dir": self.run_dir} if "run_dir" in inspect.signature(factory).parameters else {}
+        collector: Collector = factory(self.cfg, tokenizer, self.engines, self.source, **extra)
+        return collector
+
+    # ---- resume ------------------------------------------------------------------------------------------------
+    def resume_point(self) -> str | None:
+        """The checkpoint the run resumes from, picked here so that every rank loads the same one (or none)."""
+        from slimecli.checkpoint.store import latest_complete
+
+        found = latest_complete(self.run_dir)
+        return str(found) if found is not None else None
+
+    def restore(self, ckpt: Checkpoint) -> None:
+        """Rank 0's own state from the checkpoint: its RNGs and the prompt ledger."""
+        from slimecli.checkpoint.rng import restore_rng
+
+        if ckpt.rng is not None:
+            restore_rng(ckpt.rng)
+        if ckpt.data_position is not None:
+            self.rollouts.restore(ckpt.data_position)
+        log.info("resumed from %s at step %d", ckpt.path, ckpt.step)
+
+    def wait_ready(self) -> None:
+        async def all_ready() -> None:
+            import asyncio
+
+            await asyncio.gather(*(e.wait_ready(self.cfg.rollout.start_timeout_s) for e in self.engines))
+            if hasattr(self.collector, "start"):
+                await cast(Lifecycle, self.collector).start()  # the agent kind's adapter
+
+        self.loop.run(all_ready())
+
+    # ---- the run's records ---------------------------------------------------------------------------------------
+    def open_records(self, step: int, restored_row: dict[str, Any] | None) -> None:
+        """metrics.jsonl (with a row a kill cut off, kept by the checkpoint) and the progress line, from ``step``;
+        a collector that reports as it goes (the agent kind) shows its status on the progress line."""
+        from slimecli.train.records import StepRecords
+
+        self.records = StepRecords(self.run_dir, self.cfg.trainer.max_steps, step, self.cfg.reward.key, restored_row)
+        if hasattr(self.collector, "on_progress"):
+            self.collector.on_progress = self.records.progress.note
+
+    def step_row(self, step: int, batch: StepBatch, metrics: dict[str, float], evaluated: dict[str, Any],
+                 timer: StageTimer, started: float) -> dict[str, Any] | None:
+        """The metrics row of step ``step`` (the checkpoint keeps it; record() logs it)."""
+        assert self.records is not None  # open_records comes before the first step
+        return self.records.row(step, batch, metrics, evaluated, timer, started)
+
+    def record(self, step: int, row: dict[str, Any] | None, timer: StageTimer, batch: StepBatch,
+               evaluated: dict[str, Any]) -> None:
+        """The step's row to metrics.jsonl and its rewards (and an evaluation's headline) to the progress line."""
+        assert self.records is not None and row is not None
+        self.records.log(step, row, timer, batch, self.evaluation.headline if evaluated else "")
+
+    def close(self) -> None:
+        if self.records is not None:
+            self.records.close()
+        self.rollouts.close()  # a rollout still in flight is dropped
+        self.weights.close()
+        if hasattr(self.collector, "stop"):
+            self.loop.run(cast(Lifecycle, self.collector).stop())
+        for engine in self.engines:
+            self.loop.run(engine.close())
+        if self.teacher is not None:
+            self.loop.run(self.teacher.close())
+        self.loop.close()
