@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import statistics
+import threading
 from pathlib import Path
 
 import pytest
 
+from slimecli.checkpoint import store as checkpoint
 from slimecli.config.compose import load
 from slimecli.config.errors import ConfigErrors
 from slimecli.launch.free_ports import with_free_ports
 from slimecli.rollout.sample import Sample
 from slimecli.train import stages
 from slimecli.train.stages import StepBatch
-from tests.helpers.train_e2e import metrics, run_train
+from tests.helpers import wait_dead, wait_until
+from tests.helpers.train_e2e import descendants, kill_tree, metrics, run_train, start_train
 
 
 def batch_of(*versions: list[str]) -> StepBatch:
@@ -95,3 +100,54 @@ def test_async_quickstart_trains_one_version_behind(tmp_path: Path):
     assert (run / "final" / "model.safetensors").is_file()
 
 
+
+
+AHEAD_STEPS = 60
+AHEAD = ("trainer.async_rollout=true", "trainer.max_staleness=4", "trainer.partial_rollouts=true",
+         f"trainer.max_steps={AHEAD_STEPS}", "trainer.save_interval=5", "trainer.nproc=1", "eval.interval=20",
+         "rollout.dynamic_filter=none")
+
+
+@pytest.mark.slow
+def test_four_steps_ahead_with_partial_rollouts_learns_and_a_kill_in_flight_resumes_the_prompt_stream_whole(
+        tmp_path: Path):
+    """The quickstart four versions ahead with partial rollouts, kill -9 of the controller while rollouts are in
+    flight, then the same command: it resumes from the checkpoint, re-issues the prompts that were in flight, and
+    trains every prompt-stream position exactly once; no token trains more than 4 versions after it was
+    sampled; the quickstart still learns; every evaluation names the weights it scored."""
+    run = tmp_path / "ahead"
+    proc = start_train(run, *AHEAD)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    want = f"train step 23/{AHEAD_STEPS}"  # a checkpoint at step 20, and rollouts of later steps in flight
+    try:
+        wait_until(lambda: proc.poll() is not None or any(want in line for line in lines), 300, want)
+        assert proc.poll() is None, "".join(lines)[-3000:]
+        children = descendants(proc.pid)
+        proc.kill()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            kill_tree(proc)
+    assert wait_dead(children, timeout=15) == []
+    reader.join(timeout=30)
+    done = checkpoint.load(run).step
+    in_flight = checkpoint.load(run).data_position["reissue"]
+    assert done >= 20 and in_flight, checkpoint.load(run).data_position  # prompts drawn ahead, not yet trained
+
+    out = run_train(run, *AHEAD, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    rows = metrics(run)
+    assert [r["step"] for r in rows] == list(range(1, AHEAD_STEPS + 1))
+    ledger = [json.loads(line) for line in (run / "prompts.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in ledger] == list(range(1, AHEAD_STEPS + 1))
+    positions = [p for e in ledger for p in e["positions"]]
+    assert sorted(positions) == list(range(AHEAD_STEPS * 8))  # each position trained once, none skipped
+    assert set(in_flight) <= {p for e in ledger if e["step"] > done for p in e["positions"]}  # re-issued
+    assert max(r["rollout/staleness_max"] for r in rows) <= 4 and all(r["rollout/stale_dropped"] == 0 for r in rows)
+    assert any(r["rollout/staleness_max"] >= 2 for r in rows)  # it did run ahead
+    assert statistics.mean(r["reward/mean"] for r in rows[-10:]) >= 0.95
+    evals = [r for r in rows if "eval/heldout/reward_mean" in r]
+    assert [r["eval/weight_version"] for r in evals] == [0, 20, 40, 60]  # at_start, every 20 steps, at_end
+    assert all(r["step"] >= r["eval/weight_version"] for r in evals) and evals[-1]["step"] == AHEAD_STEPS

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
 import sys
+import time
 
 from slimecli.engine.server import EngineServer
 from slimecli.engine.settings import EngineSettings
 from slimecli.net.listen import app_runner, start_site
+
+log = logging.getLogger("slimecli.engine")
 
 
 class EngineStartError(RuntimeError):
@@ -49,6 +53,9 @@ async def serve(server: EngineServer, stop: asyncio.Event | None = None) -> None
     finally:
         if server.scheduler is not None:
             server.scheduler.stop()
+            # what the engine did over its life, for whoever reads its log (bench/bench_async.py: its idle share)
+            log.info("engine stats: %s", json.dumps({**server.scheduler.stats,
+                                                     "uptime_s": round(time.time() - server.started, 3)}))
         await runner.cleanup()
 
 

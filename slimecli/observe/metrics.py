@@ -92,7 +92,7 @@ class MetricsLogger:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / METRICS_FILE
         if resume_step is not None:
-            self._drop_after(resume_step)
+            drop_steps_after(self.path, resume_step)
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self._tb = self._open_tensorboard() if tensorboard else None
         from slimecli.observe.wandb import observe_config, open_wandb
@@ -106,21 +106,6 @@ class MetricsLogger:
             log.warning("TensorBoard logging disabled: %s", exc)
             return None
         return SummaryWriter(log_dir=str(self.run_dir / TENSORBOARD_DIR))
-
-    def _drop_after(self, step: int) -> None:
-        if not self.path.is_file():
-            return
-        kept = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            try:
-                entry_step = json.loads(line).get("step")
-            except (json.JSONDecodeError, AttributeError):
-                continue  # a line cut by a kill
-            if not isinstance(entry_step, int) or entry_step <= step:
-                kept.append(line)
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
-        os.replace(tmp, self.path)
 
     @property
     def tensorboard_enabled(self) -> bool:
@@ -186,3 +171,21 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue
     return out
+
+
+def drop_steps_after(path: Path, step: int) -> None:
+    """Remove the JSON lines of ``path`` whose "step" is after ``step`` (and lines a kill cut): a resumed run
+    trains those steps again, and logs them again."""
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            entry_step = json.loads(line).get("step")
+        except (json.JSONDecodeError, AttributeError):
+            continue  # a line cut by a kill
+        if not isinstance(entry_step, int) or entry_step <= step:
+            kept.append(line)
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+    os.replace(tmp, path)

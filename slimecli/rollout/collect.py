@@ -62,6 +62,9 @@ async def collect(cfg: SlimeConfig, source: PromptSource, run_group: GroupRunner
         first = groups_seen == 0 or not filters.top_up
         records = source.next((r.over_sampling_batch_size or r.batch_size) if first else r.batch_size - len(kept))
         groups = await asyncio.gather(*(run_group(rec, groups_seen + i) for i, rec in enumerate(records)))
+        for rec, runs in zip(records, groups, strict=True):  # which prompt of the run's stream each sample answers
+            for s in (s for run in runs for s in run):
+                s.metadata.setdefault("position", rec.get("position"))
         groups_seen += len(groups)
         flat = [s for runs in groups for run in runs for s in run]
         await assign_rewards(flat, cfg.reward, log)

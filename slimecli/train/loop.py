@@ -107,15 +107,17 @@ class Trainer:
 
     def start(self, resumed: bool) -> None:
         """The engines up (a resumed run's given its weights: they start from model.path), the records, then the
-        rollouts (with async_rollout, from now on ahead of the trainer) and the evaluation of the initial
-        weights."""
+        rollouts (with async_rollout, from now on ahead of the trainer) and the evaluation of the weights it
+        starts from, where one is due."""
         self.coordinator.wait_ready()
         if resumed:
             stages.sync_weights(self.policy, self.coordinator.weights, self.step, self.info.is_main)
         self.coordinator.open_records(self.step, self.restored_metrics)
         self.coordinator.rollouts.start(self.step)
-        if self.step == 0:  # eval.at_start
-            self.coordinator.evaluation.begin(0)
+        # eval.at_start; on a resume, the evaluation due at its step unless the checkpoint's row holds it (one that
+        # landed in a later row was lost with that row)
+        if (self.restored_metrics or {}).get("eval/weight_version") != self.step:
+            self.coordinator.evaluation.begin(self.step, self.coordinator.weights.delivery)
 
     def train_step(self) -> None:
         """rollout -> old_logp -> ref_logp -> advantages -> update -> sync_weights -> eval, each timed, then a

@@ -1,4 +1,6 @@
-"""Rank 0's records of a run: one RUN/metrics.jsonl row per step, the progress line, the invalid-reward count.
+"""Rank 0's records of a run: one RUN/metrics.jsonl row per step, the progress line, the invalid-reward count, and
+RUN/prompts.jsonl: the prompt-stream positions each step trained on ({"step", "positions"}), which shows that a
+resumed run trains no prompt twice and skips none.
 
 The coordinator keeps them; no other rank writes any. A step's row is built before its checkpoint, which
 keeps it, and logged after, with the save's time: a resume logs the row of a checkpoint whose metrics line a
@@ -14,12 +16,13 @@ from typing import Any
 
 import torch
 
-from slimecli.observe.metrics import MetricsLogger
+from slimecli.observe.metrics import MetricsLogger, drop_steps_after
 from slimecli.observe.progress import RecentRewards, StepProgress, reward_text
 from slimecli.reward.stats import RewardMeter
 from slimecli.train.stages import StageTimer, StepBatch
 
 TRAIN_STAGES = ("old_logp", "ref_logp", "advantages", "update")  # what time/train_s adds up
+PROMPTS_FILE = "prompts.jsonl"
 
 
 class StepRecords:
@@ -31,6 +34,8 @@ class StepRecords:
         self.recent = RecentRewards()
         self.metrics_log = MetricsLogger(run_dir, resume_step=step)
         log_lost_row(self.metrics_log, step, restored_row)
+        self.prompts_path = run_dir / PROMPTS_FILE
+        drop_steps_after(self.prompts_path, step)
         self.progress = StepProgress(max_steps, step)
 
     def row(self, step: int, batch: StepBatch, metrics: dict[str, float], evaluated: dict[str, Any],
@@ -47,6 +52,9 @@ class StepRecords:
         """The row with every stage's time to metrics.jsonl, and the step's rewards (and ``eval_line``, the
         evaluation just run, if any) to the progress line."""
         self.metrics_log.log(step, {**row, **timer.metrics()})
+        positions = sorted({p for s in batch.samples if isinstance(p := s.metadata.get("position"), int)})
+        with self.prompts_path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps({"step": step, "positions": positions}) + "\n")
         self.recent.add(batch.metrics.get("reward/mean"))
         text = reward_text(batch.metrics.get("reward/mean"), self.recent)
         if self.meter.invalid:
