@@ -174,6 +174,41 @@ def test_update_weights_from_disk(engine: Engine, tmp_path: Path) -> None:
     run(main())
 
 
+@pytest.mark.parametrize("mode", ["in_place", "retract"])
+def test_a_partial_rollout_goes_on_under_the_new_weights_from_where_it_was(engine: Engine, tmp_path: Path,
+                                                                          mode: str) -> None:
+    """trainer.partial_rollouts: a weight sync whose pause keeps the requests in flight; the request finishes under
+    the new weights, its tokens split between the two versions (meta_info.weight_versions), and with retract its
+    later log-probs are the new model's, recomputed over its own tokens."""
+    from slimecli.rollout.sample import token_versions
+
+    new_model = create_tiny_model(tmp_path / "v7", seed=7)
+    hf_new = AutoModelForCausalLM.from_pretrained(str(new_model)).eval()
+    sp = {"temperature": 1.0, "max_new_tokens": 200, "ignore_eos": True}
+
+    async def main() -> None:
+        async with EngineClient(engine.url, pause_mode=mode) as c:
+            before = (await c.get_model_info())["weight_version"]
+            task = asyncio.create_task(c.generate([3, 4], sampling_params=sp, return_logprob=True))
+            await _running(c)
+            res = await c.sync_weights(str(new_model), weight_version=7)
+            assert res["success"] is True and res["num_paused_requests"] in (0, 1), res  # retract queues it
+            out = await asyncio.wait_for(task, 120)
+            assert out["meta_info"]["finish_reason"]["type"] == "length"  # not aborted
+            spans = out["meta_info"]["weight_versions"]
+            assert [x["version"] for x in spans] == [before, "7"], spans
+            switch = spans[0]["end"]
+            assert 0 < switch < 200 and spans[1] == {"version": "7", "start": switch, "end": 200}
+            versions = token_versions(out["meta_info"], 200)
+            assert versions[switch - 1] != 7 and versions[switch:] == [7] * (200 - switch)
+            if mode == "retract":
+                ids, lps = out["output_ids"], [e[0] for e in out["meta_info"]["output_token_logprobs"]]
+                new = hf_logprobs(hf_new, [3, 4, *ids[:switch]], ids[switch:], 1.0)
+                assert lps[switch:] == pytest.approx(new, abs=2e-4)
+            await c.sync_weights(str(engine.model_path), weight_version=before)  # the next tests' weights
+    run(main())
+
+
 def test_engine_module_from_frozen_config(tmp_path: Path) -> None:
     """The supervisor's command: python -m slimecli.engine --config RUN/config.yaml --index i."""
     port = free_port()
