@@ -6,7 +6,7 @@ One step = one rollout (rollout.batch_size prompts x n samples) followed by
 samples / trainer.global_batch_size optimizer updates, then a weight push to the engines.
 The step's stages (rollout -> old_logp -> ref_logp -> advantages -> update -> sync_weights -> eval -> save)
 live in stages.py; this module orchestrates them and times them. Rank 0's own work (the servers, the run's
-records) is its coordinator's (coordinator.py); the other ranks hold one that does none of it.
+records) is its coordinator's (coordinator/, in parts); the other ranks hold one whose parts do none of it.
 """
 
 from __future__ import annotations
