@@ -80,6 +80,21 @@ def test_clean_extension_appends_context_with_mask_zero():
     assert s.metadata["tool_calls"] == {} and s.metadata["context_truncated"] is False
 
 
+def test_each_token_keeps_the_weight_version_that_sampled_it():
+    import dataclasses
+
+    m = manager()
+    # turn 1 lived through a weight update (partial rollouts): its tokens split between versions 3 and 4
+    first = dataclasses.replace(turn([1, 2, 3], [10, 11, STOP]), weight_version="4", token_versions=[3, 4, 4])
+    second = dataclasses.replace(turn([1, 2, 3, 10, 11, STOP, 4, 5], [12, STOP]), weight_version="5")
+    for t in (first, second):
+        m.begin_turn("s")
+        m.end_turn("s", t)
+    [s] = finish(m)
+    # the tool output between the turns was sampled by nobody (-1); the second turn's engine reported one version
+    assert s.token_versions == [3, 4, 4, -1, -1, 5, 5] and s.weight_versions == ["4", "5"]
+
+
 def test_tool_calls_and_context_limits_are_counted_per_branch():
     import dataclasses
 

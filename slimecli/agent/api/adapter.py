@@ -76,7 +76,7 @@ class TurnResult:
         return Turn(self.prompt_ids, self.gen.output_ids, self.gen.log_probs, self.gen.finish_reason,
                     self.parsed.ill_formed, self.gen.weight_version,
                     tuple(call.name for call in self.parsed.tool_calls), self.context_limited, self.engine_s,
-                    self.constrained)
+                    self.constrained, self.gen.token_versions)
 
 
 @dataclass

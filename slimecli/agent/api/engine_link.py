@@ -20,6 +20,7 @@ import aiohttp
 
 from slimecli.rollout import client as engine_client
 from slimecli.rollout.client import EngineError
+from slimecli.rollout.sample import token_versions
 
 
 @dataclass
@@ -29,6 +30,7 @@ class Generation:
     finish_reason: str  # stop | length | abort
     weight_version: str | None = None
     matched: Any = None  # the stop token id or stop string that ended the output
+    token_versions: list[int] | None = None  # the weight version that sampled each output token
 
 
 Progress = Callable[[list[int]], Awaitable[None]]
@@ -225,4 +227,5 @@ def _parse_generation(data: Any) -> Generation:
     finish_type = finish.get("type", "stop") if isinstance(finish, dict) else str(finish)
     version = meta.get("weight_version")
     matched = finish.get("matched") if isinstance(finish, dict) else None
-    return Generation(ids, log_probs, finish_type, None if version is None else str(version), matched)
+    return Generation(ids, log_probs, finish_type, None if version is None else str(version), matched,
+                      token_versions(meta, len(ids)))

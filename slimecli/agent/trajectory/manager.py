@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from slimecli.rollout.sample import Sample, Status
+from slimecli.rollout.sample import Sample, Status, version_number
 
 
 class SessionClosed(Exception):
@@ -41,6 +41,7 @@ class Turn:
     context_limited: bool = False  # the context window, not the client, bounded the turn
     engine_s: float = 0.0  # the turn's time in the engine
     constrained: bool = False  # sampled under a grammar: its log-probs are of the masked distribution
+    token_versions: list[int] | None = None  # the weight version that sampled each output token (partial rollouts)
 
     def trained(self) -> list[int]:
         """Loss mask of the output: under a grammar, a token it forced (masked log-prob exactly 0, the only
@@ -63,6 +64,7 @@ class _Branch:
     ill_formed: int = 0
     realigned: int = 0
     weight_versions: list[str] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)  # per token after the prompt: the weights that sampled it
     tool_calls: dict[str, int] = field(default_factory=dict)
     context_limited: bool = False
     engine_s: float = 0.0
@@ -71,6 +73,7 @@ class _Branch:
         self.tokens.extend(ids)
         self.loss_mask.extend([0] * len(ids))
         self.log_probs.extend([0.0] * len(ids))
+        self.versions.extend([-1] * len(ids))
 
     def add_turn(self, turn: Turn) -> None:
         self.last_context_len = len(self.tokens)
@@ -78,6 +81,9 @@ class _Branch:
         self.tokens.extend(turn.output_ids)
         self.loss_mask.extend(turn.trained())
         self.log_probs.extend(float(x) for x in turn.output_log_probs)
+        n = len(turn.output_ids)
+        versions = turn.token_versions if turn.token_versions and len(turn.token_versions) == n else None
+        self.versions.extend(versions or [version_number(turn.weight_version)] * n)
         self.finish_reason = turn.finish_reason
         self.turns += 1
         self.ill_formed += int(turn.ill_formed)
@@ -211,4 +217,5 @@ class TrajectoryManager:
             base, session_id=sid, rollout_id=rollout_id, tokens=list(b.tokens), response=self.decode(response_ids),
             response_length=len(response_ids), loss_mask=list(b.loss_mask), rollout_log_probs=list(b.log_probs),
             reward=reward, status=status, weight_versions=list(b.weight_versions), remove_sample=False,
+            token_versions=list(b.versions[-len(response_ids):]) if response_ids else [],
             metadata=metadata)
