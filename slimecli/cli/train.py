@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
 
         started = time.monotonic()
         overrides = split_overrides(ctx.args) + (["observe.verbose=true"] if verbose else [])
-        cfg = load_config_or_exit(overrides, recipe_dir)
+        cfg = load_config_or_exit(overrides, recipe_dir, resume=True)
         console = Console(highlight=False, soft_wrap=True)
         if cfg.cluster.name == "slurm":
             _submit_slurm(cfg, overrides, recipe_dir, dry_run, console)
