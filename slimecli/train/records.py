@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from slimecli.observe.metrics import MetricsLogger
+from slimecli.observe.metrics import MetricsLogger, read_metrics
 from slimecli.observe.progress import RecentRewards, StepProgress, reward_text
 from slimecli.reward.stats import RewardMeter
 from slimecli.train.stages import StageTimer, StepBatch
@@ -31,6 +31,8 @@ class StepRecords:
         self.recent = RecentRewards()
         self.metrics_log = MetricsLogger(run_dir, resume_step=step)
         log_lost_row(self.metrics_log, step, restored_row)
+        if step > 0:  # a resume: the window goes on from the steps trained before
+            self.recent.seed(read_metrics(run_dir), step)
         self.progress = StepProgress(max_steps, step)
 
     def row(self, step: int, batch: StepBatch, metrics: dict[str, float], evaluated: dict[str, Any],
