@@ -175,7 +175,7 @@ def test_a_complete_run_summary_shows_no_wall_time_of_the_command(tmp_path: Path
     (tmp_path / "run").mkdir()
     launch(monkeypatch, [f"run.dir={tmp_path / 'run'}"])
     out = io.StringIO()
-    _summary(load([f"run.dir={tmp_path / 'run'}"]), Console(file=out, width=300), None, [])
+    _summary(load([f"run.dir={tmp_path / 'run'}"]), Console(file=out, width=300), None, 0.0, [])
     assert "wall time" not in out.getvalue() and out.getvalue().startswith("run summary")
 
 

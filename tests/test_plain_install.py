@@ -102,7 +102,7 @@ def test_lora_training_shows_slimecli_lines_only_and_resumes_with_its_settings(
     assert "UserWarning" in (workspace.files["run"] / "logs" / "trainer.log").read_text()
     assert not [line for line in lines if re.fullmatch(r"\s*\w[\w-]* \|\s*", line)]  # no empty `trainer |` line
     assert f"merged model {workspace.files['run'] / 'final-merged'}" in first.stdout
-    assert re.search(r"wall time +this command: \d+s; the run: \d+s", first.stdout)
+    assert re.search(r"wall time +this command: [\dhms]+; the run: [\dhms]+", first.stdout)
     assert re.search(r"^resume: \S*slimecli train run\.dir=\S+$", first.stdout, re.M)  # runnable as printed
     assert "run complete: 2/2 steps done" in resumed.stdout and "config changed" not in resumed.stdout
     assert "rank: 8" in (workspace.files["run"] / "config.yaml").read_text()

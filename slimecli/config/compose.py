@@ -24,6 +24,8 @@ from slimecli.config.schema import GROUPS, SlimeConfig
 from slimecli.config.tree import drop, get, has_interpolation, put, set_path
 
 AGENT_ENV = "SWE_AGENT"
+# (overrides, recipe_dirs, uses_agent) -> the plain config and the errors found composing it
+Composer = Callable[[list[str], tuple[str, ...], bool], tuple[dict[str, Any], list[ConfigError]]]
 AGENT_ENV_CHOICES = ("claude_code", "codex")
 MAX_OVERRIDE_CHARS = 100_000
 
@@ -339,19 +341,14 @@ def _with_leaf_hint(error: ConfigError) -> ConfigError:
 
 def load(overrides: Sequence[str] = (), recipe_dirs: tuple[str, ...] = (), uses_agent: bool = False,
          checks: Callable[[SlimeConfig], list[ConfigError]] | None = None,
-         stored: dict[str, Any] | None = None) -> SlimeConfig:
+         composer: Composer | None = None) -> SlimeConfig:
     """Compose, check the schema and every rule (and `checks`: a command's checks of the files the config names,
-    reported with the rest); raise ConfigErrors with all of them at once. ``stored``: a run's stored config (plain
-    data) that the overrides change, instead of the defaults (config/resume.py)."""
+    reported with the rest); raise ConfigErrors with all of them at once. ``composer``: what composes the plain
+    config instead of compose_dict (a resume: the run's stored config with the overrides on top, config/resume.py)."""
     from slimecli.config.convert import build
     from slimecli.config.rules import check_all
 
-    if stored is not None:
-        from slimecli.config.resume import compose_onto
-
-        data, errors = compose_onto(stored, list(overrides), tuple(recipe_dirs), uses_agent)
-    else:
-        data, errors = compose_dict(list(overrides), tuple(recipe_dirs), uses_agent)
+    data, errors = (composer or compose_dict)(list(overrides), tuple(recipe_dirs), uses_agent)
     cfg = build(SlimeConfig, data, "", errors)
     errors = [_with_leaf_hint(e) for e in errors]
     if cfg is not None:

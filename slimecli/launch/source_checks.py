@@ -29,12 +29,16 @@ def load(overrides: Sequence[str] = (), recipe_dirs: tuple[str, ...] = (), uses_
     `plan`, `config`: config/resume.py)."""
     from slimecli.config.compose import load as compose_load
 
-    stored = None
+    composer = None
     if resume:
+        from functools import partial
+
+        from slimecli.config.resume import compose_onto
         from slimecli.launch.rundir import stored_config
 
         stored = stored_config(list(overrides))
-    return compose_load(overrides, recipe_dirs, uses_agent, checks=source_errors, stored=stored)
+        composer = partial(compose_onto, stored) if stored is not None else None
+    return compose_load(overrides, recipe_dirs, uses_agent, checks=source_errors, composer=composer)
 
 
 def source_errors(cfg: SlimeConfig) -> list[ConfigError]:
