@@ -1,9 +1,12 @@
-"""A plain install grades: a fresh venv, a non-editable `pip install .` with no extras, then
-`slimecli tasks check task.path=builtin:swe_tiny` must pass 20/20.
+"""A plain install grades and runs every command: a fresh venv, a non-editable `pip install .` with no extras from
+the package registry, then `slimecli tasks check task.path=builtin:swe_tiny` must pass 20/20, and every command
+of tests/helpers/plain_commands.py (what tests/test_plain_install.py runs in CI, there without a download) must
+work.
 
 No extra means no pytest in slimecli's interpreter: the built-in (host) tasks get a runner venv that slimecli
 builds with pip from the package registry. Installs pin everything with constraints.txt and the CPU torch
-(pip's cache makes a second run quick). Exit 0 when 20/20 pass; prints each step's seconds.
+(pip's cache makes a second run quick). Exit 0 when 20/20 pass and every command works; prints each step's
+seconds.
 
     python bench/check_plain_install.py [--keep DIR]
 """
@@ -62,10 +65,31 @@ def main() -> int:
         print(listed.stdout.rstrip())
         ok = check.returncode == 0 and "20/20 tasks valid" in check.stderr
         print("plain install: 20/20 tasks valid" if ok else "plain install: NOT 20/20")
-        return 0 if ok else 1
+        return 0 if every_command(venv, tmp / "commands") and ok else 1
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def every_command(venv: Path, work: Path) -> bool:
+    """tests/helpers/plain_commands.py's invocations in this venv: each must exit 0 without a traceback."""
+    sys.path.insert(0, str(ROOT))
+    from tests.helpers.plain_commands import SERVER_EXITS, Workspace, run_all
+
+    failed = []
+
+    def each(result) -> None:  # type: ignore[no-untyped-def]
+        ok = result.returncode in (SERVER_EXITS if result.invocation.ready else (0,)) and \
+            "Traceback (most recent call last)" not in result.output
+        print(f"{result.seconds:7.1f}s  slimecli {' '.join(result.invocation.args)[:100]} (exit {result.returncode})",
+              flush=True)
+        if not ok:
+            failed.append(result)
+            print(result.output[-3000:])
+
+    run_all(venv / "bin" / "slimecli", Workspace(work, venv / "bin" / "python"), each=each)
+    print("every command works" if not failed else f"{len(failed)} command(s) failed")
+    return not failed
 
 
 if __name__ == "__main__":

@@ -101,3 +101,12 @@ def tok(tiny: Path):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(tiny))
+
+
+@pytest.fixture(scope="session")
+def plain_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The interpreter of a plain install (a non-editable `pip install .`, no extras: tests/helpers/plain_venv.py),
+    made once per test session, whichever worker asks first."""
+    from tests.helpers.plain_venv import shared_plain_install
+
+    return shared_plain_install(tmp_path_factory.getbasetemp())

@@ -31,11 +31,16 @@ def test_python_dash_m_and_console_script_agree():
 
 
 def test_recipes_list_show_copy(tmp_path):
-    out = invoke_cli("recipes", "list")
+    out = invoke_cli("recipes", "list", env={"COLUMNS": "80"})
     assert out.returncode == 0
-    names = [line.split()[0] for line in out.stdout.splitlines()]
+    names = [line.split()[0] for line in out.stdout.splitlines() if not line.startswith(" ")]
     assert {"quickstart", "opd", "swe_agent"} <= set(names)
-    assert all(len(line.split(maxsplit=1)) == 2 for line in out.stdout.splitlines())  # each has a description
+    assert all(len(line.split(maxsplit=1)) == 2 for line in out.stdout.splitlines()
+               if not line.startswith(" "))  # each has a description
+    assert all(len(line) <= 80 for line in out.stdout.splitlines())  # wrapped to the terminal
+    # the whole first paragraph of the recipe's comment, not its first line: unwrapped, it is the file's text
+    listed = " ".join(out.stdout.split())
+    assert "the hidden tests grade it, and GRPO learns to choose the fix. The resolved rate starts near 1/3." in listed
     shown = invoke_cli("recipes", "show", "swe_agent")
     assert shown.stdout.startswith("# @package _global_")
     copied = invoke_cli("recipes", "copy", "swe_agent", str(tmp_path / "my.yaml"))

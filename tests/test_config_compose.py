@@ -6,13 +6,13 @@ import dataclasses
 
 import pytest
 
-from slimecli.config.errors import ConfigErrors
 from slimecli.config.io import dump_yaml, load_frozen, save_frozen
 from slimecli.config.paths import group_members
 from slimecli.config.recipes import available
 from slimecli.config.schema import GROUPS
 from slimecli.launch.source_checks import load
 from tests.helpers import ROOT
+from tests.helpers.config_errors import errors_of
 
 # What a shipped recipe needs from the user before it can run (documented in the recipe's first line).
 RECIPE_NEEDS = {"opd": ["teacher.url=http://127.0.0.1:7999"]}
@@ -27,12 +27,6 @@ MEMBER_NEEDS = {
     ("env", "reasoning_gym"): ["env.id=chain_sum"],
     ("env", "mix"): ["env.mix=[{name: a, env: native, id: lookup}]"],
 }
-
-
-def errors_of(overrides: list[str], **kw) -> list[str]:
-    with pytest.raises(ConfigErrors) as info:
-        load(overrides, **kw)
-    return [e.render() for e in info.value.errors]
 
 
 def test_primary_config_is_the_quickstart():

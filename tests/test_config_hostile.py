@@ -18,12 +18,7 @@ from slimecli.config.errors import ConfigError, ConfigErrors
 from slimecli.config.io import load_frozen
 from slimecli.config.schema import SlimeConfig
 from tests.helpers import invoke_cli
-
-
-def errors_of(overrides: list[str]) -> list[str]:
-    with pytest.raises(ConfigErrors) as info:
-        load(overrides)
-    return [e.render() for e in info.value.errors]
+from tests.helpers.config_errors import errors_of
 
 
 def nested(depth: int) -> str:

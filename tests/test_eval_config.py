@@ -4,24 +4,16 @@ from __future__ import annotations
 
 import textwrap
 
-import pytest
-
-from slimecli.config.errors import ConfigErrors
 from slimecli.config.eval_settings import dataset_reward, dataset_sampling, dataset_task
 from slimecli.launch.source_checks import load
 from tests.helpers import invoke_cli
+from tests.helpers.config_errors import errors_by_key
 
 
 def recipe(tmp_path, body: str) -> str:
     path = tmp_path / "r.yaml"
     path.write_text("# @package _global_\n" + textwrap.dedent(body))
     return f"+recipe={path}"
-
-
-def errors_of(*overrides: str) -> dict[str, str]:
-    with pytest.raises(ConfigErrors) as info:
-        load(list(overrides))
-    return {e.path: e.render() for e in info.value.errors}
 
 
 def test_quickstart_evaluates_its_heldout_set_at_start_and_end():
@@ -67,7 +59,7 @@ def test_dataset_overrides_fall_back_to_the_run(tmp_path):
 
 
 def test_unknown_key_in_a_dataset_is_named_with_a_hint(tmp_path):
-    errs = errors_of(recipe(tmp_path, """
+    errs = errors_by_key(recipe(tmp_path, """
         eval:
           datasets:
             - {name: a, task: quickstart}
@@ -78,7 +70,7 @@ def test_unknown_key_in_a_dataset_is_named_with_a_hint(tmp_path):
 
 
 def test_bad_values_are_config_errors(tmp_path):
-    errs = errors_of(recipe(tmp_path, """
+    errs = errors_by_key(recipe(tmp_path, """
         eval:
           interval: -2
           datasets:
@@ -100,7 +92,7 @@ def test_bad_values_are_config_errors(tmp_path):
 
 
 def test_eval_on_without_datasets(tmp_path):
-    errs = errors_of(recipe(tmp_path, "eval: {interval: 2, at_start: false, at_end: false, datasets: []}\n"))
+    errs = errors_by_key(recipe(tmp_path, "eval: {interval: 2, at_start: false, at_end: false, datasets: []}\n"))
     assert "nothing to evaluate" in errs["eval.datasets"]
 
 

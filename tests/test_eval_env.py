@@ -16,6 +16,7 @@ from slimecli.config.eval_settings import dataset_env
 from slimecli.env.builtin.lookup import LookupEnv
 from slimecli.env.protocol import StepResult
 from slimecli.launch.source_checks import load
+from tests.helpers.config_errors import errors_by_key
 
 
 class RowsLookup(LookupEnv):
@@ -33,12 +34,6 @@ def recipe(tmp_path, body: str) -> str:
     return f"+recipe={path}"
 
 
-def errors_of(*overrides: str) -> dict[str, str]:
-    with pytest.raises(ConfigErrors) as info:
-        load(list(overrides))
-    return {e.path: e.render() for e in info.value.errors}
-
-
 def test_an_environment_dataset_validates(tmp_path):
     cfg = load([recipe(tmp_path, """
         env: {max_turns: 5, timeout_s: 7}
@@ -54,20 +49,20 @@ def test_an_environment_dataset_validates(tmp_path):
 
 
 def test_environment_dataset_rules():
-    errors = errors_of("eval.datasets=[{name: a, env: native}]")
+    errors = errors_by_key("eval.datasets=[{name: a, env: native}]")
     assert "needs the environment to load" in errors["eval.datasets[0].id"]
-    errors = errors_of("eval.datasets=[{name: a, env: native, id: lookup, reward: {name: math}}]")
+    errors = errors_by_key("eval.datasets=[{name: a, env: native, id: lookup, reward: {name: math}}]")
     assert "the episodes' reward is the reward" in errors["eval.datasets[0].reward"]
     assert "drop eval.datasets[0].reward" in errors["eval.datasets[0].reward"]
-    errors = errors_of("eval.datasets=[{name: a, env: natve, id: lookup}]")
+    errors = errors_by_key("eval.datasets=[{name: a, env: natve, id: lookup}]")
     assert "did you mean 'native'" in errors["eval.datasets[0].env"] and "eval.datasets[0].path" not in errors
-    errors = errors_of("eval.datasets=[{name: a, env: native, id: lokup}]")
+    errors = errors_by_key("eval.datasets=[{name: a, env: native, id: lokup}]")
     assert "did you mean 'lookup'" in errors["eval.datasets[0].id"]
-    errors = errors_of("eval.datasets=[{name: a, env: native, id: lookup, args: {nope: 1}}]")  # pre-flight: loads
+    errors = errors_by_key("eval.datasets=[{name: a, env: native, id: lookup, args: {nope: 1}}]")  # pre-flight: loads
     assert "does not take ['nope']" in errors["eval.datasets[0].id"]
-    errors = errors_of("eval.datasets=[{name: a, env: native, id: 'tests.test_eval_env:RowsLookup'}]")
+    errors = errors_by_key("eval.datasets=[{name: a, env: native, id: 'tests.test_eval_env:RowsLookup'}]")
     assert "eval.datasets[0].path=FILE.jsonl" in errors["eval.datasets[0].path"]  # no tasks of its own, no rows
-    errors = errors_of("eval.datasets=[{name: a, id: lookup}]")
+    errors = errors_by_key("eval.datasets=[{name: a, id: lookup}]")
     assert "applies to an environment dataset" in errors["eval.datasets[0].id"]
 
 

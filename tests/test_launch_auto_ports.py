@@ -20,6 +20,7 @@ from slimecli.config.io import load_frozen
 from slimecli.launch import controller
 from slimecli.launch.free_ports import with_free_ports, with_free_rollout_port
 from slimecli.launch.rundir import prepare
+from slimecli.net import ports
 from slimecli.net.ports import free_ports
 from slimecli.observe.metrics import read_metrics
 from tests.helpers import ROOT, invoke_cli
@@ -32,12 +33,26 @@ def listening(port: int) -> socket.socket:
     return s
 
 
-def test_a_block_of_free_ports_is_consecutive_and_bindable() -> None:
+def test_a_block_of_free_ports_is_consecutive_and_bindable(monkeypatch: pytest.MonkeyPatch) -> None:
     base = free_ports("127.0.0.1", 3)
     held = [listening(port) for port in range(base, base + 3)]  # each one binds: none was taken
-    for s in held:
-        s.close()
-    assert free_ports("127.0.0.1", 1) > 0
+    try:
+        one = free_ports("127.0.0.1", 1)
+        assert one not in range(base, base + 3)  # not one of the ports in use
+        listening(one).close()
+        # a first port whose next one is in use is passed over: the whole block is checked, not its first port
+        first = next(p for p in (base - 1, *range(base + 3, base + 40)) if ports._bindable("127.0.0.1", p))
+        if first != base - 1 and ports._bindable("127.0.0.1", first + 1):  # else base or another's port is next
+            held.append(listening(first + 1))
+        offered = iter([first, *(ports.free_port("127.0.0.1") for _ in range(20))])
+        monkeypatch.setattr(ports, "free_port", lambda host: next(offered))
+        again = free_ports("127.0.0.1", 2)
+        assert again != first
+        listening(again).close()
+        listening(again + 1).close()
+    finally:
+        for s in held:
+            s.close()
 
 
 @pytest.fixture
@@ -160,7 +175,7 @@ def test_a_complete_run_summary_shows_no_wall_time_of_the_command(tmp_path: Path
     (tmp_path / "run").mkdir()
     launch(monkeypatch, [f"run.dir={tmp_path / 'run'}"])
     out = io.StringIO()
-    _summary(load([f"run.dir={tmp_path / 'run'}"]), Console(file=out, width=300), None, [])
+    _summary(load([f"run.dir={tmp_path / 'run'}"]), Console(file=out, width=300), None, 0.0, [])
     assert "wall time" not in out.getvalue() and out.getvalue().startswith("run summary")
 
 

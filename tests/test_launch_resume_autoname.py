@@ -45,9 +45,10 @@ def test_force_lists_what_changed_but_not_run_dir(auto_named: Path) -> None:
     with pytest.raises(ConfigErrors) as refused:
         opened([f"run.dir=runs/{auto_named.name}", "optimizer.lr=0.5"])
     message = refused.value.render()
-    assert "holds a run with another optimizer.lr; resuming" in message
+    assert "holds a run with other settings (optimizer.lr: 0.005 -> 0.5); resuming" in message
+    assert "pass run.resume=force to resume it changing optimizer.lr: 0.005 -> 0.5" in message
     run = opened([f"run.dir=runs/{auto_named.name}", "optimizer.lr=0.5", "run.resume=force"])
-    assert run.resumed and [line.split(":")[0] for line in run.changed] == ["optimizer.lr", "run.resume"]
+    assert run.resumed and run.changed == ["optimizer.lr: 0.005 -> 0.5 (run.resume=force)"]
 
 
 def test_a_run_directory_that_was_moved_still_resumes(auto_named: Path) -> None:
@@ -57,12 +58,13 @@ def test_a_run_directory_that_was_moved_still_resumes(auto_named: Path) -> None:
     assert run.resumed and run.changed == []
 
 
-def test_the_resume_command_repeats_the_overrides_with_an_absolute_run_dir(tmp_path: Path) -> None:
+def test_the_resume_command_names_the_run_absolutely_and_keeps_only_the_node(tmp_path: Path) -> None:
+    """The run's settings are in its stored config (config/resume.py): only which node this is is repeated."""
     command = resume_command(tmp_path / "runs" / "x", ["optimizer=stateless_adam", "run.dir=old", "run.resume=force",
-                                                       "run.name=it's"])
-    assert command == f"slimecli train optimizer=stateless_adam 'run.name=it'\"'\"'s' run.dir={tmp_path}/runs/x"
+                                                       "run.name=it's", "cluster.node_rank=1"])
+    assert command == f"slimecli train cluster.node_rank=1 run.dir={tmp_path}/runs/x"
     then = resume_command(tmp_path, ["trainer.max_steps=2", "optimizer.lr=0.1"], ["trainer.max_steps=4"])
-    assert then == f"slimecli train optimizer.lr=0.1 trainer.max_steps=4 run.dir={tmp_path}"
+    assert then == f"slimecli train trainer.max_steps=4 run.dir={tmp_path}"
 
 
 def save_checkpoint(run_dir: Path, step: int) -> None:
@@ -90,7 +92,7 @@ def test_a_finished_run_says_so_and_how_to_go_on_without_starting_anything(auto_
     save_checkpoint(auto_named, 2)
     code, out = launch(monkeypatch, [f"run.dir=runs/{auto_named.name}", "trainer.max_steps=2"])
     assert code == 0
-    assert f"resume: slimecli train trainer.max_steps=2 run.dir={auto_named}" in out
+    assert f"resume: slimecli train run.dir={auto_named}" in out
     assert "run complete: 2/2 steps done; raise trainer.max_steps to continue it" in out
     assert f"continue it, e.g. slimecli train trainer.max_steps=4 run.dir={auto_named}\n" in out
     assert not (auto_named / ".lock").exists()  # released: the next command may open the run at once

@@ -42,3 +42,20 @@ def test_plain_lines_and_the_terminal_bar_say_the_same(tmp_path):
     follower.stop()
     assert "step reward 1.000 | reward (last 10) 1.000" in out.getvalue()
     assert "running" not in out.getvalue() + plain.getvalue()
+
+
+def test_a_resumed_run_carries_its_window_on(tmp_path):
+    """The trainer's records of a run resumed at step 12 start from the last 10 steps it trained before."""
+    from slimecli.train.records import StepRecords
+
+    rewards = [0.0] * 2 + [1.0] * 10 + [0.0] * 3  # steps 13-15 were logged, not checkpointed: trained again
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "reward/mean": v}) + "\n"
+                                                    for i, v in enumerate(rewards, start=1)))
+    records = StepRecords(tmp_path, max_steps=20, step=12, reward_key=None, restored_row=None)
+    try:
+        assert records.recent.text() == "reward (last 10) 1.000"  # steps 3-12, not a window restarted empty
+    finally:
+        records.close()
+    fresh = StepRecords(tmp_path / "new", max_steps=20, step=0, reward_key=None, restored_row=None)
+    fresh.close()
+    assert fresh.recent.text() == ""

@@ -58,11 +58,11 @@ def test_a_finished_run_reports_reward_eval_time_and_where_its_results_are(tmp_p
 
 def test_a_stopped_run_names_its_checkpoint_and_the_resume_command(tmp_path):
     run = fabricate(tmp_path / "run", [0.5, 0.5], max_steps=10, final=False)
-    summary = summarize(run, wall_s=125.0)
+    summary = summarize(run, command_s=125.0, command_start=500.0)  # this command logged every row (after 500)
     assert not summary.finished and summary.best_step == 1  # a tie: the first step that reached it
     lines = render(summary)
     assert lines[0] == "run summary (2 steps of 10)"
-    assert any(line.startswith("  wall time    2m05s") for line in lines)
+    assert any(line.startswith("  wall time    this command: 2m05s; the run: 2m05s") for line in lines)
     assert f"  checkpoint   {run.resolve() / 'checkpoints' / 'step_2'}" in lines
     assert not any("final model" in line or "report" in line or "eval" in line for line in lines)
     assert lines[-1] == f"  resume       slimecli train run.dir={run.resolve()}"
@@ -86,7 +86,31 @@ def test_train_prints_the_summary_with_the_run_s_own_resume_command(tmp_path):
 
     run = fabricate(tmp_path / "run", [0.5, 1.0], max_steps=4, final=False)
     out = io.StringIO()
-    _summary(load([f"run.dir={run}"]), Console(file=out, width=300), 12.0, ["optimizer.lr=1e-6"])
+    _summary(load([f"run.dir={run}"]), Console(file=out, width=300), 12.0, 1015.0, ["optimizer.lr=1e-6"])
     lines = out.getvalue().splitlines()
-    assert lines[0] == "run summary (2 steps of 4)" and "  wall time    12s (rollout 75%, update 20%, save 5%)" in lines
-    assert lines[-1] == f"  resume       slimecli train optimizer.lr=1e-6 run.dir={run.resolve()}"
+    assert lines[0] == "run summary (2 steps of 4)"
+    # step 1 (1000-1010) was an earlier command's; this command: 12 s
+    assert "  wall time    this command: 12s; the run: 22s (rollout 75%, update 20%, save 5%)" in lines
+    assert lines[-1] == f"  resume       slimecli train run.dir={run.resolve()}"  # the run keeps its own settings
+
+
+def test_a_resumed_run_counts_every_commands_steps_but_not_the_gap_between_them(tmp_path):
+    """120 steps of 120 after `continue`: the run's wall time is not the continuation's own clock."""
+    run = fabricate(tmp_path / "run", [0.5] * 4, max_steps=4)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()[:4]]
+    for row in rows[2:]:
+        row["time"] += 3600.0  # resumed an hour later
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert summarize(run).wall_s == pytest.approx(40.0)  # four 10 s steps; the hour between is no part of it
+    resumed = summarize(run, command_s=30.0, command_start=1020.0 + 1800.0)  # this command logged steps 3 and 4
+    assert (resumed.command_s, resumed.wall_s) == (30.0, pytest.approx(50.0))  # steps 1-2 (20 s) + this command
+    assert "  wall time    this command: 30s; the run: 50s (rollout 75%, update 20%, save 5%)" in render(resumed)
+
+
+def test_a_lora_run_names_its_adapter_and_its_merged_model(tmp_path):
+    run = fabricate(tmp_path / "run", [0.5, 1.0], max_steps=2)
+    (run / "final-merged").mkdir()
+    lines = render(summarize(run))
+    assert f"  final model  {run.resolve() / 'final'} (the LoRA adapter)" in lines
+    assert f"  merged model {run.resolve() / 'final-merged'}" in lines
+    assert not any("merged" in line for line in render(summarize(fabricate(tmp_path / "full", [1.0], max_steps=1))))

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from slimecli.config.compose import load
-from slimecli.config.errors import ConfigErrors
 from slimecli.train.optim.build import (
     build_optimizer,
     build_scheduler,
@@ -18,6 +17,7 @@ from slimecli.train.optim.build import (
     restore_optimizer_state,
 )
 from slimecli.train.optim.stateless_adam import StatelessAdam
+from tests.helpers.config_errors import errors_of
 
 
 def tiny_model(seed: int = 0) -> torch.nn.Module:
@@ -34,12 +34,6 @@ def train_steps(model: torch.nn.Module, opt: torch.optim.Optimizer, steps: range
         opt.step()
         if sched is not None:
             sched.step()
-
-
-def errors_of(overrides: list[str]) -> list[str]:
-    with pytest.raises(ConfigErrors) as info:
-        load(overrides)
-    return [e.render() for e in info.value.errors]
 
 
 def test_adam_builds_adamw_or_l2_adam_with_foreach() -> None:

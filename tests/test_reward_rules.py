@@ -6,18 +6,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
-
 from slimecli.config import compose
-from slimecli.config.errors import ConfigErrors
 from slimecli.launch.source_checks import load
 from tests.helpers import invoke_cli
-
-
-def errors_of(overrides: list[str]) -> list[str]:
-    with pytest.raises(ConfigErrors) as info:
-        load(overrides)
-    return [e.render() for e in info.value.errors]
+from tests.helpers.config_errors import errors_of
 
 
 def test_every_reward_member_composes(tmp_path):

@@ -11,6 +11,7 @@ import pytest
 
 from slimecli.process import children
 from tests.helpers import invoke_cli, wait_dead, wait_until
+from tests.helpers.cli_tree import listed_commands
 from tests.helpers.teacher import Server
 
 
@@ -32,8 +33,10 @@ def test_serve_reports_config_errors(tmp_path):
 
 
 def test_teacher_help_lists_serve():
-    r = invoke_cli("teacher", "--help")
-    assert r.returncode == 0 and "serve" in r.stdout
+    r = invoke_cli("teacher", "--help", env={"COLUMNS": "120"})
+    assert r.returncode == 0 and listed_commands(r.stdout) == ["serve"]  # a row of the Commands panel, not a word
+    serve = invoke_cli("teacher", "serve", "--help", env={"COLUMNS": "120"})
+    assert serve.returncode == 0 and "Usage: slimecli teacher serve" in serve.stdout
 
 
 def test_server_fields_are_validated():

@@ -26,6 +26,7 @@ from slimecli.train.registry import (
     resolve_deprecated,
 )
 from tests.helpers import ROOT
+from tests.helpers.config_errors import errors_of
 
 
 def cfg(**kw) -> TrainerConfig:
@@ -34,12 +35,6 @@ def cfg(**kw) -> TrainerConfig:
 
 def samples() -> list[Sample]:
     return [Sample(group_index=g, tokens=[5] * (2 + n), response_length=n) for g, n in [(0, 2), (0, 1), (1, 1), (1, 2)]]
-
-
-def errors_of(overrides: list[str]) -> list[str]:
-    with pytest.raises(ConfigErrors) as info:
-        load(overrides)
-    return [e.render() for e in info.value.errors]
 
 
 def test_builtins_are_registered():

@@ -255,9 +255,18 @@ def test_advantages_opd_missing_logprobs_are_errors():
         stages.advantages(make_batch(s2={"teacher_log_probs": None}), None, None, cfg, 2)
     with pytest.raises(ValueError, match=r"sample 1 \(index 1\) has no engine log-probs.*opd_kl_coef \(the student\)"):
         stages.advantages(make_batch(s1={"rollout_log_probs": None}), None, None, cfg, 2)
-    # recomputed old log-probs are the student: the engine's are not needed then
-    old = [torch.zeros(s.response_length) for s in make_samples()]
-    stages.advantages(make_batch(s1={"rollout_log_probs": None}), old, None, cfg, 2)
+    # recomputed old log-probs are the student: the engine's are not needed then, and not used where they are
+    old = [torch.full((s.response_length,), -0.5) for s in make_samples()]
+    got = stages.advantages(make_batch(s1={"rollout_log_probs": None}), old, None, cfg, 2).advantages
+    with_engine = stages.advantages(make_batch(), old, None, cfg, 2).advantages
+    engine_only = stages.advantages(make_batch(), None, None, cfg, 2).advantages
+    plain = stages.advantages(make_batch(), None, None, make_cfg().trainer, 2).advantages
+    for i, sample in enumerate(make_samples()):
+        teacher = torch.tensor(sample.teacher_log_probs)
+        expected = plain[i] - 1.0 * (old[i] - teacher)  # advantages - opd_kl_coef * (student - teacher)
+        torch.testing.assert_close(got[i], expected, msg=f"sample {i}: the student is the recomputed log-probs")
+        torch.testing.assert_close(with_engine[i], expected)
+    assert not torch.allclose(engine_only[0], got[0])  # the engine's log-probs, where they are the student, differ
 
 
 # ---- update -------------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import importlib
 import typer
 
 from slimecli import __version__
+from slimecli.cli.help_text import tidy
 
 HELP = """Declarative RL post-training of language models: compose a run from Hydra config groups,
 validate it before anything expensive starts, launch and supervise trainer, engines and teacher.
@@ -54,6 +55,7 @@ for _name in COMMAND_MODULES:
             raise
         continue
     _module.register(app)
+tidy(app)
 
 
 def main() -> None:

@@ -31,13 +31,14 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 
 def load_config_or_exit(overrides: list[str], recipe_dirs: list[str] | tuple[str, ...] = (),
-                        uses_agent: bool = False) -> SlimeConfig:
-    """Compose and validate; on any config error print all of them and exit 2 (no traceback)."""
+                        uses_agent: bool = False, resume: bool = False) -> SlimeConfig:
+    """Compose and validate; on any config error print all of them and exit 2 (no traceback). ``resume``: a
+    run.dir that holds a run is that run's stored config with the overrides on top (train, plan, config)."""
     from slimecli.config.errors import ConfigErrors
     from slimecli.launch.source_checks import load
 
     try:
-        return load(list(overrides), tuple(recipe_dirs), uses_agent)
+        return load(list(overrides), tuple(recipe_dirs), uses_agent, resume)
     except ConfigErrors as exc:
         fail(exc.render())
 

@@ -19,7 +19,7 @@ def show(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> None:
     """Print the fully resolved YAML (every key, with defaults); nothing is launched."""
     from slimecli.config.io import dump_yaml
 
-    cfg = load_config_or_exit(split_overrides(ctx.args), recipe_dir)
+    cfg = load_config_or_exit(split_overrides(ctx.args), recipe_dir, resume=True)
     typer.echo(dump_yaml(cfg), nl=False)
 
 
@@ -30,7 +30,7 @@ def show(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> None:
   slimecli config validate optimizer=stateless_adam optimizer.amsgrad=true   # exit 2""")
 def validate(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> None:
     """Exit 0 with a one-line OK, or print every error and exit 2."""
-    cfg = load_config_or_exit(split_overrides(ctx.args), recipe_dir)
+    cfg = load_config_or_exit(split_overrides(ctx.args), recipe_dir, resume=True)
     preflight_or_exit(cfg)
     typer.echo(f"OK: recipe={cfg.recipe} trainer={cfg.trainer.name} rollout={cfg.rollout.name} "
                f"optimizer={cfg.optimizer.name} reward={cfg.reward.name} teacher={cfg.teacher.name} agent={cfg.agent.name}")

@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
         from slimecli.launch.rundir import default_path
 
         overrides = split_overrides(ctx.args)
-        cfg = load_config_or_exit(overrides, recipe_dir)
+        cfg = load_config_or_exit(overrides, recipe_dir, resume=True)
         if cfg.cluster.name == "slurm":  # what `train` would submit; each node then runs the local plan
             from pathlib import Path
 

@@ -15,13 +15,19 @@ recipes_app = typer.Typer(help="List, show and copy recipes (the `recipe` group 
 
 @recipes_app.command("list")
 def list_(recipe_dir: list[str] = RecipeDirOption) -> None:
-    """Every recipe with its one-line description."""
+    """Every recipe with its description (the first paragraph of its leading comment), wrapped to the terminal."""
+    import shutil
+    import textwrap
+
     from slimecli.config.recipes import available
 
     found = available(recipe_dir)
     width = max((len(n) for n in found), default=0)
+    columns = max(shutil.get_terminal_size().columns, width + 2 + 30)  # at least 30 columns of text
     for name, recipe in found.items():
-        typer.echo(f"{name:<{width}}  {recipe.description}")
+        text = textwrap.fill(recipe.description, columns, initial_indent=f"{name:<{width}}  ",
+                             subsequent_indent=" " * (width + 2), break_long_words=False, break_on_hyphens=False)
+        typer.echo(text or name)
 
 
 def _get(name: str, recipe_dir: list[str]):

@@ -45,9 +45,9 @@ def register(app: typer.Typer) -> None:
         from slimecli.config.errors import ConfigErrors
         from slimecli.launch.controller import run
 
-        started = time.monotonic()
+        started, started_at = time.monotonic(), time.time()
         overrides = split_overrides(ctx.args) + (["observe.verbose=true"] if verbose else [])
-        cfg = load_config_or_exit(overrides, recipe_dir)
+        cfg = load_config_or_exit(overrides, recipe_dir, resume=True)
         console = Console(highlight=False, soft_wrap=True)
         if cfg.cluster.name == "slurm":
             _submit_slurm(cfg, overrides, recipe_dir, dry_run, console)
@@ -66,8 +66,8 @@ def register(app: typer.Typer) -> None:
         if cfg.observe.report and cfg.cluster.node_rank == 0:  # the first node reports for every node
             _report(cfg, console)
         if cfg.cluster.node_rank == 0:
-            wall_s = None if complete_already else time.monotonic() - started
-            _summary(cfg, console, wall_s, split_overrides(ctx.args))
+            command_s = None if complete_already else time.monotonic() - started
+            _summary(cfg, console, command_s, started_at, split_overrides(ctx.args))
         raise typer.Exit(code)
 
 
@@ -124,9 +124,11 @@ def _start_progress(cfg: SlimeConfig, console: Console) -> MetricsFollower | Non
     return MetricsFollower(console, cfg.trainer.max_steps, lambda: own_run_dir(cfg)).start()
 
 
-def _summary(cfg: SlimeConfig, console: Console, wall_s: float | None, overrides: list[str]) -> None:
+def _summary(cfg: SlimeConfig, console: Console, command_s: float | None, started_at: float,
+             overrides: list[str]) -> None:
     """What the run achieved, where its results are and how to resume or continue it (observe.summary); never
-    fails the run. ``wall_s`` None: the wall time its metrics recorded."""
+    fails the run. ``command_s``: this command's seconds, since ``started_at`` (None: it trained nothing, the
+    wall time is what the run's metrics recorded)."""
     run_dir = own_run_dir(cfg)
     if run_dir is None:
         return
@@ -136,7 +138,7 @@ def _summary(cfg: SlimeConfig, console: Console, wall_s: float | None, overrides
     from slimecli.observe.summary import render, summarize
 
     try:
-        summary = summarize(run_dir, wall_s=wall_s)
+        summary = summarize(run_dir, command_s, started_at)
         lines = render(summary, resume_command(run_dir, overrides, summary.more_steps()))
     except Exception as exc:  # noqa: BLE001 - the run is over; its files say the same
         console.print(f"[yellow]no run summary: {type(exc).__name__}: {escape(str(exc))}[/]")

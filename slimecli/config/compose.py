@@ -8,7 +8,6 @@ together instead of Hydra stopping at the first one.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import os
 import shutil
 import tempfile
@@ -19,11 +18,14 @@ from typing import Any, cast
 
 from slimecli.config import recipes as recipe_lib
 from slimecli.config.convert import MAX_DEPTH, nesting_depth, schema_paths
-from slimecli.config.errors import NO_VALUE, ConfigError, ConfigErrors, allowed_hint, did_you_mean
+from slimecli.config.errors import NO_VALUE, ConfigError, ConfigErrors, allowed_hint
 from slimecli.config.paths import conf_dir, group_members
 from slimecli.config.schema import GROUPS, SlimeConfig
+from slimecli.config.tree import drop, get, has_interpolation, put, set_path
 
 AGENT_ENV = "SWE_AGENT"
+# (overrides, recipe_dirs, uses_agent) -> the plain config and the errors found composing it
+Composer = Callable[[list[str], tuple[str, ...], bool], tuple[dict[str, Any], list[ConfigError]]]
 AGENT_ENV_CHOICES = ("claude_code", "codex")
 MAX_OVERRIDE_CHARS = 100_000
 
@@ -192,7 +194,7 @@ def _resolve_interpolations(data: dict[str, Any], before: dict[str, Any], paths:
 
     try:
         conf = OmegaConf.create(data)
-    except Exception:  # noqa: BLE001 - a value OmegaConf cannot hold was already reported by _set_path or build
+    except Exception:  # noqa: BLE001 - a value OmegaConf cannot hold was already reported by set_path or build
         return
     for path in paths:
         try:
@@ -201,87 +203,13 @@ def _resolve_interpolations(data: dict[str, Any], before: dict[str, Any], paths:
         except Exception as exc:  # noqa: BLE001 - every OmegaConf resolution error is the user's value
             message = "it refers to itself" if isinstance(exc, RecursionError) else (
                 str(getattr(exc, "msg", "") or exc).strip().splitlines() or [type(exc).__name__])[0]
-            errors.append(ConfigError(path, _get(data, path), f"cannot resolve the interpolation: {message}"))
+            errors.append(ConfigError(path, get(data, path), f"cannot resolve the interpolation: {message}"))
             try:
-                value = _get(before, path)
+                value = get(before, path)
             except (KeyError, TypeError):  # an added key: drop it
-                _drop(data, path)
+                drop(data, path)
                 continue
-        _put(data, path, value)
-
-
-def _get(data: dict[str, Any], path: str) -> Any:
-    node: Any = data
-    for part in path.split("."):
-        node = node[part]
-    return node
-
-
-def _drop(data: dict[str, Any], path: str) -> None:
-    *parents, last = path.split(".")
-    node: Any = data
-    for part in parents:
-        node = node[part]
-    node.pop(last, None)
-
-
-def _put(data: dict[str, Any], path: str, value: Any) -> None:
-    *parents, last = path.split(".")
-    node: Any = data
-    for part in parents:
-        node = node[part]
-    node[last] = value
-
-
-def _has_interpolation(value: Any) -> bool:
-    if isinstance(value, str):
-        return "${" in value
-    if isinstance(value, dict):
-        return any(_has_interpolation(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(_has_interpolation(v) for v in value)
-    return False
-
-
-def _set_path(data: dict[str, Any], path: str, value: Any, errors: list[ConfigError]) -> bool:
-    node: Any = data
-    parts = path.split(".")
-    for i, part in enumerate(parts[:-1]):
-        if isinstance(node, dict) and part not in node and (_is_section(".".join(parts[:i + 1]))
-                                                            or _is_free_mapping(".".join(parts[:i + 1]))):
-            node[part] = {}  # a nested section (trainer.lora) no YAML file mentions: its defaults are the schema's
-        if not isinstance(node, dict) or part not in node:
-            where = ".".join(parts[:i])
-            keys = list(node) if isinstance(node, dict) else []
-            errors.append(ConfigError(path, value, "unknown key",
-                                      did_you_mean(part, keys, f"{where}." if where else "")))
-            return False
-        node = node[part]
-    if not isinstance(node, dict):
-        errors.append(ConfigError(path, value, "cannot set a key inside a non-mapping value"))
-        return False
-    node[parts[-1]] = value
-    return True
-
-
-def _is_free_mapping(path: str) -> bool:
-    """A dict-valued field of the schema (env.args): any key may be set below it."""
-    import typing
-
-    from slimecli.config.decode import field_types
-
-    cls: Any = SlimeConfig
-    for name in path.split("."):
-        hints = field_types(cls) if isinstance(cls, type) and dataclasses.is_dataclass(cls) else {}
-        if name not in hints:
-            return False
-        cls = hints[name]
-    return typing.get_origin(cls) is dict
-
-
-def _is_section(path: str) -> bool:
-    """A nested dataclass of the schema (its keys are paths below it)."""
-    return any(p.startswith(f"{path}.") for p in schema_paths(SlimeConfig))
+        put(data, path, value)
 
 
 def _implied_groups(data: dict[str, Any], parsed: _Parsed, env_agent: str | None, uses_agent: bool) -> dict[str, str]:
@@ -333,7 +261,7 @@ def compose_dict(overrides: list[str], recipe_dirs: tuple[str, ...] = (), uses_a
     interpolated = []
     before = copy.deepcopy(data)
     for path, value in parsed.values:
-        if _set_path(data, path, value, errors) and _has_interpolation(value):
+        if set_path(data, path, value, errors) and has_interpolation(value):
             interpolated.append(path)
     if interpolated:
         _resolve_interpolations(data, before, interpolated, errors)
@@ -373,7 +301,7 @@ def _apply_aliases(data: dict[str, Any], parsed: _Parsed, errors: list[ConfigErr
     for alias, target in KEY_ALIASES.items():
         parent, _, leaf = alias.rpartition(".")
         try:
-            node = _get(data, parent)
+            node = get(data, parent)
         except (KeyError, TypeError):
             continue
         if not isinstance(node, dict) or leaf not in node:
@@ -383,7 +311,7 @@ def _apply_aliases(data: dict[str, Any], parsed: _Parsed, errors: list[ConfigErr
             errors.append(ConfigError(alias, value, f"is another name for {target}, which is set to "
                                       f"{given[target]!r} on the same command line", f"set only {target}"))
         elif target not in given or alias in given:
-            _put(data, target, value)
+            put(data, target, value)
 
 
 def _with_leaf_hint(error: ConfigError) -> ConfigError:
@@ -412,13 +340,15 @@ def _with_leaf_hint(error: ConfigError) -> ConfigError:
 
 
 def load(overrides: Sequence[str] = (), recipe_dirs: tuple[str, ...] = (), uses_agent: bool = False,
-         checks: Callable[[SlimeConfig], list[ConfigError]] | None = None) -> SlimeConfig:
+         checks: Callable[[SlimeConfig], list[ConfigError]] | None = None,
+         composer: Composer | None = None) -> SlimeConfig:
     """Compose, check the schema and every rule (and `checks`: a command's checks of the files the config names,
-    reported with the rest); raise ConfigErrors with all of them at once."""
+    reported with the rest); raise ConfigErrors with all of them at once. ``composer``: what composes the plain
+    config instead of compose_dict (a resume: the run's stored config with the overrides on top, config/resume.py)."""
     from slimecli.config.convert import build
     from slimecli.config.rules import check_all
 
-    data, errors = compose_dict(list(overrides), tuple(recipe_dirs), uses_agent)
+    data, errors = (composer or compose_dict)(list(overrides), tuple(recipe_dirs), uses_agent)
     cfg = build(SlimeConfig, data, "", errors)
     errors = [_with_leaf_hint(e) for e in errors]
     if cfg is not None:

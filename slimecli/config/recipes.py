@@ -27,18 +27,28 @@ class Recipe:
 
     @property
     def description(self) -> str:
-        """The first comment line that is not the package directive."""
+        """The first paragraph of the leading comment (the package directive left out), its lines joined: it ends at
+        an empty comment line or where the comment does."""
         try:
             text = self.path.read_bytes()[:MAX_RECIPE_BYTES].decode("utf-8", "replace")
         except OSError:
             return ""
+        words: list[str] = []
         for line in text.splitlines():
-            text = line.strip()
-            if text.startswith("#") and "@package" not in text:
-                return text.lstrip("#").strip()
-            if text and not text.startswith("#"):
-                break
-        return ""
+            stripped = line.strip()
+            if not stripped.startswith("#"):
+                if stripped or words:
+                    break
+                continue
+            body = stripped.lstrip("#").strip()
+            if body.startswith("@package"):
+                continue
+            if not body:
+                if words:
+                    break
+                continue
+            words.append(body)
+        return " ".join(words)
 
 
 def search_dirs(extra: list[str] | tuple[str, ...] = ()) -> list[Path]:

@@ -69,6 +69,9 @@ def machine_errors(cfg: SlimeConfig) -> list[ConfigError]:
     if cfg.rollout.name == "sglang" and importlib.util.find_spec("sglang") is None:
         errors.append(ConfigError("rollout", "sglang", "sglang is not installed",
                                   "pip install 'slimecli[sglang]' on a GPU machine, or use rollout=local"))
+    if cfg.observe.wandb and importlib.util.find_spec("wandb") is None:
+        errors.append(ConfigError("observe.wandb", True, "wandb is not installed",
+                                  "pip install 'slimecli[wandb]', or observe.wandb=false"))
     return errors + sglang_args_errors(cfg) + agent_errors(cfg) + weight_sync_errors(cfg)
 
 

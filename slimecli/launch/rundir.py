@@ -8,6 +8,7 @@ the run meaningful unless run.resume=force.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import time
 from dataclasses import dataclass
@@ -81,20 +82,79 @@ def _diff(old: object, new: object, prefix: str = "") -> list[tuple[str, Any, An
     return [(prefix, old, new)] if old != new else []
 
 
+def stored_config(overrides: list[str]) -> dict[str, Any] | None:
+    """The stored config (plain data) of the run the command line's run.dir names, where one is there: this node's
+    own copy (RUN/nodes/<rank>/config.yaml, cluster.node_rank > 0), else RUN/config.yaml. ConfigErrors when it
+    cannot be read."""
+    from slimecli.config.resume import override_value
+
+    run_dir = override_value(overrides, "run.dir")
+    if not run_dir or "${" in run_dir:
+        return None
+    rank = override_value(overrides, "cluster.node_rank")
+    root = Path(run_dir).expanduser()
+    candidates = [node_dir(root, int(rank)) / CONFIG_FILE] if rank and rank.isdigit() and int(rank) > 0 else []
+    for path in [*candidates, root / CONFIG_FILE]:
+        if path.is_file():
+            data: dict[str, Any] = to_plain(load_frozen(path))
+            return data
+    return None
+
+
+def config_changes(old: SlimeConfig, new: SlimeConfig, overrides: list[str]) -> list[tuple[str, str]]:
+    """(key, "key: old -> new") for each key a resume changes. Not run.dir: the stored config was found in the
+    directory being resumed, whatever it says (null for an auto-named run, a path relative to another working
+    directory, where the directory was before it was moved); nor its ports (where the servers listen is picked
+    afresh by each start) or what a command says of itself (run.resume, observe.verbose)."""
+    from slimecli.config.compose import AGENT_ENV
+    from slimecli.config.resume import PER_COMMAND
+
+    out = []
+    for key, a, b in _diff(to_plain(old), to_plain(new)):
+        if key == "run.dir" or key in PER_COMMAND or is_port_key(key):
+            continue
+        line = f"{key}: {a!r} -> {b!r}"
+        if key == "agent.name" and os.environ.get(AGENT_ENV) == b and not any(
+                o.partition("=")[0].lstrip("+") == "agent" for o in overrides):
+            line += f" (from {AGENT_ENV}={b})"
+        out.append((key, line))
+    return out
+
+
 def resumable(key: str) -> bool:
     """What a resume may change without run.resume=force: the schema's field specs say (see SlimeConfig)."""
     return is_resumable(SlimeConfig, key)
 
 
 def resume_command(path: Path, overrides: list[str], then: list[str] | tuple[str, ...] = ()) -> str:
-    """The command that resumes the run in ``path``: the same overrides (those of ``then`` replacing any of the
-    same key), with run.dir naming it absolutely (an auto-named run has no run.dir of its own)."""
+    """The command that resumes the run in ``path``: run.dir naming it absolutely (the run keeps its own stored
+    settings, config/resume.py), this node's cluster.* overrides (a node of a multi-node run is told which it is),
+    then ``then``. The program as this one was started, so that it runs as printed (`.venv/bin/slimecli` when
+    that is not the `slimecli` on PATH)."""
     def key(override: str) -> str:
         return override.partition("=")[0].lstrip("+~")
 
-    replaced = {"run.dir", "run.resume", *map(key, then)}
-    kept = [o for o in overrides if key(o) not in replaced]
-    return shlex.join(["slimecli", "train", *kept, *then, f"run.dir={path.resolve()}"])
+    replaced = set(map(key, then))
+    kept = [o for o in overrides if key(o).startswith("cluster.") and key(o) not in replaced]
+    return shlex.join([*program(), "train", *kept, *then, f"run.dir={path.resolve()}"])
+
+
+def program(argv0: str | None = None) -> list[str]:
+    """How to run slimecli again: `slimecli` where that is on PATH (or this process was not started as the
+    console script), else the script's path as it was typed (`.venv/bin/slimecli`)."""
+    import shutil
+    import sys
+
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    if Path(argv0).name != "slimecli" or "/" not in argv0:
+        return ["slimecli"]
+    on_path = shutil.which("slimecli")
+    try:
+        if on_path is not None and Path(on_path).samefile(argv0):
+            return ["slimecli"]
+    except OSError:
+        pass
+    return [argv0]
 
 
 def prepare(cfg: SlimeConfig, argv: list[str], overrides: list[str]) -> RunDir:
@@ -113,19 +173,17 @@ def prepare(cfg: SlimeConfig, argv: list[str], overrides: list[str]) -> RunDir:
     changed: list[str] = []
     if resumed:
         old = load_frozen(config_path)
-        # run.dir never differs between a run and its resume: the stored config was found in the directory being
-        # resumed, whatever it says (null for an auto-named run, a path relative to another working directory,
-        # the absolute path, or where the directory was before it was moved)
-        # nor its ports: where the servers listen is picked afresh by each start ("auto") and is no part of the run
-        diff = [d for d in _diff(to_plain(old), to_plain(cfg)) if d[0] != "run.dir" and not is_port_key(d[0])]
-        refused = [key for key, _, _ in diff if not resumable(key)]
+        diff = config_changes(old, cfg, overrides)
+        refused = [line for key, line in diff if not resumable(key)]
         if refused and cfg.run.resume != "force":
             lock.release()
             raise ConfigErrors([ConfigError(
                 "run.resume", cfg.run.resume,
-                f"{path} holds a run with another {', '.join(refused)}; resuming it would mix two runs' checkpoints",
-                "pick a new run.dir, or pass run.resume=force to resume with the changed config")])
-        changed = [f"{key}: {a!r} -> {b!r}" for key, a, b in diff]
+                f"{path} holds a run with other settings ({'; '.join(refused)}); resuming it with these would mix "
+                "two runs' checkpoints",
+                "leave these overrides out to resume the run as it is, pick a new run.dir, or pass run.resume=force "
+                f"to resume it changing {'; '.join(refused)}")])
+        changed = [line if resumable(key) else f"{line} (run.resume=force)" for key, line in diff]
         if changed:  # keep the previous config next to the new one: nothing is lost
             (path / f"config.before-{time.strftime('%Y%m%d-%H%M%S')}.yaml").write_text(dump_yaml(old))
     (path / "logs").mkdir(parents=True, exist_ok=True)

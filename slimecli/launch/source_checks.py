@@ -22,11 +22,23 @@ from slimecli.config.schema import SlimeConfig
 MAX_LISTED = 20  # row errors shown in full; the rest are counted
 
 
-def load(overrides: Sequence[str] = (), recipe_dirs: tuple[str, ...] = (), uses_agent: bool = False) -> SlimeConfig:
-    """The config as commands read it: composed, the schema and rules checked, and the files it names read."""
+def load(overrides: Sequence[str] = (), recipe_dirs: tuple[str, ...] = (), uses_agent: bool = False,
+         resume: bool = False) -> SlimeConfig:
+    """The config as commands read it: composed, the schema and rules checked, and the files it names read.
+    ``resume``: where run.dir names a run that exists, its stored config with the overrides on top (`train`,
+    `plan`, `config`: config/resume.py)."""
     from slimecli.config.compose import load as compose_load
 
-    return compose_load(overrides, recipe_dirs, uses_agent, checks=source_errors)
+    composer = None
+    if resume:
+        from functools import partial
+
+        from slimecli.config.resume import compose_onto
+        from slimecli.launch.rundir import stored_config
+
+        stored = stored_config(list(overrides))
+        composer = partial(compose_onto, stored) if stored is not None else None
+    return compose_load(overrides, recipe_dirs, uses_agent, checks=source_errors, composer=composer)
 
 
 def source_errors(cfg: SlimeConfig) -> list[ConfigError]:

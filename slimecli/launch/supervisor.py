@@ -25,7 +25,7 @@ from rich.markup import escape
 
 from slimecli.launch import pdeathsig
 from slimecli.launch.failure import strip_prefix, summary
-from slimecli.launch.quiet import noise
+from slimecli.launch.quiet import ConsoleFilter
 from slimecli.launch.spec import ProcessSpec
 from slimecli.launch.watchdog import PARENT_ENV
 from slimecli.process import terminate_groups
@@ -44,6 +44,7 @@ class Child:
     log_path: Path
     colour: str
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=400))
+    quiet: ConsoleFilter = field(default_factory=ConsoleFilter)
     pump: threading.Thread | None = None
 
     def tail_text(self, n: int = 20) -> str:
@@ -159,9 +160,8 @@ class Supervisor:
         (launch/quiet.py) and a server's notable ones."""
         if self.verbose:
             return True
-        if child.spec.kind == "server":
-            return bool(_NOTABLE.search(line))
-        return noise(line) is None
+        quiet = child.quiet.noise(line) is None  # every line, in order: a warning's source line follows it
+        return quiet and (child.spec.kind != "server" or bool(_NOTABLE.search(line)))
 
     def _wait_ready(self, child: Child) -> None:
         probe = child.spec.probe

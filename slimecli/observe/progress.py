@@ -38,6 +38,13 @@ class RecentRewards:
         if isinstance(step_reward, int | float) and not isinstance(step_reward, bool) and math.isfinite(step_reward):
             self._values.append(float(step_reward))
 
+    def seed(self, rows: list[dict[str, Any]], up_to: int) -> None:
+        """A resumed run's window: the rewards of its metrics rows up to step ``up_to`` (what it trained before)."""
+        for row in rows:
+            step = row.get("step")
+            if isinstance(step, int) and not isinstance(step, bool) and step <= up_to:
+                self.add(row.get("reward/mean"))
+
     def text(self) -> str:
         """'reward (last 10) 0.950' ('' before the first reward)."""
         if not self._values:

@@ -44,9 +44,11 @@ class RunSummary:
     best_reward: float | None = None
     best_step: int | None = None
     evals: list[EvalChange] = field(default_factory=list)
-    wall_s: float | None = None
+    wall_s: float | None = None  # the run's: every command's that trained it, this one's included
+    command_s: float | None = None  # this command's own clock (None: the summary of a run looked at later)
     stage_share: dict[str, float] = field(default_factory=dict)  # stage -> fraction of the summed stage times
     final_dir: Path | None = None
+    merged_dir: Path | None = None  # a LoRA run: final/ is the adapter, final-merged/ the model it makes
     report: Path | None = None
     last_checkpoint: Path | None = None
 
@@ -59,8 +61,10 @@ class RunSummary:
         return [f"trainer.max_steps={self.max_steps * 2}"] if self.finished and self.max_steps else []
 
 
-def summarize(run_dir: str | Path, wall_s: float | None = None) -> RunSummary:
-    """The summary of the run in ``run_dir``; ``wall_s``: the caller's own clock (else the metrics' times)."""
+def summarize(run_dir: str | Path, command_s: float | None = None, command_start: float | None = None) -> RunSummary:
+    """The summary of the run in ``run_dir``. ``command_s``: the seconds of the command that just trained it, which
+    started at ``command_start`` (time.time()); the run's wall time is then the earlier commands' (their steps, from
+    the metrics) plus this one's. Without them, the run's from its metrics alone."""
     run = load_run(run_dir)
     out = RunSummary(run.path)
     trainer = run.config.get("trainer")
@@ -72,24 +76,36 @@ def summarize(run_dir: str | Path, wall_s: float | None = None) -> RunSummary:
     if rewards:
         out.final_reward = rewards[-1][1]
         out.best_step, out.best_reward = max(rewards, key=lambda sr: (sr[1], -sr[0]))
-    out.wall_s = wall_s if wall_s is not None else _metrics_wall_s(run.rows)
+    if command_s is None:
+        out.wall_s = _steps_wall_s(run.rows)
+    else:
+        earlier = [row for row in run.rows if command_start is not None
+                   and (t := finite(row.get("time"))) is not None and t < command_start]
+        out.command_s = command_s
+        out.wall_s = (_steps_wall_s(earlier) or 0.0) + command_s
     out.stage_share = _stage_share(run.rows)
     out.evals = _eval_changes(run.path)
-    final = run.path / "final"
+    final, merged = run.path / "final", run.path / "final-merged"
     out.final_dir = final if final.is_dir() else None
+    out.merged_dir = merged if merged.is_dir() else None
     report = run.path / REPORT_DIR / HTML_FILE
     out.report = report if report.is_file() else None
     out.last_checkpoint = _last_step_dir(run.path / "checkpoints")
     return out
 
 
-def _metrics_wall_s(rows: list[dict[str, Any]]) -> float | None:
-    """From the start of the first logged step to the last row's time (a resume's gap included)."""
-    times = [(t, row) for row in rows if (t := finite(row.get("time"))) is not None]
-    if not times:
+def _steps_wall_s(rows: list[dict[str, Any]]) -> float | None:
+    """The time the logged steps cover: each step runs from its row's time less its time/step_s to its row's time,
+    one after the other, so that the gap between a run that stopped and its resume is not counted."""
+    spans = sorted((t - max(finite(row.get("time/step_s")) or 0.0, 0.0), t) for row in rows
+                   if (t := finite(row.get("time"))) is not None)
+    if not spans:
         return None
-    first_time, first = times[0]
-    return times[-1][0] - (first_time - (finite(first.get("time/step_s")) or 0.0))
+    total, reached = 0.0, float("-inf")
+    for start, end in spans:
+        total += max(end - max(start, reached), 0.0)
+        reached = max(reached, end)
+    return total
 
 
 def _stage_share(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -161,9 +177,13 @@ def render(summary: RunSummary, command: str | None = None) -> list[str]:
                          f"(step {change.before_step} -> {change.after_step})")
     if summary.wall_s is not None:
         shares = ", ".join(f"{name} {share:.0%}" for name, share in summary.stage_share.items())
-        lines.append(f"  wall time    {_duration(summary.wall_s)}" + (f" ({shares})" if shares else ""))
+        took = _duration(summary.wall_s) if summary.command_s is None else \
+            f"this command: {_duration(summary.command_s)}; the run: {_duration(summary.wall_s)}"
+        lines.append(f"  wall time    {took}" + (f" ({shares})" if shares else ""))
     if summary.final_dir is not None:
-        lines.append(f"  final model  {summary.final_dir}")
+        lines.append(f"  final model  {summary.final_dir}" + (" (the LoRA adapter)" if summary.merged_dir else ""))
+    if summary.merged_dir is not None:
+        lines.append(f"  merged model {summary.merged_dir}")
     elif summary.last_checkpoint is not None:
         lines.append(f"  checkpoint   {summary.last_checkpoint}")
     if summary.report is not None:

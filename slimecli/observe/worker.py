@@ -1,13 +1,16 @@
 """How every worker process starts (trainer, evaluator, teacher, engine): `--config RUN/config.yaml` and its own
 arguments parsed, the frozen config read (a bad one: the message on stderr, exit 2, no traceback), and the
-log configured at run.log_level, so that the four entry points cannot drift apart."""
+log configured at run.log_level, Python warnings printed on one line, so that the four entry points cannot drift
+apart."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
+import warnings
 from collections.abc import Callable, Sequence
+from typing import TextIO
 
 from slimecli.config.io import load_frozen_or_exit
 from slimecli.config.schema import SlimeConfig
@@ -28,4 +31,16 @@ def start_worker(prog: str, argv: Sequence[str] | None, description: str | None 
     cfg = load_frozen_or_exit(args.config)
     if log_format is not None:
         logging.basicConfig(level=cfg.run.log_level.upper(), stream=sys.stderr, format=log_format)
+    warnings.showwarning = one_line_warning
     return cfg, args
+
+
+def one_line_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                     file: TextIO | None = None, line: str | None = None) -> None:
+    """A Python warning as one line, "PATH:LINE: CATEGORY: message" (the warnings module's first line, without the
+    source line under it): the controller's console leaves out a library's (launch/quiet.py), its log keeps it."""
+    text = " ".join(str(message).split())
+    try:
+        print(f"{filename}:{lineno}: {category.__name__}: {text}", file=file or sys.stderr, flush=True)
+    except (OSError, ValueError):  # a closed stream: as the warnings module, never fail for a warning
+        pass

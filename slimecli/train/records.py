@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from slimecli.observe.metrics import MetricsLogger, drop_steps_after
+from slimecli.observe.metrics import MetricsLogger, drop_steps_after, read_metrics
 from slimecli.observe.progress import RecentRewards, StepProgress, reward_text
 from slimecli.reward.stats import RewardMeter
 from slimecli.train.stages import StageTimer, StepBatch
@@ -36,6 +36,8 @@ class StepRecords:
         log_lost_row(self.metrics_log, step, restored_row)
         self.prompts_path = run_dir / PROMPTS_FILE
         drop_steps_after(self.prompts_path, step)
+        if step > 0:  # a resume: the window goes on from the steps trained before
+            self.recent.seed(read_metrics(run_dir), step)
         self.progress = StepProgress(max_steps, step)
 
     def row(self, step: int, batch: StepBatch, metrics: dict[str, float], evaluated: dict[str, Any],

@@ -1,7 +1,7 @@
 """The pytest plugin synthesis loads into the repository's own test run, inside the task's sandbox.
 
-It is copied next to the run as `slimecli_synth_probe.py` and imports nothing of slimecli (the task's venv does
-not have it). It records every test's outcome and the message a user would see when it fails (pytest's crash
+It is copied next to the run as `slimecli_synth_probe.py` (suite.PROBE_MODULE) and imports nothing of slimecli
+(the task's venv does not have it); slimecli never imports it (slimecli's interpreter need not have pytest). It records every test's outcome and the message a user would see when it fails (pytest's crash
 line: exception type and assertion text), and, with SLIMECLI_PROBE_COVER=1, which lines each test ran: coverage.py
 measures the whole session and switches its context to the test's node id around each test, so lines run at
 import or collection carry the empty context. The result is one JSON file, SLIMECLI_PROBE_OUT.
@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-MODULE = "slimecli_synth_probe"
 _RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 _results: dict[str, dict[str, str]] = {}
 _collect_errors: dict[str, str] = {}

@@ -18,13 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from slimecli.swe.synth import probe
-
 if TYPE_CHECKING:
     from slimecli.sandbox.base import Sandbox
 
 RESULT = ".slimecli-synth-probe.json"  # in the worker's tree, written by the probe
-RUNNER = ("python", "-m", "pytest", "-p", probe.MODULE, "-p", "no:cacheprovider", "-o", "addopts=", "-q",
+# The probe is a pytest plugin for the task's interpreter, which has pytest; slimecli's need not: it is copied by
+# path, never imported here.
+PROBE_FILE = Path(__file__).with_name("probe.py")
+PROBE_MODULE = "slimecli_synth_probe"
+RUNNER = ("python", "-m", "pytest", "-p", PROBE_MODULE, "-p", "no:cacheprovider", "-o", "addopts=", "-q",
           "--continue-on-collection-errors", "-W", "ignore::DeprecationWarning")
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
 _TEMP = re.compile(re.escape(tempfile.gettempdir().rstrip("/")) + r"/slimecli-[\w.-]+")  # sandbox homes, workers
@@ -55,15 +57,12 @@ class SuiteRun:
 
 
 def make_probe_dir(dest: Path) -> Path:
-    """The probe plugin and coverage.py, importable from `dest` by the task's interpreter (the same Python as
-    slimecli's: venvs are made from it). SuiteError when coverage.py is not installed."""
-    try:
-        import coverage
-    except ImportError:
-        raise SuiteError("tasks synth measures which tests cover which lines with coverage.py, which is not "
-                         "installed: pip install 'slimecli[synth]'") from None
+    """The probe plugin and coverage.py (a dependency of slimecli), importable from `dest` by the task's
+    interpreter (the same Python as slimecli's: venvs are made from it)."""
+    import coverage
+
     dest.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(probe.__file__, dest / f"{probe.MODULE}.py")
+    shutil.copyfile(PROBE_FILE, dest / f"{PROBE_MODULE}.py")
     shutil.copytree(Path(coverage.__file__).parent, dest / "coverage", ignore=shutil.ignore_patterns("__pycache__"))
     return dest
 
