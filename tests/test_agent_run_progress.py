@@ -13,18 +13,10 @@ import urllib.request
 import pytest
 
 from tests.helpers import ROOT, free_port, invoke_cli
+from tests.helpers.scripted_claude import scripted_claude
 
 ANSWER = "Hello from the scripted model, in a transcript."
-FAKE_CLI = f"""#!{sys.executable}
-import json, os, sys, urllib.request
-body = {{"model": "slimecli", "max_tokens": 32, "messages": [{{"role": "user", "content": sys.argv[2]}}]}}
-request = urllib.request.Request(os.environ["ANTHROPIC_BASE_URL"].rstrip("/") + "/v1/messages",
-                                 data=json.dumps(body).encode(), method="POST",
-                                 headers={{"content-type": "application/json",
-                                          "x-api-key": os.environ["ANTHROPIC_API_KEY"]}})
-reply = json.loads(urllib.request.urlopen(request, timeout=60).read())
-print("".join(block.get("text", "") for block in reply["content"]))
-"""
+FAKE_CLI = scripted_claude(sys.executable, max_tokens=32, timeout_s=60)
 
 
 @pytest.fixture

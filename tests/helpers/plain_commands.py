@@ -24,20 +24,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.helpers.scripted_claude import scripted_claude
+
 DATA = Path(__file__).resolve().parents[1] / "data"
 SDIST = "tinystats-0.1.0"  # a small project whose tests pass: what `tasks synth` makes tasks from
 SERVER_TIMEOUT_S = 120.0
 TIMEOUT_S = 300.0
-FAKE_CLAUDE = """#!{python}
-import json, os, sys, urllib.request
-body = {{"model": "slimecli", "max_tokens": 16, "messages": [{{"role": "user", "content": sys.argv[-1]}}]}}
-request = urllib.request.Request(os.environ["ANTHROPIC_BASE_URL"].rstrip("/") + "/v1/messages",
-                                 data=json.dumps(body).encode(), method="POST",
-                                 headers={{"content-type": "application/json",
-                                          "x-api-key": os.environ["ANTHROPIC_API_KEY"]}})
-reply = json.loads(urllib.request.urlopen(request, timeout=120).read())
-print("".join(block.get("text", "") for block in reply["content"]))
-"""
 
 
 @dataclass(frozen=True)
@@ -88,7 +80,7 @@ class Workspace:
     def _fake_claude(self) -> Path:
         """A stand-in for the Claude Code CLI: one Messages API call to the adapter, its text printed."""
         path = self.root / "fake-claude"
-        path.write_text(FAKE_CLAUDE.format(python=self.python))
+        path.write_text(scripted_claude(self.python))
         path.chmod(0o755)
         return path
 
