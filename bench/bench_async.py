@@ -44,7 +44,7 @@ from slimecli.net.ports import free_port
 ROOT = Path(__file__).resolve().parent.parent
 COMMON = ("trainer.nproc=1", "rollout.num_engines=1", "eval.at_start=false", "eval.at_end=false",
           "observe.report=false", "trainer.save_interval=0")
-LONG_TAIL = (f"rollout.generate={ROOT / 'bench' / 'long_tail.py'}:collector", "trainer.max_steps=40")
+LONG_TAIL = (f"rollout.generate={ROOT / 'bench' / 'long_tail.py'}:collector", "trainer.max_steps=80")
 AHEAD = ("trainer.async_rollout=true", "trainer.partial_rollouts=true")
 SCENARIOS: dict[str, tuple[tuple[str, ...], dict[str, tuple[str, ...]]]] = {
     "quickstart": ((), {"sync": (), "one_step": ("trainer.async_rollout=true",)}),

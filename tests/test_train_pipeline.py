@@ -117,11 +117,7 @@ def test_a_push_without_partial_rollouts_holds_admission_until_the_rollouts_in_f
         time.sleep(0.1)
         assert 2 not in p.in_flight  # held: nothing new starts until the engines hold the new weights
         loop.run(p.release())
-        p.take(0)
-        time.sleep(0.1)
-        assert 2 not in p.in_flight  # step 1's rollout is in and waits for the trainer: no need to go further
-        p.take(1)
-        wait_until(lambda: 2 in p.in_flight, 5, "step 2 admitted once the trainer takes what is ready")
+        wait_until(lambda: 2 in p.in_flight, 5, "step 2 admitted after the release")
     finally:
         gate.set()
         p.close()
@@ -212,5 +208,31 @@ def test_a_disk_push_lets_the_trainer_go_on_while_the_engines_load(tmp_path: Pat
         assert p.version == 1 and p.holds == 0  # the engines still serve version 1, and admission is not stuck
     finally:
         engine.gate.set()
+        p.close()
+        loop.close()
+
+
+def test_admission_is_just_in_time_within_the_bound(tmp_path: Path):
+    """With ``wait`` a rollout starts only while those already in, taken one a training step, would run out before
+    it could be in: the trainer's pace, not the bound, decides how far ahead generation goes."""
+    p, _, loop = pipeline(tmp_path, "trainer.max_staleness=4", "trainer.partial_rollouts=true")
+    try:
+        done, running = asyncio.Future(loop=loop.loop), asyncio.Future(loop=loop.loop)
+        loop.loop.call_soon_threadsafe(done.set_result, None)
+        time.sleep(0.05)
+        p.version, p.taken = 10, 11
+        p.in_flight = {11: done, 12: done, 13: running}  # two in, one being generated
+        p.pace.step_s, p.pace.rollout_s = 0.1, 0.5  # generation takes five training steps
+        assert p.admissible(14)  # 2 ready x 0.1 s run out before a rollout begun now is in (0.5 s)
+        assert not p.admissible(15)  # the bound: version 10 + 4
+        p.pace.step_s, p.pace.rollout_s = 0.4, 0.5  # a slow trainer: 2 x 0.4 s outlast a new rollout
+        assert not p.admissible(14)
+        p.in_flight = {11: running, 12: done}  # the next one is still out: generation sets the pace
+        assert p.admissible(14)
+        p.holds = 1
+        assert not p.admissible(14)  # a push without partial rollouts holds admission
+    finally:
+        loop.loop.call_soon_threadsafe(running.cancel)
+        p.in_flight = {}
         p.close()
         loop.close()

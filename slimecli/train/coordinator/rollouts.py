@@ -2,9 +2,9 @@
 
 The rollout of step j (the one that trains the weights of version j) is admitted once it can land within the
 bound: with trainer.staleness_strategy=wait, once the engines hold the weights of version j - max_staleness, so
-that none of its tokens is sampled by older weights, and while no finished rollout waits for the trainer (so a
-run that generation outpaces stays close to on-policy, and one whose long tails hold generation back uses the
-whole bound); with ``drop``, once the trainer has taken the rollout of step j - max_staleness - 1 (the engines
+that none of its tokens is sampled by older weights, and just in time: while the rollouts already in would run
+out, at the trainer's pace, before one begun now is in (so a run that generation outpaces stays close to
+on-policy, and one whose long tails hold generation back uses the whole bound); with ``drop``, once the trainer has taken the rollout of step j - max_staleness - 1 (the engines
 never wait, and what ends up too old is left out of the loss by the staleness stage). Synchronous training (trainer.async_rollout=false) collects each step's rollout
 when the trainer asks for it.
 
@@ -75,6 +75,7 @@ class RolloutPipeline(Rollouts):
         self.holds = 0  # pushes waiting for the rollouts in flight: none is admitted meanwhile
         self.in_flight: dict[int, asyncio.Task[RolloutResult]] = {}
         self.wait_s = 0.0  # trainer time spent waiting for rollouts at a push (rollout time it did not hide)
+        self.pace = Pace()
         self._changed: asyncio.Event | None = None
         self._feeder: Future[None] | None = None
 
@@ -134,15 +135,21 @@ class RolloutPipeline(Rollouts):
         self._poke()
 
     def admissible(self, step: int) -> bool:
-        """Whether the rollout of ``step`` may start now. With ``wait`` it starts only while no finished rollout
-        waits for the trainer: then the trainer, not generation, sets the pace, and a rollout begun earlier would
-        only be older when it trains (the bound is a limit, not a target)."""
+        """Whether the rollout of ``step`` may start now. With ``wait``, within the bound, and just in time: only
+        while the rollouts already in and waiting, taken one a training step, would run out before a rollout
+        begun now could be in. When the trainer sets the pace, a rollout begun earlier would only be older when
+        it trains (the bound is a limit, not a target); when generation does (long tails), the engines keep
+        working ahead, up to the bound."""
         if self.holds:
             return False
         if self.strategy == "drop":
             return step <= self.taken + self.max_staleness
-        waiting = any(task.done() for task in self.in_flight.values())
-        return step <= self.version + self.max_staleness and not waiting
+        if step > self.version + self.max_staleness:
+            return False
+        ready = 0  # rollouts in, in the order the trainer takes them, from the next one
+        while (task := self.in_flight.get(self.taken + ready)) is not None and task.done():
+            ready += 1
+        return ready == 0 or self.pace.step_s is None or ready * self.pace.step_s < (self.pace.rollout_s or 0.0)
 
     async def _feed(self) -> None:
         while self.next < self.max_steps:
@@ -161,8 +168,9 @@ class RolloutPipeline(Rollouts):
     async def _rollout(self, step: int) -> RolloutResult:
         if hasattr(self.collector, "step"):
             self.collector.step = step + 1  # a collector that reports as it goes (the agent kind): the step
-        admitted = self.version
+        admitted, started = self.version, time.perf_counter()
         result = await self.collector.collect()
+        self.pace.rollout_done(time.perf_counter() - started)
         if self.teacher is not None:
             result.metrics.update(await self.teacher.score(result))
         result.metrics["rollout/admitted_version"] = admitted
@@ -177,6 +185,7 @@ class RolloutPipeline(Rollouts):
             return await task
         finally:
             del self.in_flight[step]
+            self.pace.taken()
             self.taken = step + 1
             self.source.settle(step)
             self._poke()
@@ -191,3 +200,27 @@ class RolloutPipeline(Rollouts):
             if self._changed is None:
                 self._changed = asyncio.Event()
             await self._changed.wait()
+
+
+class Pace:
+    """How long a rollout takes to generate, and how often the trainer takes one: moving averages."""
+
+    SMOOTHING = 0.3
+
+    def __init__(self) -> None:
+        self.rollout_s: float | None = None
+        self.step_s: float | None = None
+        self._last_take: float | None = None
+
+    def rollout_done(self, seconds: float) -> None:
+        self.rollout_s = _average(self.rollout_s, seconds, self.SMOOTHING)
+
+    def taken(self) -> None:
+        now = time.perf_counter()
+        if self._last_take is not None:
+            self.step_s = _average(self.step_s, now - self._last_take, self.SMOOTHING)
+        self._last_take = now
+
+
+def _average(old: float | None, new: float, weight: float) -> float:
+    return new if old is None else (1 - weight) * old + weight * new
