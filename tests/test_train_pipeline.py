@@ -72,6 +72,8 @@ def test_every_rollout_trains_within_the_bound_and_the_prompt_stream_is_whole(tm
             loop.run(p.on_version(step + 1))  # the push of the weights it made
         assert sorted(seen) == list(range(120))  # no prompt twice, none skipped
         assert collector.most_running <= n + 1  # never more ahead than the bound allows
+        if n > 1:  # the long tail holds generation back: it goes further ahead than one step
+            assert collector.most_running >= 2
         assert len(collector.versions) == 30 and max(step - v for step, v in enumerate(collector.versions)) <= n
     finally:
         p.close()
