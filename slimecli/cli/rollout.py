@@ -1,4 +1,5 @@
-"""`slimecli rollout serve`: the embedded rollout engine (SGLang's native HTTP API) as a standalone server."""
+"""`slimecli rollout serve`: the embedded rollout engine (SGLang's native HTTP API) as a standalone server;
+`slimecli rollout reverify`: the rewards of a rollout dump scored again."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from slimecli.cli.common import OVERRIDES, RecipeDirOption, command_group, load_
 
 
 def register(app: typer.Typer) -> None:
-    rollout_app = command_group(app, "rollout", "Rollout engines: serve the embedded engine.")
+    rollout_app = command_group(app, "rollout", "Rollout engines and dumps: serve the embedded engine, score a "
+                                               "dump's samples again.")
 
     @rollout_app.command("serve", context_settings=OVERRIDES, epilog="""[bold]Examples[/]
 
@@ -32,3 +34,39 @@ def register(app: typer.Typer) -> None:
         run = run_dir_or_exit(cfg, overrides)
         typer.echo(f"rollout: run dir {run.path}; serving on {engine_slot(cfg, index).url}", err=True)
         start(cfg, index, run.path)
+
+    @rollout_app.command("reverify", context_settings=OVERRIDES, epilog="""[bold]Examples[/]
+
+  slimecli rollout reverify runs/r1                        # the run's own reward config, as it is now
+
+  slimecli rollout reverify runs/r1 reward=math reward.key=score""")
+    def reverify(ctx: typer.Context,
+                 path: str = typer.Argument(..., help="A run trained with rollout.dump=true, or its rollouts/ folder."),
+                 recipe_dir: list[str] = RecipeDirOption) -> None:
+        """Score a rollout dump's samples again with the reward config (the run's, with these overrides) and list
+        the samples whose reward changed."""
+        from slimecli.cli.common import fail
+        from slimecli.rollout.dump import dump_dir, dumped_run, dumped_steps
+        from slimecli.rollout.reverify import run_reverify
+
+        root = dump_dir(path)
+        if not root.is_dir() or not dumped_steps(root):
+            fail(f"{path}: no rollout dump here (rollouts/step_<k>.jsonl); train with rollout.dump=true first")
+        overrides = split_overrides(ctx.args)
+        run = dumped_run(path)
+        stored = run is not None and (run / "config.yaml").is_file()
+        if stored and not any(o.split("=", 1)[0].lstrip("+~") == "run.dir" for o in overrides):
+            overrides = [f"run.dir={run}", *overrides]  # the run's own config is the base the overrides change
+        cfg = load_config_or_exit(overrides, recipe_dir, resume=stored)
+        if cfg.reward.name == "env":
+            fail("reward=env: an environment's episodes were scored by the environment, which a dump does not "
+                 "hold; reverify with a reward function (reward=NAME)")
+        result = run_reverify(root, cfg.reward)
+        for c in result.changes:
+            typer.echo(f"step {c.step} sample {c.index}: {_shown(c.before)} -> {_shown(c.after)}")
+        typer.echo(f"{len(result.changes)} of {result.samples} samples changed reward over {result.steps} "
+                   f"dumped steps (reward={cfg.reward.name})")
+
+
+def _shown(value: float | None) -> str:
+    return "invalid" if value is None else f"{value:g}"

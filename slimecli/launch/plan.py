@@ -164,14 +164,16 @@ def trainer_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec:
 
 
 def build_plan(cfg: SlimeConfig, run_dir: str | Path) -> list[ProcessSpec]:
-    """Servers first (engines, teacher), then the trainer. Every process reads RUN/config.yaml."""
+    """Servers first (engines, teacher; none for rollout.replay), then the trainer. Every process reads
+    RUN/config.yaml."""
     run_dir = Path(run_dir).resolve()
     config_path = str(run_dir / CONFIG_FILE)
     specs: list[ProcessSpec] = []
-    specs += engine_specs(cfg, config_path)
-    teacher = teacher_spec(cfg, config_path)  # on the first node, or on every node (teacher.every_node)
-    if teacher is not None:
-        specs.append(teacher)
+    if not cfg.rollout.replay:  # a replay trains on dumped samples: no engine, no teacher
+        specs += engine_specs(cfg, config_path)
+        teacher = teacher_spec(cfg, config_path)  # on the first node, or on every node (teacher.every_node)
+        if teacher is not None:
+            specs.append(teacher)
     specs.append(trainer_spec(cfg, config_path))
     return in_run(specs, run_dir_of(config_path))  # a node's own directory is inside the shared one
 

@@ -31,6 +31,7 @@ from slimecli.config.layout import layout_port, node_engines, teacher_address, t
 from slimecli.config.port import AUTO, Port
 from slimecli.config.schema import SlimeConfig
 from slimecli.launch.agent_checks import agent_cli_errors, agent_errors, context_errors, sandbox_errors, task_env_errors
+from slimecli.launch.replay_checks import replay_errors
 from slimecli.launch.rundir_checks import run_dir_errors
 from slimecli.launch.sglang_checks import sglang_args_errors
 
@@ -265,6 +266,8 @@ def server_errors(cfg: SlimeConfig) -> list[ConfigError]:
     """The servers `train` starts on this node (config/layout.py): its engines, and its teacher server (node 0's,
     or every node's with teacher.every_node; none with teacher.url)."""
     t, node = cfg.teacher, cfg.cluster.node_rank
+    if cfg.rollout.replay:
+        return replay_errors(cfg)  # no server: the dumped samples instead
     engines_here = len(node_engines(with_port(cfg, 0)))  # how many, whatever their ports
     known = isinstance(layout_port(cfg, "rollout.port"), int)  # given, or agreed (multi-node)
     on_node: list[Port] = [slot.port for slot in node_engines(cfg)] if known else [AUTO] * engines_here

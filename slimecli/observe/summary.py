@@ -51,6 +51,7 @@ class RunSummary:
     merged_dir: Path | None = None  # a LoRA run: final/ is the adapter, final-merged/ the model it makes
     report: Path | None = None
     last_checkpoint: Path | None = None
+    replayed: str | None = None  # rollout.replay: the dump it trained on (nothing to resume or continue)
 
     @property
     def finished(self) -> bool:
@@ -70,6 +71,9 @@ def summarize(run_dir: str | Path, command_s: float | None = None, command_start
     trainer = run.config.get("trainer")
     if isinstance(trainer, dict) and isinstance(trainer.get("max_steps"), int):
         out.max_steps = trainer["max_steps"]
+    rollout = run.config.get("rollout")
+    if isinstance(rollout, dict) and rollout.get("replay"):
+        out.replayed = str(rollout["replay"])
     rewards = [(int(row["step"]), value) for row in run.rows if isinstance(row.get("step"), int)
                and (value := finite(row.get(REWARD_KEY))) is not None]
     out.steps = max((row["step"] for row in run.rows if isinstance(row.get("step"), int)), default=0)
@@ -188,6 +192,9 @@ def render(summary: RunSummary, command: str | None = None) -> list[str]:
         lines.append(f"  checkpoint   {summary.last_checkpoint}")
     if summary.report is not None:
         lines.append(f"  report       {summary.report}")
+    if summary.replayed is not None:
+        lines.append(f"  replayed     the rollout dump of {summary.replayed} (no engine: nothing to continue)")
+        return lines
     verb = "continue" if summary.finished else "resume"
     command = command or " ".join(["slimecli", "train", *summary.more_steps(), f"run.dir={summary.run_dir}"])
     lines.append(f"  {verb:<12} {command}")

@@ -72,6 +72,9 @@ class Trainer:
     # ---- the run ----------------------------------------------------------------------------------
     def run(self) -> None:
         """resume -> start -> train_step until trainer.max_steps -> export_final; cleanup whatever happens."""
+        if self.cfg.rollout.replay_steps:
+            self.replay_steps()
+            return
         resumed = self.resume()
         self.start(resumed)
         try:
@@ -85,11 +88,18 @@ class Trainer:
     def resume(self) -> bool:
         """Continue from the last complete checkpoint of this run dir, if any: rank 0 picks it, so that every
         rank resumes from the same one (or none)."""
-        from slimecli.checkpoint import store
-
         path = dist.broadcast_object(self.coordinator.resume_point())
         if path is None:
             return False
+        ckpt = self.load_checkpoint(path)
+        self.restored_metrics = ckpt.metadata.get("metrics")
+        self.coordinator.restore(ckpt)
+        return True
+
+    def load_checkpoint(self, path: str) -> Any:
+        """The weights, optimizer and lr schedule of a checkpoint, and its step."""
+        from slimecli.checkpoint import store
+
         ckpt = store.load(path)
         self.policy.load_full_state_dict(ckpt.model_state)
         if ckpt.sharded is not None:  # the back-end's own format: its weights and optimizer state, any layout
@@ -101,9 +111,28 @@ class Trainer:
         if ckpt.scheduler_state is not None:
             self.scheduler.load_state_dict(ckpt.scheduler_state)
         self.step = ckpt.step
-        self.restored_metrics = ckpt.metadata.get("metrics")
-        self.coordinator.restore(ckpt)
-        return True
+        return ckpt
+
+    def replay_steps(self) -> None:
+        """rollout.replay_steps: each step trained alone on its dumped samples, from the dumped run's checkpoint
+        of the step before (step 1: from model.path), its metrics row in this run's records; no checkpoint, no
+        final model (a replay is for looking at a step again)."""
+        from slimecli.checkpoint.layout import is_complete, step_dirs
+        from slimecli.rollout.dump import dumped_run
+
+        run = dumped_run(self.cfg.rollout.replay or "")
+        checkpoints = {step: str(path) for step, path in step_dirs(run) if is_complete(path)} if run else {}
+        self.coordinator.wait_ready()
+        self.coordinator.open_records(0, None)
+        try:
+            for k in sorted(self.cfg.rollout.replay_steps):
+                if k > 1:
+                    self.load_checkpoint(dist.broadcast_object(checkpoints[k - 1]))
+                log.info("replaying step %d", k)
+                self.train_step()
+        finally:
+            self.cleanup()
+        dist.barrier()
 
     def start(self, resumed: bool) -> None:
         """The engines up (a resumed run's given its weights: they start from model.path), the records, then the
@@ -147,8 +176,9 @@ class Trainer:
         and its staleness: how many versions behind the weights it trains each sample was begun."""
         with timer.stage("rollout"):
             batch = stages.rollout(self.coordinator.rollouts, self.step)
-            if self.cfg.trainer.async_rollout:
+            if self.cfg.trainer.async_rollout and not self.cfg.rollout.replay:
                 batch.metrics.update(stages.staleness(batch, self.step, self.cfg.trainer.max_staleness))
+        self.coordinator.dump(self.step + 1, batch)  # rollout.dump: before it trains, as it trains
         return batch
 
     def train_on(self, batch: StepBatch, timer: StageTimer | None = None) -> dict[str, float]:
@@ -178,6 +208,8 @@ class Trainer:
         return state
 
     def should_save(self) -> bool:
+        if self.cfg.rollout.replay_steps:  # a replay of chosen steps keeps nothing
+            return False
         interval = self.cfg.trainer.save_interval
         return self.step == self.cfg.trainer.max_steps or (interval > 0 and self.step % interval == 0)
 

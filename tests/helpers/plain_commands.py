@@ -99,8 +99,10 @@ def invocations(ws: Workspace) -> dict[tuple[str, ...], list[Invocation]]:
         return Invocation(tuple(args), stage, ready)
 
     return {
-        ("train",): [inv("train", "trainer.lora.rank=8", "trainer.max_steps=2", f"run.dir={run}"),
-                     inv("train", f"run.dir={run}", stage=1)],  # the bare resume: complete, its settings kept
+        ("train",): [inv("train", "trainer.lora.rank=8", "trainer.max_steps=2", "rollout.dump=true", f"run.dir={run}"),
+                     inv("train", f"run.dir={run}", stage=1),  # the bare resume: complete, its settings kept
+                     inv("train", "trainer.lora.rank=8", "trainer.max_steps=2", f"rollout.replay={run}",
+                         f"run.dir={ws.root / 'replay'}", stage=1)],  # the dumped samples, no engine
         ("eval",): [inv("eval", f"run.dir={run}", stage=1)],
         ("report",): [inv("report", run, stage=1)],
         ("plan",): [inv("plan", "trainer.lora.rank=8")],
@@ -110,6 +112,7 @@ def invocations(ws: Workspace) -> dict[tuple[str, ...], list[Invocation]]:
         ("recipes", "show"): [inv("recipes", "show", "quickstart")],
         ("recipes", "copy"): [inv("recipes", "copy", "quickstart", str(f["recipe"]))],
         ("rollout", "serve"): [inv("rollout", "serve", ready="slimecli engine ready on")],
+        ("rollout", "reverify"): [inv("rollout", "reverify", run, "reward=exact_match", stage=1)],
         ("teacher", "serve"): [inv("teacher", "serve", "teacher.port=auto", ready="teacher is ready")],
         ("model", "init"): [inv("model", "init", str(f["model"]))],
         ("agent", "serve"): [inv("agent", "serve", "agent=claude_code", ready="ANTHROPIC_BASE_URL=")],

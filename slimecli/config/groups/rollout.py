@@ -50,6 +50,13 @@ class RolloutConfig:
     # single_turn: one engine completion per sample; agent: an agent CLI works each SWE task (task=swe);
     # or package.module:function, a factory fn(cfg, tokenizer, engines, source) of an object with async collect()
     generate: str = "single_turn"
+    # write each step's samples to RUN/rollouts/step_<k>.jsonl (docs/runs.md#rollout-dumps): tokens, masks,
+    # log-probs, weight versions, rewards, the decoded response (an agent's or environment's turns included)
+    dump: bool = spec(False, resumable=True)
+    # train on the samples a run dumped (its run directory or its rollouts/ folder), with no engine or teacher
+    replay: str | None = None
+    # with rollout.replay: only these steps, each from the dumped run's checkpoint of the step before
+    replay_steps: tuple[int, ...] = ()
 
 
 def engine_dtype(r: RolloutConfig, model_dtype: str, on_gpu: bool) -> str:

@@ -23,7 +23,7 @@ from slimecli.config.layout import engine_slots
 from slimecli.config.schema import SlimeConfig
 from slimecli.rollout.data import PromptSource
 from slimecli.train.coordinator.evaluation import Evaluation, PinnedEvaluation
-from slimecli.train.coordinator.rollouts import Collector, RolloutPipeline, Rollouts
+from slimecli.train.coordinator.rollouts import Collector, ReplayRollouts, RolloutPipeline, Rollouts
 from slimecli.train.coordinator.server_loop import ServerLoop
 from slimecli.train.coordinator.weights import EngineWeights, WeightPush
 
@@ -77,6 +77,9 @@ class Coordinator:
     def data_position(self) -> Any:
         return self.rollouts.ledger()
 
+    def dump(self, step: int, batch: StepBatch) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -99,25 +102,37 @@ class RolloutCoordinator(Coordinator):
         super().__init__()
         self.cfg, self.run_dir = cfg, run_dir
         self.loop = ServerLoop()
+        self.records: StepRecords | None = None  # opened once the engines are up
+        self.teacher = None
+        self.collector: Collector | None = None
+        self.engines: list[Any] = []
         r, t = cfg.rollout, cfg.trainer
+        if r.replay:  # the dumped samples, no server: nothing to push to, evaluate on, or score with
+            self.rollouts = ReplayRollouts(r.replay)
+            return
         pause_mode = t.pause_mode if t.partial_rollouts else "abort"
         self.engines = [EngineClient(slot.url, timeout_s=r.request_timeout_s, api_key=r.api_key, pause_mode=pause_mode)
                         for slot in engine_slots(cfg)]  # every node's engines (config/layout.py)
         self.source = PromptSource(cfg.task, cfg.run.seed)
-        self.collector = self._collector(tokenizer)
-        self.teacher = None
+        self.collector = collector = self._collector(tokenizer)
         if cfg.teacher.name != "none":
             from slimecli.train.coordinator.teacher import TeacherScoring
 
             self.teacher = TeacherScoring(cfg)
-        self.pipeline = RolloutPipeline(cfg, self.loop, self.collector, self.source, self.teacher)
+        self.pipeline = RolloutPipeline(cfg, self.loop, collector, self.source, self.teacher)
         self.rollouts = self.pipeline
         if cfg.eval.datasets:
             from slimecli.eval.runner import Evaluator
 
             self.evaluation = PinnedEvaluation(cfg, Evaluator(cfg, tokenizer, self.engines, run_dir), self.loop)
         self.weights = EngineWeights(cfg, run_dir, self.engines, self.loop, self.pipeline, self.evaluation, policy)
-        self.records: StepRecords | None = None  # opened once the engines are up
+
+    def dump(self, step: int, batch: StepBatch) -> None:
+        """rollout.dump: step ``step``'s samples to RUN/rollouts, before it trains on them."""
+        if self.cfg.rollout.dump:
+            from slimecli.rollout.dump import write_step
+
+            write_step(self.run_dir, step, batch.samples, batch.rewards, batch.metrics)
 
     def _collector(self, tokenizer: Any) -> Collector:
         """What rollout.generate names (a registered kind, or an import path): a factory fn(cfg, tokenizer, engines,
@@ -166,8 +181,8 @@ class RolloutCoordinator(Coordinator):
         from slimecli.train.records import StepRecords
 
         self.records = StepRecords(self.run_dir, self.cfg.trainer.max_steps, step, self.cfg.reward.key, restored_row)
-        if hasattr(self.collector, "on_progress"):
-            self.collector.on_progress = self.records.progress.note
+        if self.collector is not None and hasattr(self.collector, "on_progress"):
+            cast(Any, self.collector).on_progress = self.records.progress.note
 
     def step_row(self, step: int, batch: StepBatch, metrics: dict[str, float], evaluated: dict[str, Any],
                  timer: StageTimer, started: float) -> dict[str, Any] | None:

@@ -224,3 +224,18 @@ class Pace:
 
 def _average(old: float | None, new: float, weight: float) -> float:
     return new if old is None else (1 - weight) * old + weight * new
+
+
+class ReplayRollouts(Rollouts):
+    """rollout.replay: each step's rollout read from a dump (rollout/dump.py) instead of generated."""
+
+    def __init__(self, path: str) -> None:
+        from slimecli.rollout.dump import dump_dir
+
+        self.root = dump_dir(path)
+
+    def take(self, step: int) -> RolloutResult:
+        from slimecli.rollout.dump import read_step
+
+        dumped = read_step(self.root, step + 1)  # step + 1: the metrics row of the step that trains it
+        return RolloutResult(dumped.samples, dumped.train_rewards, {**dumped.metrics, "rollout/replayed": 1.0})
