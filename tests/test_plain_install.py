@@ -96,7 +96,7 @@ def test_every_command_works_and_none_prints_a_traceback(results: dict[tuple[str
 
 def test_lora_training_shows_slimecli_lines_only_and_resumes_with_its_settings(
         results: dict[tuple[str, ...], list[Result]], workspace: Workspace) -> None:
-    first, resumed = results[("train",)]
+    first, resumed, replayed = results[("train",)]
     lines = first.stdout.splitlines()
     assert not [line for line in lines if re.search(r"\w+Warning: ", line)], first.stdout  # in the run's logs
     assert "UserWarning" in (workspace.files["run"] / "logs" / "trainer.log").read_text()
@@ -106,6 +106,10 @@ def test_lora_training_shows_slimecli_lines_only_and_resumes_with_its_settings(
     assert re.search(r"^resume: \S*slimecli train run\.dir=\S+$", first.stdout, re.M)  # runnable as printed
     assert "run complete: 2/2 steps done" in resumed.stdout and "config changed" not in resumed.stdout
     assert "rank: 8" in (workspace.files["run"] / "config.yaml").read_text()
+    # its dumped samples trained on again with no engine, and scored again with another reward
+    assert "replayed     the rollout dump" in replayed.stdout and "engine-0" not in replayed.stdout
+    (reverified,) = results[("rollout", "reverify")]
+    assert re.search(r"\d+ of \d+ samples changed reward over 2 dumped steps", reverified.stdout), reverified.output
 
 
 def test_synthesised_tasks_are_checked_graded_and_counted(results: dict[tuple[str, ...], list[Result]],
