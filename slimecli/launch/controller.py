@@ -15,7 +15,9 @@ from slimecli.launch.free_ports import with_free_ports
 from slimecli.launch.plan import build_plan
 from slimecli.launch.preflight import check, materialize
 from slimecli.launch.rundir import prepare, resume_command, write_plan
+from slimecli.launch.stall import StallWatch
 from slimecli.launch.supervisor import Supervisor
+from slimecli.observe.metrics import METRICS_FILE
 
 
 def run(cfg: SlimeConfig, argv: list[str], overrides: list[str], console: Console | None = None,
@@ -46,7 +48,8 @@ def run(cfg: SlimeConfig, argv: list[str], overrides: list[str], console: Consol
         return 0
     specs = build_plan(cfg, run_dir.path)
     write_plan(run_dir, specs)
-    return Supervisor(specs, run_dir.log_dir, console=console, verbose=cfg.observe.verbose).run()
+    stall = StallWatch(run_dir.path / METRICS_FILE, cfg.run.stall_timeout_s, cfg.rollout.start_timeout_s)
+    return Supervisor(specs, run_dir.log_dir, console=console, verbose=cfg.observe.verbose, stall=stall).run()
 
 
 def _checkpointed_step(path: Path, console: Console) -> int | None:

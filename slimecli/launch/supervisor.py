@@ -27,6 +27,7 @@ from slimecli.launch import pdeathsig
 from slimecli.launch.failure import strip_prefix, summary
 from slimecli.launch.quiet import ConsoleFilter
 from slimecli.launch.spec import ProcessSpec
+from slimecli.launch.stall import StallWatch, dump_stacks
 from slimecli.launch.watchdog import PARENT_ENV
 from slimecli.process import terminate_groups
 
@@ -73,8 +74,9 @@ _NOTABLE = re.compile(r"\b(WARNING|ERROR|CRITICAL|FATAL)\b|Traceback|Error:")
 
 class Supervisor:
     def __init__(self, specs: list[ProcessSpec], log_dir: str | Path, console: Console | None = None,
-                 grace_s: float = 10.0, poll_s: float = 0.2, verbose: bool = True):
+                 grace_s: float = 10.0, poll_s: float = 0.2, verbose: bool = True, stall: StallWatch | None = None):
         self.specs = specs
+        self.stall = stall  # the progress watchdog (launch/stall.py), armed once the workers start
         self.verbose = verbose  # False: servers' routine lines go to their logs only (warnings still print)
         self.log_dir = Path(log_dir)
         self.console = console or Console(highlight=False, soft_wrap=True)
@@ -194,11 +196,27 @@ class Supervisor:
 
     def _watch(self) -> None:
         workers = [c for c in self.children if c.spec.kind == "worker"]
+        if self.stall is not None:
+            self.stall = StallWatch(self.stall.progress, self.stall.timeout_s, self.stall.start_grace_s)  # from now
         while True:
             self._check_alive()
             if workers and all(c.proc.poll() == 0 for c in workers):
                 return
+            self._check_progress()
             time.sleep(self.poll_s)
+
+    def _check_progress(self) -> None:
+        """A run with no step for run.stall_timeout_s: every worker's stacks to its log, then fail, naming them."""
+        quiet = self.stall.stalled_for() if self.stall is not None else None
+        if quiet is None:
+            return
+        self._say(f"[bold red]no training step completed in {quiet:.0f}s (run.stall_timeout_s): asking every "
+                  "process for its Python stacks[/]")
+        said = dump_stacks([c.proc.pid for c in self.children])
+        time.sleep(2.0)  # faulthandler writes at once; the log pumps need a moment
+        logs = ", ".join(str(c.log_path) for c in self.children)
+        raise LaunchError(f"the run is stalled: no training step in {quiet:.0f}s (run.stall_timeout_s); "
+                          + "; ".join(said) + f". Logs: {logs}")
 
     def _say(self, text: str) -> None:
         with self._print_lock:

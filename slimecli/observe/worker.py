@@ -6,7 +6,9 @@ apart."""
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
+import signal
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -29,6 +31,8 @@ def start_worker(prog: str, argv: Sequence[str] | None, description: str | None 
         arguments(parser)
     args = parser.parse_args(argv)
     cfg = load_frozen_or_exit(args.config)
+    # the supervisor's stall watchdog (launch/stall.py) asks for every thread's Python stacks with SIGUSR1
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True, chain=False)
     if log_format is not None:
         logging.basicConfig(level=cfg.run.log_level.upper(), stream=sys.stderr, format=log_format)
     warnings.showwarning = one_line_warning

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -153,6 +154,7 @@ class Trainer:
         checkpoint when one is due and the step's row in the records. An evaluation runs beside training: its
         metrics go in the row of the step it finished in (the last step waits for it)."""
         timer, started = StageTimer(), time.perf_counter()
+        hang_for_tests(self.step + 1)
         batch = self.collect(timer)
         metrics = self.train_on(batch, timer)
         self.step += 1
@@ -246,6 +248,15 @@ class Trainer:
             path = export_hf(merged, self.cfg.model.resolved_path, self.run_dir / "final-merged")
             untie_if_head_merged(path, merged)
             log.info("final merged model written to %s", path)
+
+
+def hang_for_tests(step: int) -> None:
+    """A test hook: with SLIMECLI_TEST_HANG_AT_STEP=N, training step N blocks for good, as a hung collective or
+    a lost server would (the stall watchdog's test, launch/stall.py)."""
+    if os.environ.get("SLIMECLI_TEST_HANG_AT_STEP") == str(step):
+        log.info("SLIMECLI_TEST_HANG_AT_STEP=%d: blocking", step)
+        while True:
+            time.sleep(60)
 
 
 def make_policy(cfg: SlimeConfig, info: dist.DistInfo, trainable: bool = True) -> PolicyBackend:

@@ -18,3 +18,6 @@ class RunConfig:
     # An existing run.dir resumes. auto: only changes that keep the run meaningful (steps, save interval,
     # logging, ports, timeouts) are allowed; force: any change (each is recorded).
     resume: Literal["auto", "force"] = spec("auto", resumable=True)
+    # no training step completed for this long (before the trainer is up, rollout.start_timeout_s more): every
+    # process's Python stacks go to its log, and the run fails, naming them (docs/reliability.md); 0: never
+    stall_timeout_s: float = spec(3600.0, ge=0, note="0: never", resumable=True)

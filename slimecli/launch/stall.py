@@ -1,0 +1,95 @@
+"""The progress watchdog: a run whose trainer completes no step within run.stall_timeout_s is hung. Every
+slimecli worker process then writes its Python stacks to its log (faulthandler, registered on SIGUSR1 by
+observe/worker.py), and the supervisor fails the run naming them, so that a hang becomes a report.
+
+Not launch/watchdog.py, which is the other direction: a worker that watches for its parent's death."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STACKS_SIGNAL = signal.SIGUSR1
+_WORKER_MODULES = (b"slimecli.train", b"slimecli.engine", b"slimecli.teacher", b"slimecli.eval")
+
+
+@dataclass
+class StallWatch:
+    """No step for ``timeout_s``: the progress file (RUN/metrics.jsonl, opened once the trainer is up, then a
+    row a step) unchanged since its last change; before it exists, ``start_grace_s`` more are allowed (loading
+    a model may take that long)."""
+
+    progress: Path
+    timeout_s: float
+    start_grace_s: float = 0.0
+    _seen: tuple[float, int] | None = field(default=None, init=False)
+    _since: float = field(default_factory=time.monotonic, init=False)
+
+    def stalled_for(self) -> float | None:
+        """The seconds without progress once they pass the timeout, else None."""
+        if self.timeout_s <= 0:
+            return None
+        try:
+            st = self.progress.stat()
+            seen: tuple[float, int] | None = (st.st_mtime, st.st_size)
+        except OSError:
+            seen = None
+        now = time.monotonic()
+        if seen != self._seen:
+            self._seen, self._since = seen, now
+        quiet = now - self._since
+        allowed = self.timeout_s + (self.start_grace_s if seen is None else 0.0)
+        return quiet if quiet >= allowed else None
+
+
+def dump_stacks(roots: list[int]) -> list[str]:
+    """Ask every slimecli worker process under ``roots`` (the children the supervisor started) for its Python
+    stacks; one line per process: what was asked of whom, or why its stacks could not be taken."""
+    said = []
+    for pid in _descendants(roots):
+        cmdline = _read(f"/proc/{pid}/cmdline")
+        if not any(m in cmdline for m in _WORKER_MODULES) or b"torch.distributed.run" in cmdline:
+            continue
+        name = " ".join(part.decode(errors="replace") for part in cmdline.split(b"\0")[1:4] if part)
+        if _state(pid) == "T":
+            said.append(f"pid {pid} ({name}): stopped (SIGSTOP): its stacks could not be taken")
+            continue
+        try:
+            os.kill(pid, STACKS_SIGNAL)
+            said.append(f"pid {pid} ({name}): stacks written to its log")
+        except OSError as exc:
+            said.append(f"pid {pid} ({name}): its stacks could not be taken ({exc.strerror})")
+    return said
+
+
+def _descendants(roots: list[int]) -> list[int]:
+    out, todo = [], list(roots)
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        for task in _tasks(pid):
+            todo += [int(c) for c in _read(f"/proc/{pid}/task/{task}/children").split()]
+    return out
+
+
+def _tasks(pid: int) -> list[str]:
+    try:
+        return os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+
+
+def _state(pid: int) -> str:
+    stat = _read(f"/proc/{pid}/stat").decode(errors="replace")
+    return stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else "?"
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
