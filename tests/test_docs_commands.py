@@ -41,6 +41,7 @@ SKIPPED = {
     ("report",): "needs a finished run; tests of slimecli report write one",
     ("model", "init"): "writes a model (seconds); the `tiny` fixture runs the same create_tiny_model",
     ("tasks", "synth"): "makes tasks from a repository (a minute or more); tests/test_swe_synth.py runs it",
+    ("rollout", "reverify"): "needs a run's rollout dumps; tests/test_rollout_replay.py makes and reverifies one",
 }
 
 
