@@ -18,6 +18,8 @@ from typing import Any, TypeAlias
 Leader: TypeAlias = "subprocess.Popen[Any] | None"  # a group's leader, reaped while we wait
 
 POLL_S = 0.05
+# the attempt a run's processes belong to: 0, then 1, 2, .. after each of run.max_restarts restarts
+RESTART_ENV = "SLIMECLI_RESTART"
 
 
 def signal_group(pgid: int, sig: int) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -18,6 +19,7 @@ from slimecli.launch.rundir import prepare, resume_command, write_plan
 from slimecli.launch.stall import StallWatch
 from slimecli.launch.supervisor import Supervisor
 from slimecli.observe.metrics import METRICS_FILE
+from slimecli.process import RESTART_ENV
 
 
 def run(cfg: SlimeConfig, argv: list[str], overrides: list[str], console: Console | None = None,
@@ -48,8 +50,34 @@ def run(cfg: SlimeConfig, argv: list[str], overrides: list[str], console: Consol
         return 0
     specs = build_plan(cfg, run_dir.path)
     write_plan(run_dir, specs)
-    stall = StallWatch(run_dir.path / METRICS_FILE, cfg.run.stall_timeout_s, cfg.rollout.start_timeout_s)
-    return Supervisor(specs, run_dir.log_dir, console=console, verbose=cfg.observe.verbose, stall=stall).run()
+    attempt = 0
+    while True:
+        stall = StallWatch(run_dir.path / METRICS_FILE, cfg.run.stall_timeout_s, cfg.rollout.start_timeout_s)
+        env = {RESTART_ENV: str(attempt)}
+        supervisor = Supervisor([replace(s, env={**s.env, **env}) for s in specs], run_dir.log_dir, console=console,
+                                verbose=cfg.observe.verbose, stall=stall)
+        code = supervisor.run()
+        if code == 0 or attempt >= cfg.run.max_restarts or not _restartable(cfg, supervisor.failed):
+            return code
+        attempt += 1
+        kept = _keep_logs(run_dir.log_dir, attempt)
+        done = _checkpointed_step(run_dir.path, console)
+        console.print(f"[bold yellow]restarting[/] the run (restart {attempt} of run.max_restarts="
+                      f"{cfg.run.max_restarts}) from step {done or 0}; the failed attempt's logs: {kept}")
+
+
+def _restartable(cfg: SlimeConfig, failed: str | None) -> bool:
+    """A dead trainer rank, or a stall with run.on_stall=restart (a dead server is not: its restart is its own)."""
+    return failed == "worker" or (failed == "stall" and cfg.run.on_stall == "restart")
+
+
+def _keep_logs(log_dir: Path, attempt: int) -> Path:
+    """The logs of the attempt that failed, moved to RUN/logs/attempt-<k>/; the next attempt writes afresh."""
+    kept = log_dir / f"attempt-{attempt}"
+    kept.mkdir(parents=True, exist_ok=True)
+    for log in log_dir.glob("*.log"):
+        log.rename(kept / log.name)
+    return kept
 
 
 def _checkpointed_step(path: Path, console: Console) -> int | None:

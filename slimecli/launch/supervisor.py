@@ -86,6 +86,7 @@ class Supervisor:
         self._stop_signal: int | None = None
         self._print_lock = threading.Lock()
         self._tearing_down = False  # once set, children's output goes to their logs only
+        self.failed: str | None = None  # what ended a failed run: "worker" (it died), "server", or "stall"
 
     # ---- public -------------------------------------------------------------------------
     def run(self) -> int:
@@ -189,6 +190,7 @@ class Supervisor:
                 continue
             if child.pump is not None:
                 child.pump.join(timeout=2)
+            self.failed = child.spec.kind
             what = "exited" if code >= 0 else f"was killed by {signal.Signals(-code).name}"
             short = f"exit code {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
             raise LaunchError(f"{child.spec.name} {what} (exit code {code}); last lines of {child.log_path}:\n"
@@ -212,6 +214,7 @@ class Supervisor:
             return
         self._say(f"[bold red]no training step completed in {quiet:.0f}s (run.stall_timeout_s): asking every "
                   "process for its Python stacks[/]")
+        self.failed = "stall"
         said = dump_stacks([c.proc.pid for c in self.children])
         time.sleep(2.0)  # faulthandler writes at once; the log pumps need a moment
         logs = ", ".join(str(c.log_path) for c in self.children)

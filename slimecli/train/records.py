@@ -10,6 +10,7 @@ kill cut off (log_lost_row).
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import torch
 
 from slimecli.observe.metrics import MetricsLogger, drop_steps_after, read_metrics
 from slimecli.observe.progress import RecentRewards, StepProgress, reward_text
+from slimecli.process import RESTART_ENV
 from slimecli.reward.stats import RewardMeter
 from slimecli.train.stages import StageTimer, StepBatch
 
@@ -48,7 +50,8 @@ class StepRecords:
         step_s = time.perf_counter() - started
         train_s = sum(timer.seconds[k] for k in TRAIN_STAGES)
         return {**batch.metrics, **metrics, **evaluated, "time/step_s": step_s, "time/train_s": train_s,
-                "perf/tokens_per_s": tokens / step_s, "weight_version": step, **gpu_memory()}
+                "perf/tokens_per_s": tokens / step_s, "weight_version": step, **gpu_memory(),
+                "run/restarts": int(os.environ.get(RESTART_ENV, "0") or 0)}  # run.max_restarts: this attempt's
 
     def log(self, step: int, row: dict[str, Any], timer: StageTimer, batch: StepBatch, eval_line: str) -> None:
         """The row with every stage's time to metrics.jsonl, and the step's rewards (and ``eval_line``, the

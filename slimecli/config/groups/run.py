@@ -21,3 +21,7 @@ class RunConfig:
     # no training step completed for this long (before the trainer is up, rollout.start_timeout_s more): every
     # process's Python stacks go to its log, and the run fails, naming them (docs/reliability.md); 0: never
     stall_timeout_s: float = spec(3600.0, ge=0, note="0: never", resumable=True)
+    on_stall: Literal["fail", "restart"] = spec("fail", resumable=True)  # restart: as a dead trainer (max_restarts)
+    # a trainer rank that dies (or a stall, with run.on_stall=restart): the run resumes from its newest usable
+    # checkpoint by itself, at most this many times; each attempt's logs are kept in RUN/logs/attempt-<k>/
+    max_restarts: int = spec(0, ge=0, resumable=True)
