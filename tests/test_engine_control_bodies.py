@@ -19,6 +19,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slimecli.config.groups.trainer import TrainerConfig
 from slimecli.engine import bodies
@@ -152,6 +154,28 @@ def test_bad_bodies_name_every_field(path: str, body: dict[str, Any], says: list
         assert text in str(err.value)
 
 
+_leaf = st.one_of(st.none(), st.booleans(), st.integers(-(1 << 70), 1 << 70), st.floats(allow_nan=False),
+                  st.text(max_size=6), st.sampled_from([*PAUSE_MODES, "draft", "flattened_bucket", "auto"]))
+_json = st.recursive(_leaf, lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(st.text(max_size=5), c,
+                                                                                       max_size=3)), max_leaves=6)
+_names = sorted({f.name for r in ROUTES.values() if r.body is not None for f in dataclasses.fields(r.body)})
+
+
+@settings(max_examples=300, deadline=None)
+@given(path=st.sampled_from(sorted(p for p, r in ROUTES.items() if r.body is not None)),
+       body=st.dictionaries(st.one_of(st.sampled_from(_names), st.text(max_size=5)), _json, max_size=6))
+def test_any_body_decodes_or_is_a_bad_request(path: str, body: dict[str, Any]) -> None:
+    """What a handler sees: its dataclass, or BadRequest (a 400) -- never another exception (a 500)."""
+    route = ROUTES[path]
+    assert route.body is not None
+    try:
+        out = parse_body(route.body, body)
+    except BadRequest as exc:
+        assert str(exc)
+    else:
+        assert isinstance(out, route.body)
+
+
 def test_flush_cache_timeout_query() -> None:
     assert flush_query([]).timeout == 0 and flush_query(["2.5"]).timeout == 2.5
     for values, says in ((["-1"], "timeout: must be >= 0"), (["soon"], "timeout: expected a number"),
@@ -251,3 +275,15 @@ def test_flush_cache_timeout_waits_for_the_requests(engine: Engine) -> None:
 
 async def _running(c: EngineClient) -> bool:
     return (await c.get_server_info())["internal_states"][0]["running"] >= 1
+
+
+def test_every_control_route_the_engine_serves_is_in_the_table() -> None:
+    """A route added without its body's dataclass (and what it ignores) in bodies.ROUTES fails here."""
+    from slimecli.engine.server import EngineServer
+    from slimecli.engine.settings import EngineSettings
+
+    app = EngineServer(EngineSettings("unused", port=0, device="cpu")).app()
+    served = {r.resource.canonical for r in app.router.routes() if r.method in ("GET", "POST")}
+    reads_nothing = {"/generate", "/get_model_info", "/model_info", "/get_server_info", "/server_info", "/get_load",
+                     "/v1/loads"}  # /generate: protocol.py; the others are GETs that read no body
+    assert served - reads_nothing == set(ROUTES)
