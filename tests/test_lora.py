@@ -99,7 +99,7 @@ def test_engine_lora_bodies_are_decoded_with_errors_naming_each_field(engine):
     assert "lora_path: expected str (got 3)" in text and "pinned: expected bool" in text
     assert "lora_name: is required" in text
     assert "lora_name: must not be empty" in error("/load_lora_adapter", {"lora_name": ""})
-    assert "lora_name: longer than 256 characters" in error("/load_lora_adapter", {"lora_name": "n" * 300})
+    assert "lora_name: longer than 256 characters" in error("/load_lora_adapter", {"lora_name": "n" * 300, "lora_path": "/x"})
     assert "lora_name: expected str (got 5)" in error("/unload_lora_adapter", {"lora_name": 5})
     assert "new_version: is required" in error("/update_weight_version", {"abort_all_requests": False})
     text = error("/update_weight_version", {"new_version": True, "abort_all_requests": 1})

@@ -112,7 +112,7 @@ SCHEMAS = {  # path -> SGLang's request type for it (http_server.py)
     "/update_weights_from_distributed": "UpdateWeightsFromDistributedReqInput",
     "/destroy_weights_update_group": "DestroyWeightsUpdateGroupReqInput",
     "/begin_weight_update": "BeginWeightUpdateReqInput", "/end_weight_update": "EndWeightUpdateReqInput",
-    "/abort_request": "AbortReq",
+    "/abort_request": "AbortReq", "/update_weight_version": "UpdateWeightVersionReqInput",
 }
 
 
@@ -201,6 +201,7 @@ def test_every_body_slimecli_sends_passes_sglangs_request_schema():
                 await engine.update_weights_from_distributed(["w"], ["bfloat16"], [[2, 3]], "g", 2, flush_cache=False)
                 await engine.end_weight_update()
                 await engine.destroy_weights_update_group("g")
+                await engine.update_weight_version(3)
                 await engine.abort(all=True)
                 await engine.abort(rid="r1")
                 assert (await engine.get_server_info())["tp_size"] == 1
@@ -213,11 +214,24 @@ def test_every_body_slimecli_sends_passes_sglangs_request_schema():
     asyncio.run(drive())
     paths = [p for p, _ in recorder.bodies]
     assert {"/generate", "/update_weights_from_distributed", "/begin_weight_update", "/pause_generation",
-            "/update_weights_from_disk", "/abort_request", "/server_info"} <= set(paths)
+            "/update_weights_from_disk", "/abort_request", "/server_info", "/update_weight_version"} <= set(paths)
     assert "/get_server_info" not in paths  # the current name first
     problems = {f"{path} {json.dumps(body)}": schema_errors(path, body) for path, body in recorder.bodies
                 if body is not None}
     assert not {k: v for k, v in problems.items() if v}
+
+
+def test_the_recorded_control_structs_are_sglangs():
+    """tests/data/sglang_control_structs.json, which test_engine_control_bodies.py holds the engine's control
+    bodies to, is SGLang's io_struct: the same fields, the same required ones, the same defaults."""
+    import msgspec
+
+    recorded = json.loads((ROOT / "tests" / "data" / "sglang_control_structs.json").read_text())
+    assert recorded["sglang"] == SGL.version
+    for name, struct in recorded["structs"].items():
+        fields = msgspec.structs.fields(getattr(SGL.io_struct, name))
+        assert struct["required"] == [f.name for f in fields if f.required], name
+        assert struct["defaults"] == {f.name: f.default for f in fields if not f.required}, name
 
 
 def test_the_schema_check_is_strict():

@@ -13,47 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from aiohttp import web
 
-from slimecli.config.decode import spec
+from slimecli.engine.bodies import LoadLoRAAdapterReq, UnloadLoRAAdapterReq, UpdateWeightVersionReq, read_body
 from slimecli.engine.core import EngineCore, Install, roots
-from slimecli.engine.protocol import BadRequest, parse_body
+from slimecli.engine.protocol import BadRequest
 from slimecli.model.lora import check_config, deltas, merged, read_adapter
 from slimecli.net.paths import request_dir
-from slimecli.net.server import read_json
 
 log = logging.getLogger("slimecli.engine")
 MAX_NAME = 256  # characters of an adapter name
-
-
-@dataclass(frozen=True)
-class LoadAdapter:
-    """/load_lora_adapter's body (SGLang's LoadLoRAAdapterReqInput); lora_id and pinned are accepted, not used."""
-
-    lora_name: str = spec(nonempty=True)
-    lora_path: str | None = None  # request_dir says what it must be: a directory inside rollout.weight_roots
-    pinned: bool = False
-    lora_id: str | None = None
-
-
-@dataclass(frozen=True)
-class UnloadAdapter:
-    """/unload_lora_adapter's body (SGLang's UnloadLoRAAdapterReqInput)."""
-
-    lora_name: str = spec(nonempty=True)
-    lora_id: str | None = None
-
-
-@dataclass(frozen=True)
-class WeightVersion:
-    """/update_weight_version's body (SGLang's UpdateWeightVersionReqInput; a number is taken as its text)."""
-
-    new_version: str | int = spec(nonempty=True)
-    abort_all_requests: bool = False
 
 
 class AdapterRoutes:
@@ -119,7 +91,7 @@ class AdapterRoutes:
         return install
 
     async def load(self, request: web.Request) -> web.Response:
-        body = parse_body(LoadAdapter, await read_json(request))
+        body = await read_body(request, LoadLoRAAdapterReq)
         name = body.lora_name
         if len(name) > MAX_NAME:
             raise BadRequest(f"lora_name: longer than {MAX_NAME} characters ({len(name)})")
@@ -137,7 +109,7 @@ class AdapterRoutes:
         return web.json_response({"success": True, "error_message": None, "loaded_adapters": self.loaded})
 
     async def unload(self, request: web.Request) -> web.Response:
-        name = parse_body(UnloadAdapter, await read_json(request)).lora_name
+        name = (await read_body(request, UnloadLoRAAdapterReq)).lora_name
         if name not in self.loaded:
             return _failed(f"no LoRA adapter named {name!r} is loaded (loaded: {', '.join(self.loaded) or 'none'})")
         if name == self.merged:  # the served adapter: back to the base weights
@@ -151,7 +123,7 @@ class AdapterRoutes:
 
     async def update_weight_version(self, request: web.Request) -> web.Response:
         """SGLang's ``{"new_version", "abort_all_requests"?}``: the weight_version later generations report."""
-        body = parse_body(WeightVersion, await read_json(request))
+        body = await read_body(request, UpdateWeightVersionReq)
         version = str(body.new_version)
         sch = self.server._sched
         async with self.server._update_lock:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from slimecli.engine.bodies import UpdateWeightFromDiskReq, read_body
 from slimecli.engine.core import EngineCore, Install, installer, roots
 from slimecli.engine.protocol import BadRequest
 from slimecli.net import server as net
@@ -69,14 +70,8 @@ async def _continue_if_paused(self: EngineCore) -> bool:
 
 
 async def _update(self: EngineCore, request: web.Request) -> web.Response:
-    body = await net.read_json(request, strict_text=True)
-    version = body.get("weight_version")
-    if version is not None and not isinstance(version, str | int) or isinstance(version, bool):
-        raise BadRequest("weight_version: must be a string")
-    for key in ("abort_all_requests", "flush_cache"):
-        if body.get(key) is not None and not isinstance(body.get(key), bool):
-            raise BadRequest(f"{key}: must be true or false")
-    path = str(request_dir(body.get("model_path"), "model_path", roots(self, request), "rollout.weight_roots"))
+    body = await read_body(request, UpdateWeightFromDiskReq)
+    path = str(request_dir(body.model_path, "model_path", roots(self, request), "rollout.weight_roots"))
     sch = self._sched
     async with self._update_lock:
         try:
@@ -86,10 +81,10 @@ async def _update(self: EngineCore, request: web.Request) -> web.Response:
             log.warning("update_weights_from_disk(%s) failed: %s", path, exc)
             return web.json_response({"success": False, "message": f"Failed to load {path}: {exc}",
                                       "num_paused_requests": 0}, status=400)
-        if body.get("abort_all_requests"):
+        if body.abort_all_requests:
             await asyncio.wrap_future(sch.call(lambda: sch.abort(lambda s: True, "Aborted: weight update.")))
         paused = len(sch.running) if sch.paused else 0
-        new_version = None if version is None else str(version)
+        new_version = None if body.weight_version is None else str(body.weight_version)
         self.weight_routes.lora.forget()  # whole-model weights: the new base, no adapter merged
         if install is not None:
             await asyncio.wrap_future(sch.call(lambda: sch.load_weights(install, new_version)))

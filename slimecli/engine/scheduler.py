@@ -14,7 +14,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
 
@@ -23,6 +23,9 @@ from slimecli.engine.prefix_cache import PrefixCache
 from slimecli.engine.runner import Runner
 from slimecli.engine.sampling import NEG_INF, sample
 from slimecli.engine.seq import FinishReason, Seq
+
+if TYPE_CHECKING:
+    from slimecli.engine.bodies import PauseMode
 
 log = logging.getLogger("slimecli.engine")
 JUMP_MIN = 8  # grammar-forced tokens a jump-forward must skip at the least (see Scheduler._append_forced)
@@ -110,7 +113,7 @@ class Scheduler:
         self._emit(waiting_hit)
         return len(hit) + len(waiting_hit)
 
-    def pause(self, mode: str) -> int:
+    def pause(self, mode: PauseMode) -> int:
         """abort: finish everything with type abort; retract: requeue running rows (they resume from their
         tokens so far); in_place: keep them and their cache as they are."""
         self.paused = True

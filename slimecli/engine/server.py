@@ -14,6 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from slimecli.engine.compat import stream_due
+from slimecli.engine.control import ControlRoutes
 from slimecli.engine.core import readiness
 from slimecli.engine.disk_update import update_weights_from_disk
 from slimecli.engine.grammar import Compiled, GrammarCache
@@ -28,7 +29,6 @@ from slimecli.net.auth import bearer_auth
 log = logging.getLogger("slimecli.engine")
 MAX_BODY = net.ENGINE_MAX_BODY
 HEALTH_TIMEOUT_S = 30.0
-PAUSE_MODES = ("abort", "retract", "in_place")
 # The routes that answer before the model is served and after the scheduler stopped: what the engine is, its
 # load, and the clean-up of a weight-update group. Every other route needs the model (core.readiness).
 OPEN_WHILE_NOT_READY = frozenset({"/get_model_info", "/model_info", "/get_server_info", "/server_info",
@@ -161,11 +161,7 @@ class EngineServer:
                          ("/get_server_info", self.server_info), ("/server_info", self.server_info),
                          ("/get_load", self.get_load)):
             r.add_get(path, fn)
-        for path, fn in (("/flush_cache", self.flush_cache), ("/pause_generation", self.pause),
-                         ("/continue_generation", self.resume)):
-            r.add_post(path, fn)
-            r.add_get(path, fn)
-        r.add_post("/abort_request", self.abort)
+        ControlRoutes(self).add_to(r)  # abort, pause, continue, flush: bodies.py decodes their bodies
         r.add_post("/update_weights_from_disk", functools.partial(update_weights_from_disk, self))
         self.weight_routes = WeightRoutes(self)  # shared memory, SGLang's weight-update group
         self.weight_routes.add_to(r)
@@ -343,35 +339,3 @@ class EngineServer:
 
     async def get_load(self, request: web.Request) -> web.Response:
         return web.json_response(self.scheduler.load() if self.scheduler else {})
-
-    async def flush_cache(self, request: web.Request) -> web.Response:
-        ok = await asyncio.wrap_future(self._sched.call(self._sched.flush))
-        if not ok:
-            return error("Cache not flushed: requests are running or waiting.", 400)
-        return web.json_response({"success": True, "message": "Cache flushed."})
-
-    async def abort(self, request: web.Request) -> web.Response:
-        body = await read_json(request)
-        rid, abort_all = body.get("rid"), body.get("abort_all", False)
-        if not isinstance(abort_all, bool):
-            raise BadRequest("abort_all: must be true or false")
-        if rid is not None and not isinstance(rid, str):
-            raise BadRequest("rid: must be a string")
-        if rid is None and not abort_all:
-            raise BadRequest("rid / abort_all: give a rid, or abort_all: true")
-        sch = self._sched
-        match = (lambda s: True) if abort_all else (lambda s: s.item.group == rid or s.rid == rid)
-        n = await asyncio.wrap_future(sch.call(lambda: sch.abort(match, "Aborted by /abort_request.")))
-        return web.json_response({"success": True, "num_aborted": n})
-
-    async def pause(self, request: web.Request) -> web.Response:
-        body = await read_json(request, required=False) if request.method == "POST" else {}
-        mode = body.get("mode", "abort")
-        if mode not in PAUSE_MODES:
-            raise BadRequest(f"mode: must be one of {', '.join(PAUSE_MODES)} (got {mode!r})")
-        n = await asyncio.wrap_future(self._sched.call(lambda: self._sched.pause(mode)))
-        return web.json_response({"success": True, "message": f"Generation paused ({mode}).", "num_requests": n})
-
-    async def resume(self, request: web.Request) -> web.Response:
-        await asyncio.wrap_future(self._sched.call(self._sched.resume))
-        return web.json_response({"success": True, "message": "Generation continued."})

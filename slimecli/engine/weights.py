@@ -15,15 +15,23 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import torch
 from aiohttp import web
 
-from slimecli.config.decode import spec
+from slimecli.engine.bodies import (
+    BeginWeightUpdateReq,
+    DestroyWeightsUpdateGroupReq,
+    EndWeightUpdateReq,
+    InitWeightsUpdateGroupReq,
+    Selector,
+    UpdateWeightsFromDistributedReq,
+    UpdateWeightsFromSharedMemoryReq,
+    read_body,
+)
 from slimecli.engine.core import EngineCore, Install, installer
-from slimecli.engine.protocol import BadRequest, parse_body
+from slimecli.engine.protocol import BadRequest
 from slimecli.engine.weight_transfer import (
     SharedSegment,
     destroy_weight_group,
@@ -32,7 +40,6 @@ from slimecli.engine.weight_transfer import (
     parse_manifest,
     parse_shape,
 )
-from slimecli.net.server import read_json
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -41,66 +48,6 @@ log = logging.getLogger("slimecli.engine")
 GROUP_TIMEOUT_S = 300.0
 MAX_ADDRESS = 255  # characters of a host name
 MAX_GROUP_NAME = 200
-MAX_DIM = 1 << 40  # one dimension of a tensor's shape
-GROUP = "weight_update_group"  # SGLang's default group_name
-
-
-@dataclass(frozen=True)
-class BeginSession:
-    """/begin_weight_update's body (SGLang's): which weights the session updates."""
-
-    selector: Literal["all", "target", "draft"] = "all"
-
-
-@dataclass(frozen=True)
-class EndSession:
-    """/end_weight_update's body: nothing."""
-
-
-@dataclass(frozen=True)
-class SharedMemoryUpdate:
-    """/update_weights_from_shared_memory's body; the manifest is checked against the segment it describes."""
-
-    tensors: list[dict[str, Any]]  # {name, dtype, shape, offset} each: weight_transfer.parse_manifest
-    segment: str = spec(nonempty=True)
-    weight_version: str | int | None = None
-    flush_cache: bool = True
-    abort_all_requests: bool = False
-    lora_config: dict[str, Any] | None = None  # given: the tensors are a LoRA adapter (adapters.wire_config)
-
-
-@dataclass(frozen=True)
-class InitGroup:
-    """/init_weights_update_group's body (SGLang's InitWeightsUpdateGroupReqInput)."""
-
-    master_address: str = spec(nonempty=True)  # the trainer's host
-    master_port: int = spec(ge=1, le=65535)
-    rank_offset: int = spec(ge=1, note="rank 0 is the trainer")
-    world_size: int = spec(ge=2, le=1 << 16, note="the trainer's rank 0 and the engines' ranks")
-    group_name: str = spec(GROUP, nonempty=True)
-    backend: Literal["nccl", "gloo"] = "nccl"
-
-
-@dataclass(frozen=True)
-class FromDistributed:
-    """/update_weights_from_distributed's body (SGLang's UpdateWeightsFromDistributedReqInput)."""
-
-    dtypes: list[str]
-    names: list[str] = spec(nonempty=True)
-    shapes: list[list[int]] = spec(ge=0, lt=MAX_DIM)
-    group_name: str = GROUP
-    weight_version: str | int | None = None
-    flush_cache: bool = True
-    abort_all_requests: bool = False
-    load_format: str | None = None
-    torch_empty_cache: bool = False
-
-
-@dataclass(frozen=True)
-class DestroyGroup:
-    """/destroy_weights_update_group's body (SGLang's)."""
-
-    group_name: str = GROUP
 
 
 def check_targets(model: Any, items: list[tuple[str, torch.dtype, list[int]]]) -> dict[str, torch.Tensor]:
@@ -143,14 +90,15 @@ class WeightRoutes:
     # ---- the weight-update session (SGLang's) -------------------------------------------------
     async def begin_session(self, request: web.Request) -> web.Response:
         """SGLang's ``{"selector"?: "all" | "target" | "draft"}``: one session at a time."""
-        parse_body(BeginSession, await read_json(request, required=False))
+        body = await read_body(request, BeginWeightUpdateReq, required=False)
+        check_selector(body.selector)
         if self.session_open:
             return _refused("a weight-update session is already open (POST /end_weight_update first)", 409)
         self.session_open = True
         return web.json_response({"success": True, "message": "Success"})
 
     async def end_session(self, request: web.Request) -> web.Response:
-        parse_body(EndSession, await read_json(request, required=False))
+        await read_body(request, EndWeightUpdateReq, required=False)
         if not self.session_open:
             return _refused("no weight-update session is open (POST /begin_weight_update first)", 409)
         self.session_open = False
@@ -163,7 +111,7 @@ class WeightRoutes:
         A CPU engine serves straight from the segment afterwards (its tensors become views of it); the
         trainer then writes each new version into the same segment while this engine is paused and flushed.
         """
-        body = parse_body(SharedMemoryUpdate, await read_json(request))
+        body = await read_body(request, UpdateWeightsFromSharedMemoryReq)
         version = _text(body.weight_version)
         if body.lora_config is not None:
             return await self._adapter_from_shared_memory(body, body.lora_config, version)
@@ -190,7 +138,7 @@ class WeightRoutes:
         return web.json_response({"success": True, "message": "Succeeded to update model weights.",
                                   "num_paused_requests": paused})
 
-    async def _adapter_from_shared_memory(self, body: SharedMemoryUpdate, lora_config: dict[str, Any],
+    async def _adapter_from_shared_memory(self, body: UpdateWeightsFromSharedMemoryReq, lora_config: dict[str, Any],
                                           version: str | None) -> web.Response:
         """``lora_config`` given: the segment holds a LoRA adapter (peft's names), merged onto the base weights."""
         from slimecli.engine.adapters import wire_config
@@ -218,7 +166,7 @@ class WeightRoutes:
     # ---- the weight-update process group ----------------------------------------------------
     async def init_group(self, request: web.Request) -> web.Response:
         """SGLang's ``{"master_address", "master_port", "rank_offset", "world_size", "group_name", "backend"}``."""
-        body = parse_body(InitGroup, await read_json(request))
+        body = await read_body(request, InitWeightsUpdateGroupReq)
         address, port, offset, world = body.master_address, body.master_port, body.rank_offset, body.world_size
         name, backend = body.group_name, body.backend
         if len(address) > MAX_ADDRESS:
@@ -244,8 +192,12 @@ class WeightRoutes:
     async def from_distributed(self, request: web.Request) -> web.Response:
         """SGLang's ``{"names", "dtypes", "shapes", "group_name", "weight_version"?, ...}``: each tensor is
         broadcast from rank 0 of the group, in the order named."""
-        body = parse_body(FromDistributed, await read_json(request))
+        body = await read_body(request, UpdateWeightsFromDistributedReq)
         names, dtypes, shapes = body.names, body.dtypes, body.shapes
+        check_selector(body.selector)
+        if body.load_format == "flattened_bucket":
+            raise BadRequest("load_format: flattened_bucket (one packed tensor) is not supported by the embedded "
+                             "engine: broadcast the tensors one by one as named (load_format null)")
         if not names:
             raise BadRequest("names, dtypes, shapes: required, non-empty lists of the same length")
         if not len(names) == len(dtypes) == len(shapes):
@@ -290,7 +242,7 @@ class WeightRoutes:
                                   "num_paused_requests": paused})
 
     async def destroy_group(self, request: web.Request) -> web.Response:
-        name = parse_body(DestroyGroup, await read_json(request, required=False)).group_name
+        name = (await read_body(request, DestroyWeightsUpdateGroupReq, required=False)).group_name
         group = self.groups.pop(name, None)
         if group is None:
             raise BadRequest(f"group_name: no weight-update group {name!r}")
@@ -307,6 +259,12 @@ class WeightRoutes:
             paused = len(sch.running) if sch.paused else 0
             await asyncio.wrap_future(sch.call(lambda: sch.load_weights(install, version)))
         return paused
+
+
+def check_selector(selector: Selector) -> None:
+    """The embedded engine serves one model: no draft model (speculative decoding) to update."""
+    if selector == "draft":
+        raise BadRequest("selector: 'draft' names a draft model, and this engine has none ('all' or 'target')")
 
 
 def _refused(message: str, status: int) -> web.Response:

@@ -214,8 +214,10 @@ class EngineClient:
         return await self._update("/unload_lora_adapter", {"lora_name": name}, None)
 
     async def update_weight_version(self, version: str | int) -> dict[str, Any]:
-        """SGLang's ``/update_weight_version {"new_version"}``: the version later generations report."""
-        return await self._update("/update_weight_version", {"new_version": str(version)}, None)
+        """SGLang's ``/update_weight_version {"new_version"}``: the version later generations report (requests in
+        flight go on: SGLang's default aborts them)."""
+        return await self._update("/update_weight_version", {"new_version": str(version), "abort_all_requests": False},
+                                  None)
 
     async def init_weights_update_group(self, master_address: str, master_port: int, rank_offset: int,
                                         world_size: int, group_name: str, backend: str) -> dict[str, Any]:

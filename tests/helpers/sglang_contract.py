@@ -99,5 +99,12 @@ def load() -> Any:
         _loaded = f"sglang from {TARGET} does not import here: {type(exc).__name__}: {exc}"
         return _loaded
     _loaded = types.SimpleNamespace(ServerArgs=ServerArgs, io_struct=io_struct, api_contract=api_contract,
-                                    init_custom_process_group=init_custom_process_group)
+                                    init_custom_process_group=init_custom_process_group,
+                                    version=_version(TARGET))
     return _loaded
+
+
+def _version(target: Path) -> str:
+    """The installed sglang's version, from its wheel's metadata in `target` (not the venv's packages)."""
+    found = sorted(target.glob("sglang-*.dist-info"))
+    return found[0].name.removeprefix("sglang-").removesuffix(".dist-info") if found else "unknown"
