@@ -62,6 +62,16 @@ def preflight_or_exit(cfg: SlimeConfig) -> None:
         fail(exc.render())
 
 
+def say_sandbox(cfg: SlimeConfig) -> None:
+    """Where the config's agent commands run (stderr): what sandbox=local leaves open, or the kind auto picked.
+    Nothing for a config that runs no model-written code."""
+    from slimecli.launch.agent_checks import sandbox_notice
+
+    said = sandbox_notice(cfg)
+    if said is not None:
+        echo_err(f"warning: {said[1]}" if said[0] == "warning" else said[1])
+
+
 def load_frozen_or_exit(path: str) -> SlimeConfig:
     """A run's frozen config (slimecli.config.io.load_frozen_or_exit: exit 2 with the error, no traceback)."""
     from slimecli.config.io import load_frozen_or_exit
