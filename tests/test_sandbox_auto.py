@@ -173,3 +173,19 @@ def test_the_kind_auto_picks_is_said_and_an_explicit_kind_is_not():
     assert notice(SandboxConfig(name="bwrap")) is None
     level, text = notice(SandboxConfig(name="local")) or ("", "")
     assert level == "warning" and text.startswith("sandbox=local does not isolate: ")
+
+
+@pytest.mark.parametrize(("runtime", "answer", "root"), [
+    ("docker", '["name=seccomp,profile=builtin","name=rootless","name=cgroupns"]', False),
+    ("docker", '["name=seccomp,profile=builtin","name=cgroupns"]', True),
+    ("podman", "true", False),
+    ("podman", "false", True),
+])
+def test_a_runtime_running_containers_as_root_is_told_apart(tmp_path, runtime, answer, root):
+    """As a user other than root, auto passes over a runtime whose containers run under root: what it asks."""
+    from slimecli.sandbox.auto import ROOTLESS_FIELD, rootful
+
+    client = tmp_path / runtime
+    _add(tmp_path, runtime, f"#!/bin/sh\n[ \"$1 $2 $3\" = 'info --format {ROOTLESS_FIELD[runtime]}' ] || exit 2\n"
+                            f"echo '{answer}'\n")
+    assert rootful(runtime, str(client)) is root

@@ -3,8 +3,9 @@
 1. bwrap, where a probe sandbox starts (bwrap.available: user namespaces work).
 2. Else podman, then docker, where the client and its daemon answer, every image the run needs is among its local
    images (auto never pulls), and a probe container of that image starts and runs the launcher. As root that is
-   the rootful runtime; as any other user, a rootless one: a docker daemon running as root is passed over (a
-   user who may drive it is root on the machine; choose sandbox=docker explicitly to use it).
+   the rootful runtime; as any other user, a rootless one: a runtime whose containers run under root (a docker
+   daemon, a podman connection to a root service) is passed over, as whoever may drive it is root on the
+   machine; `sandbox=docker` takes it by name.
 3. Else none: the commands that run model-written code refuse to start (exit 2 at validation, with how to
    install bubblewrap), and a sandbox asked for at run time raises. Running without isolation is a choice the
    user makes by name, `sandbox=local`.
@@ -56,14 +57,18 @@ def images(settings: SandboxConfig) -> tuple[str, ...]:
     return (settings.image,) if settings.image else ()
 
 
-def _rootful_daemon(binary: str) -> bool:
-    """Whether the docker daemon `binary` talks to runs as root (a rootless one says so in its security options)."""
+ROOTLESS_FIELD = {"docker": "{{json .SecurityOptions}}", "podman": "{{.Host.Security.Rootless}}"}
+
+
+def rootful(runtime: str, binary: str) -> bool:
+    """Whether the containers of `binary` run under a root daemon or service (docker: its security options name
+    "rootless" otherwise; podman: its info says Rootless, unless a remote connection leads to a root service)."""
     try:
-        proc = subprocess.run([binary, "info", "--format", "{{json .SecurityOptions}}"], capture_output=True,
-                              text=True, timeout=20)
+        proc = subprocess.run([binary, "info", "--format", ROOTLESS_FIELD[runtime]], capture_output=True, text=True,
+                              timeout=20)
     except (OSError, subprocess.SubprocessError):
         return True
-    return "rootless" not in proc.stdout
+    return "rootless" not in proc.stdout if runtime == "docker" else proc.stdout.strip() != "true"
 
 
 def image_local(runtime: str, image: str, binary: str | None = None) -> str | None:
@@ -87,9 +92,9 @@ def container_problem(runtime: str, settings: SandboxConfig) -> str | None:
     if missing is not None:
         return missing
     binary = shutil.which(settings.binary or runtime) or runtime
-    if runtime == "docker" and os.geteuid() != 0 and _rootful_daemon(binary):
-        return ("its daemon runs as root; auto takes a rootless runtime when slimecli is not root "
-                "(choose sandbox=docker explicitly to use this one)")
+    if os.geteuid() != 0 and runtime in ROOTLESS_FIELD and rootful(runtime, binary):
+        return (f"it runs containers as root; as a user other than root, auto takes only a rootless runtime "
+                f"(choose sandbox={runtime} explicitly to use this one)")
     needed = images(settings)
     if not needed:
         return "no sandbox.image to run"
