@@ -77,7 +77,9 @@ def test_without_any_sandbox_agent_commands_refuse_with_the_install_hint(no_sand
     outs = {"config validate": invoke_cli("config", "validate", "+recipe=swe_agent"),
             "train": invoke_cli("train", "+recipe=swe_agent", f"run.root={runs}"),
             "agent run": invoke_cli("agent", "run", "agent=codex", "agent.binary=/bin/true", "task.prompt=x",
-                                    "agent.engine_url=http://127.0.0.1:9")}
+                                    "agent.engine_url=http://127.0.0.1:9"),
+            "eval": invoke_cli("eval", "+recipe=swe_agent", 'eval.datasets=[{name: t, task: swe, path: "builtin:swe_tiny"}]',
+                               f"run.root={runs}")}
     for command, out in outs.items():
         assert out.returncode == 2, (command, out.stderr)
         assert "Traceback" not in out.stderr, (command, out.stderr)
@@ -189,3 +191,34 @@ def test_a_runtime_running_containers_as_root_is_told_apart(tmp_path, runtime, a
     _add(tmp_path, runtime, f"#!/bin/sh\n[ \"$1 $2 $3\" = 'info --format {ROOTLESS_FIELD[runtime]}' ] || exit 2\n"
                             f"echo '{answer}'\n")
     assert rootful(runtime, str(client)) is root
+
+
+def test_a_train_run_under_local_says_so_when_it_starts_and_in_its_summary(tmp_path, monkeypatch):
+    """`train +recipe=swe_agent sandbox=local`, its processes stood in for by one that logs a step: the warning
+    comes before anything starts, and the summary names the sandbox again."""
+    import json
+
+    from slimecli.launch import controller
+
+    started: list[str] = []
+
+    class OneStep:
+        def __init__(self, specs, log_dir, **_kwargs) -> None:
+            self.run_dir = Path(log_dir).parent
+
+        def run(self) -> int:
+            started.append("run")
+            (self.run_dir / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5}) + "\n")
+            return 0
+
+    monkeypatch.setattr(controller, "Supervisor", OneStep)
+    out = invoke_cli("train", "+recipe=swe_agent", "sandbox=local", "trainer.max_steps=1", "observe.report=false",
+                     f"run.dir={tmp_path / 'run'}")
+    assert out.returncode == 0 and started == ["run"], out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    warned = [i for i, line in enumerate(lines) if line.startswith("warning sandbox=local does not isolate: ")]
+    directory = next(i for i, line in enumerate(lines) if line.startswith("run directory"))
+    summary = next(i for i, line in enumerate(lines) if line.startswith("run summary"))
+    assert len(warned) == 1 and warned[0] < directory, out.stdout  # before the run directory is even made
+    [said] = [line for line in lines[summary:] if line.startswith("  sandbox      local, not isolated: ")]
+    assert "reach every loopback port" in said
