@@ -78,6 +78,7 @@ def test_without_any_sandbox_agent_commands_refuse_with_the_install_hint(no_sand
             "train": invoke_cli("train", "+recipe=swe_agent", f"run.root={runs}"),
             "agent run": invoke_cli("agent", "run", "agent=codex", "agent.binary=/bin/true", "task.prompt=x",
                                     "agent.engine_url=http://127.0.0.1:9"),
+            "tasks check": invoke_cli("tasks", "check", "task.instance=tiny-calc-003"),
             "eval": invoke_cli("eval", "+recipe=swe_agent", 'eval.datasets=[{name: t, task: swe, path: "builtin:swe_tiny"}]',
                                f"run.root={runs}")}
     for command, out in outs.items():

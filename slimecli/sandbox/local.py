@@ -20,8 +20,8 @@ from slimecli.config.groups.sandbox import SandboxConfig
 from slimecli.sandbox import pids
 from slimecli.sandbox.base import Launch, Sandbox, base_python, launcher_spec
 
-AS_ROOT = ("its commands run as root, so they can lift these limits themselves (raise their rlimits, leave the "
-           "cgroup) and write anywhere")
+AS_ROOT = ("as root, its commands run as root: they could lift its limits themselves (raise their rlimits, leave "
+           "the pids cgroup) and write anywhere")
 
 
 class LocalSandbox(Sandbox):
