@@ -109,7 +109,7 @@ def container_problem(runtime: str, settings: SandboxConfig) -> str | None:
     try:
         launch = box._prepare(["/bin/true"], None, None)
         proc = subprocess.run(launch.argv, env=launch.env, cwd=launch.cwd, capture_output=True, text=True,
-                              timeout=max(settings.start_timeout_s, 60))
+                              timeout=settings.start_timeout_s)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"a container of {needed[0]} does not start: {exc}"
     finally:
@@ -134,7 +134,7 @@ def choose(settings: SandboxConfig) -> Choice:
         why = container_problem(runtime, settings)
         if why is None:
             choice = Choice(runtime, tuple(passed))
-            log.warning("%s", choice.describe())
+            log.info("%s", choice.describe())
             return choice
         passed.append((runtime, why))
     return Choice(None, tuple(passed))

@@ -81,8 +81,8 @@ def make_sandbox(settings: SandboxConfig, workdir: str | Path | None = None, *, 
     why = cls.unavailable(settings, **entry.options)
     if why is not None:
         raise SandboxUnavailable(f"sandbox={kind}: {why}")
-    if kind == "local" and not _said_local:  # in the log of the process that runs the commands, once
-        log.warning("%s", local_notice(settings))
+    if kind == "local" and not _said_local:  # in the log of the process that runs the commands (info: the CLI said it)
+        log.info("%s", local_notice(settings))
         _said_local = True
     kwargs: dict[str, Any] = {"allow_ports": allow_ports, "settings": settings, "ro_paths": ro_paths,
                               "path_dirs": path_dirs, **entry.options}
