@@ -66,6 +66,8 @@ def test_agent_run_shows_progress_and_writes_the_transcript(tmp_path, scripted_e
              for marker in ("starting the engine", "sandbox local ready", "claude_code started", "turn 1: ",
                             "claude_code exited (exit 0", "1 sample(s) [completed]")]
     assert order == sorted(order), proc.stderr
+    said = [i for i, line in enumerate(lines) if line.startswith("warning: sandbox=local does not isolate: ")]
+    assert len(said) == 2 and said[0] < order[0] and said[1] > order[-1], proc.stderr  # at the start and the end
     [turn] = [line for line in lines if "turn 1: " in line]
     sample = json.loads(out.read_text().splitlines()[0])
     assert f"turn 1: {sample['response_length']} tokens" in turn

@@ -114,3 +114,19 @@ def test_a_lora_run_names_its_adapter_and_its_merged_model(tmp_path):
     assert f"  final model  {run.resolve() / 'final'} (the LoRA adapter)" in lines
     assert f"  merged model {run.resolve() / 'final-merged'}" in lines
     assert not any("merged" in line for line in render(summarize(fabricate(tmp_path / "full", [1.0], max_steps=1))))
+
+
+@pytest.mark.parametrize(("config", "said"), [
+    ("sandbox:\n  name: local\ntask:\n  name: swe\nagent:\n  name: claude_code\n", True),
+    ("sandbox:\n  name: local\nagent:\n  name: none\neval:\n  datasets:\n  - {name: swe, task: swe}\n", True),
+    ("sandbox:\n  name: local\nagent:\n  name: none\ntask:\n  name: quickstart\n", False),  # no agent code ran
+    ("sandbox:\n  name: bwrap\nagent:\n  name: codex\n", False),
+])
+def test_a_run_whose_agent_ran_unisolated_says_so(tmp_path, config, said):
+    run = fabricate(tmp_path / "run", [0.5], max_steps=1)
+    (run / "config.yaml").write_text("trainer:\n  max_steps: 1\n" + config)
+    lines = render(summarize(run))
+    flagged = [line for line in lines if line.startswith("  sandbox      local, not isolated: ")]
+    assert len(flagged) == int(said), lines
+    if said:
+        assert "reach every loopback port" in flagged[0]

@@ -118,11 +118,17 @@ def test_close_leaves_nothing_running_and_removes_what_it_created(tmp_path):
             sandbox.start("again", ["true"])
 
 
-def test_auto_is_bwrap_where_it_starts_else_local():
-    from slimecli.sandbox.factory import resolve_kind
+def test_auto_is_bwrap_where_it_starts_and_never_local():
+    from slimecli.sandbox.auto import choose
+    from slimecli.sandbox.factory import SandboxUnavailable, resolve_kind
 
-    expected = "bwrap" if _bwrap_missing() is None else "local"
-    assert resolve_kind(SandboxConfig(name="auto")) == expected
+    choice = choose(SandboxConfig(name="auto"))
+    if _bwrap_missing() is None:
+        assert choice.kind == "bwrap" and resolve_kind(SandboxConfig(name="auto")) == "bwrap"
+    elif choice.kind is None:  # no container runtime with its image either: refused (tests/test_sandbox_auto.py)
+        with pytest.raises(SandboxUnavailable):
+            resolve_kind(SandboxConfig(name="auto"))
+    assert choice.kind != "local"
     assert resolve_kind(SandboxConfig(name="local")) == "local"
 
 

@@ -47,9 +47,10 @@ def test_swe_agent_recipe_trains_two_steps_over_two_engines_with_async_rollout(t
     kept = list((run / "agent" / "runs").glob("step_*/*/run.json"))
     assert len(kept) >= 8
     infos = [json.loads(p.read_text()) for p in kept]
-    from slimecli.sandbox.bwrap import available
+    from slimecli.config.groups.sandbox import SandboxConfig
+    from slimecli.sandbox.auto import choose
 
-    expected = "bwrap" if available() is None else "local"  # sandbox=auto
+    expected = choose(SandboxConfig()).kind  # sandbox=auto: bwrap where it starts (never local)
     assert {i["agent"] for i in infos} == {"claude_code"} and {i["sandbox"] for i in infos} == {expected}
     assert {i["engine"] for i in infos} == {0, 1}  # sessions spread over both engines
     transcript = kept[0].parent.joinpath("transcript.txt").read_text()

@@ -18,6 +18,7 @@ from slimecli.cli.common import (
     echo_err,
     fail,
     load_config_or_exit,
+    say_sandbox,
     split_overrides,
 )
 
@@ -122,6 +123,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"agent {service.name}: adapter on {service.base_url} (GET /healthz), "
                        f"engine {service.engine.base_url}")
             typer.echo(_usage(service))
+            echo_err("note: the CLI you point at this adapter runs its commands wherever you start it; no slimecli "
+                     "sandbox applies to them (`slimecli agent run` runs the CLI in one)")
             try:
                 await asyncio.Event().wait()
             finally:
@@ -142,6 +145,7 @@ def register(app: typer.Typer) -> None:
         from slimecli.launch.preflight import agent_run_errors
 
         cfg = _config(ctx, recipe_dir, agent_run_errors)
+        say_sandbox(cfg)  # sandbox=local: what it leaves open (again at the end); auto: the kind it picked
         out = Path(cfg.agent.output or Path(cfg.run.root) / f"agent-{time.strftime('%Y%m%d-%H%M%S')}"
                    / "samples.jsonl").expanduser()
         service = _service(cfg, port=0)
@@ -177,6 +181,8 @@ def register(app: typer.Typer) -> None:
         echo_err(f"agent {service.name}: CLI exit {meta.get('exit_code')}; {len(samples)} sample(s) [{statuses}]"
                  f"{graded} -> {out}")
         typer.echo(f"transcript: {transcript.write(out.parent, samples)}")
+        if cfg.sandbox.name == "local":
+            say_sandbox(cfg)
         if samples[0].remove_sample:
             fail(f"agent run aborted: {meta.get('abort_reason')} {meta.get('error', '')}".rstrip(), code=1)
 

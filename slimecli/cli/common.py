@@ -43,12 +43,21 @@ def load_config_or_exit(overrides: list[str], recipe_dirs: list[str] | tuple[str
         fail(exc.render())
 
 
-def swe_config_or_exit(args: list[str], recipe_dir: list[str]) -> SlimeConfig:
-    """`tasks ...` commands are about SWE tasks: task=swe unless the command line says otherwise."""
+def swe_config_or_exit(args: list[str], recipe_dir: list[str], *, sandboxed: bool = False) -> SlimeConfig:
+    """`tasks ...` commands are about SWE tasks: task=swe unless the command line says otherwise. `sandboxed`: the
+    command runs tests in sandboxes, so one must start here (sandbox=auto where none does: exit 2)."""
     overrides = split_overrides(args)
     if not any(a.split("=", 1)[0] == "task" for a in overrides):
         overrides = ["task=swe", *overrides]
-    return load_config_or_exit(overrides, recipe_dir)
+    cfg = load_config_or_exit(overrides, recipe_dir)
+    if sandboxed:
+        from slimecli.config.errors import ConfigErrors
+        from slimecli.launch.agent_checks import sandbox_errors
+
+        errors = sandbox_errors(cfg)
+        if errors:
+            fail(ConfigErrors(errors).render())
+    return cfg
 
 
 def preflight_or_exit(cfg: SlimeConfig) -> None:
@@ -60,6 +69,16 @@ def preflight_or_exit(cfg: SlimeConfig) -> None:
         check(cfg)
     except ConfigErrors as exc:
         fail(exc.render())
+
+
+def say_sandbox(cfg: SlimeConfig) -> None:
+    """Where the config's agent commands run (stderr): what sandbox=local leaves open, or the kind auto picked.
+    Nothing for a config that runs no model-written code."""
+    from slimecli.launch.agent_checks import sandbox_notice
+
+    said = sandbox_notice(cfg)
+    if said is not None:
+        echo_err(f"warning: {said[1]}" if said[0] == "warning" else said[1])
 
 
 def load_frozen_or_exit(path: str) -> SlimeConfig:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import typer
 
-from slimecli.cli.common import OVERRIDES, RecipeDirOption, load_config_or_exit, preflight_or_exit, split_overrides
+from slimecli.cli.common import (
+    OVERRIDES,
+    RecipeDirOption,
+    load_config_or_exit,
+    preflight_or_exit,
+    say_sandbox,
+    split_overrides,
+)
 
 config_app = typer.Typer(help="Inspect and validate a composed run config.", no_args_is_help=True,
                          rich_markup_mode="rich")
@@ -32,6 +39,7 @@ def validate(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> Non
     """Exit 0 with a one-line OK, or print every error and exit 2."""
     cfg = load_config_or_exit(split_overrides(ctx.args), recipe_dir, resume=True)
     preflight_or_exit(cfg)
+    say_sandbox(cfg)
     typer.echo(f"OK: recipe={cfg.recipe} trainer={cfg.trainer.name} rollout={cfg.rollout.name} "
                f"optimizer={cfg.optimizer.name} reward={cfg.reward.name} teacher={cfg.teacher.name} agent={cfg.agent.name}")
 

@@ -79,7 +79,7 @@ def check(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption,
     from slimecli.swe.check import check_all
     from slimecli.swe.env.resolve import grading_sandboxes
 
-    cfg = swe_config_or_exit(ctx.args, recipe_dir)
+    cfg = swe_config_or_exit(ctx.args, recipe_dir, sandboxed=True)
     tasks = _tasks(cfg)
     chosen = [t for t in tasks.tasks if cfg.task.instance in (None, t.instance_id)]
     results = asyncio.run(check_all(chosen, concurrency=jobs, budget_s=cfg.agent.eval_budget_s,
@@ -109,7 +109,7 @@ def grade(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption,
     from slimecli.swe.grade import Unevaluatable
     from slimecli.swe.grade import grade as grade_patch
 
-    cfg = swe_config_or_exit(ctx.args, recipe_dir)
+    cfg = swe_config_or_exit(ctx.args, recipe_dir, sandboxed=True)
     if cfg.task.instance is None:
         fail("tasks grade needs task.instance=ID (`slimecli tasks list task.path=...` lists them)")
     if str(patch) == "-":

@@ -33,7 +33,7 @@ def synth(ctx: typer.Context, src: Path = typer.Argument(..., help="A git checko
 
     if not src.expanduser().exists():
         fail(f"SRC: {src}: no such file or directory")
-    cfg = swe_config_or_exit(ctx.args, recipe_dir)
+    cfg = swe_config_or_exit(ctx.args, recipe_dir, sandboxed=True)
     repo_dir = repo or out.with_name(f"{out.stem}-repo")
     if choices == 1:
         fail("--choices: 1 is not a choice; use 0 (no listed edits) or 2..4 (the gold edit and N-1 wrong ones)")

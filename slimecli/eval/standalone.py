@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from slimecli.config.errors import ConfigError, ConfigErrors
@@ -141,7 +142,7 @@ def evaluate(cfg: SlimeConfig, step: int, argv: list[str], overrides: list[str],
     """Launch the engines and the evaluator, supervise them, print the table. 0 only when every dataset
     was evaluated."""
     from slimecli.eval.runner import read_summary
-    from slimecli.launch.agent_checks import agent_cli_errors, sandbox_errors
+    from slimecli.launch.agent_checks import agent_cli_errors, sandbox_errors, sandbox_notice
     from slimecli.launch.free_ports import with_free_rollout_port
     from slimecli.launch.plan import engine_specs, in_run
     from slimecli.launch.preflight import engine_errors, materialize
@@ -156,10 +157,14 @@ def evaluate(cfg: SlimeConfig, step: int, argv: list[str], overrides: list[str],
                                         "(env=native env.id=lookup) or +recipe=NAME")])
     cfg = with_free_rollout_port(materialize(cfg))  # rollout.port=auto: free ports, recorded in the plan
     errors = engine_errors(cfg, [slot.port for slot in engine_slots(cfg)])
-    if any(ds.task == "swe" for ds in cfg.eval.datasets):  # SWE tasks are worked by the agent CLI in sandboxes
+    agents = any(ds.task == "swe" for ds in cfg.eval.datasets)  # SWE tasks are worked by the agent CLI in sandboxes
+    if agents:
         errors += agent_cli_errors(cfg) + sandbox_errors(cfg)
     if errors:
         raise ConfigErrors(errors)
+    said = sandbox_notice(cfg) if agents else None  # where the agent's commands run (local: what is left open)
+    if said is not None:
+        console.print(f"[yellow]warning[/] {escape(said[1])}" if said[0] == "warning" else escape(said[1]))
     run = prepare(cfg, argv, overrides)
     console.print(f"[bold]eval directory[/] {run.path}")
     config_path = str(run.config_path)
@@ -173,6 +178,8 @@ def evaluate(cfg: SlimeConfig, step: int, argv: list[str], overrides: list[str],
         console.print("[red]no evaluation summary was written[/]")
         return code or 1
     console.print(table(summary, f"eval of {cfg.model.path} (step {step})"))
+    if said is not None and said[0] == "warning":
+        console.print(f"[yellow]warning[/] {escape(said[1])}")
     failed = [d["name"] for d in summary.get("datasets", []) if d.get("error")]
     if failed:
         console.print(f"[red]failed:[/] {', '.join(failed)}")

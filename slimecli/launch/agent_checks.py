@@ -17,8 +17,10 @@ CHARS_PER_TOKEN_MAX = 6
 
 def agent_errors(cfg: SlimeConfig) -> list[ConfigError]:
     """Training with a coding agent: the agent rollout kind, a CLI this machine can run, a sandbox that starts
-    here, and a context window that holds the CLI's own prompt."""
+    here, and a context window that holds the CLI's own prompt (SWE eval datasets alone: the CLI and sandbox)."""
     if cfg.task.name != "swe" and cfg.agent.name == "none" and cfg.rollout.generate != "agent":
+        if any(ds.task == "swe" for ds in cfg.eval.datasets):  # evaluated by the agent CLI, in sandboxes
+            return agent_cli_errors(cfg) + sandbox_errors(cfg)
         return []
     if cfg.rollout.generate != "agent":
         return [ConfigError("rollout.generate", cfg.rollout.generate, "training on SWE tasks or with an agent runs "
@@ -87,10 +89,29 @@ def agent_cli_errors(cfg: SlimeConfig) -> list[ConfigError]:
 
 
 def sandbox_errors(cfg: SlimeConfig) -> list[ConfigError]:
+    """The sandbox starts here; sandbox=auto where none does is refused (it never falls back to local)."""
     problem = sandbox_problem(cfg)
     if problem:
-        return [ConfigError("sandbox", cfg.sandbox.name, problem, "install or start it, or use sandbox=auto")]
+        from slimecli.sandbox.factory import hint
+
+        return [ConfigError("sandbox", cfg.sandbox.name, problem, hint(cfg.sandbox))]
     return []
+
+
+def runs_model_code(cfg: SlimeConfig) -> bool:
+    """Whether `train` (or `eval`) of `cfg` runs model-written commands: an agent, SWE tasks, SWE eval datasets."""
+    return (cfg.task.name == "swe" or cfg.agent.name != "none" or cfg.rollout.generate == "agent"
+            or any(ds.task == "swe" for ds in cfg.eval.datasets))
+
+
+def sandbox_notice(cfg: SlimeConfig) -> tuple[str, str] | None:
+    """(level, text) a command says when it starts, where `cfg` runs model-written code (sandbox.factory.notice):
+    a warning with what sandbox=local leaves open, or the kind sandbox=auto picked."""
+    if not runs_model_code(cfg):
+        return None
+    from slimecli.sandbox.factory import notice
+
+    return notice(cfg.sandbox)
 
 
 def sandbox_problem(cfg: SlimeConfig) -> str | None:

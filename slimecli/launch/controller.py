@@ -29,6 +29,7 @@ def run(cfg: SlimeConfig, argv: list[str], overrides: list[str], console: Consol
     console = console or Console(highlight=False, soft_wrap=True)
     cfg = with_free_ports(materialize(cfg))  # "auto" ports: free ones now, written to config.yaml and plan.json
     check(cfg)
+    _say_sandbox(cfg, console)
     run_dir = prepare(cfg, argv, overrides)
     if run_dir.resumed:
         console.print(f"[bold]resuming[/] the run in {run_dir.path}")
@@ -78,6 +79,15 @@ def _keep_logs(log_dir: Path, attempt: int) -> Path:
     for log in log_dir.glob("*.log"):
         log.rename(kept / log.name)
     return kept
+
+
+def _say_sandbox(cfg: SlimeConfig, console: Console) -> None:
+    """A run whose agent commands run under sandbox=local says what that leaves open; auto, the kind it picked."""
+    from slimecli.launch.agent_checks import sandbox_notice
+
+    said = sandbox_notice(cfg)
+    if said is not None:
+        console.print(f"[yellow]warning[/] {escape(said[1])}" if said[0] == "warning" else f"[bold]{escape(said[1])}[/]")
 
 
 def _checkpointed_step(path: Path, console: Console) -> int | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from slimecli.config.decode import finite
+from slimecli.config.groups.sandbox import LOCAL_GAPS
 from slimecli.observe.report import HTML_FILE, REPORT_DIR
 from slimecli.observe.runs import load_run
 
@@ -52,6 +53,7 @@ class RunSummary:
     report: Path | None = None
     last_checkpoint: Path | None = None
     replayed: str | None = None  # rollout.replay: the dump it trained on (nothing to resume or continue)
+    unisolated: bool = False  # the run's agent commands ran under sandbox=local
 
     @property
     def finished(self) -> bool:
@@ -95,7 +97,21 @@ def summarize(run_dir: str | Path, command_s: float | None = None, command_start
     report = run.path / REPORT_DIR / HTML_FILE
     out.report = report if report.is_file() else None
     out.last_checkpoint = _last_step_dir(run.path / "checkpoints")
+    out.unisolated = _unisolated(run.config)
     return out
+
+
+def _unisolated(config: dict[str, Any]) -> bool:
+    """sandbox=local in a run that runs model-written code (an agent, SWE tasks or SWE eval datasets)."""
+    def get(group: str, key: str) -> Any:
+        value = config.get(group)
+        return value.get(key) if isinstance(value, dict) else None
+
+    datasets = get("eval", "datasets")
+    swe_eval = isinstance(datasets, list) and any(isinstance(d, dict) and d.get("task") == "swe" for d in datasets)
+    agent = get("agent", "name") not in (None, "none")
+    return get("sandbox", "name") == "local" and (get("task", "name") == "swe" or agent or swe_eval
+                                                  or get("rollout", "generate") == "agent")
 
 
 def _steps_wall_s(rows: list[dict[str, Any]]) -> float | None:
@@ -192,6 +208,8 @@ def render(summary: RunSummary, command: str | None = None) -> list[str]:
         lines.append(f"  checkpoint   {summary.last_checkpoint}")
     if summary.report is not None:
         lines.append(f"  report       {summary.report}")
+    if summary.unisolated:
+        lines.append(f"  sandbox      local, not isolated: {LOCAL_GAPS}")
     if summary.replayed is not None:
         lines.append(f"  replayed     the rollout dump of {summary.replayed} (no engine: nothing to continue)")
         return lines

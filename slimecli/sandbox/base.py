@@ -64,10 +64,12 @@ class _Job:
 
 
 def launcher_spec(argv: Sequence[str], env: dict[str, str], cwd: str | Path, limits: dict[str, int],
-                  drop: int | None = None, relays: Sequence[tuple[int, str]] = ()) -> list[str]:
+                  drop: int | None = None, relays: Sequence[tuple[int, str]] = (),
+                  cgroup: str | Path | None = None) -> list[str]:
     """The launcher's arguments (inner.py parses them): flags with one value each, then `--` and the command."""
     args = [f for name, value in limits.items() for f in ("--limit", f"{name}={value}")]
     args += ["--drop", str(drop)] if drop is not None else []
+    args += ["--cgroup", str(cgroup)] if cgroup is not None else []
     args += [f for port, path in relays for f in ("--relay", f"{port}={path}")]
     args += ["--cwd", str(cwd), *(f for item in env.items() for f in ("--env", "=".join(item)))]
     return [*args, "--", *argv]
@@ -109,7 +111,7 @@ class Sandbox(ABC):
         self._running: dict[int, object] = {}  # pid -> exec() process
         self._lock = threading.Lock()
         self._closed = False
-        self.quota = DiskQuota((self.workdir, self.home), self.settings.disk_mb << 20, self._disk_exceeded)
+        self.quota = DiskQuota(self._quota_roots(), self.settings.disk_mb << 20, self._disk_exceeded)
 
     # --- what each kind provides -------------------------------------------------------------------
     @abstractmethod
@@ -131,6 +133,10 @@ class Sandbox(ABC):
     def _release(self) -> None:
         """Anything else the kind holds (relays, namespaces, ownership)."""
         return None
+
+    def _quota_roots(self) -> tuple[Path, ...]:
+        """What `disk_mb` counts: the workspace and home (plus, where the kind has one, its private TMPDIR)."""
+        return (self.workdir, self.home)
 
     def limits(self) -> dict[str, int]:
         s = self.settings

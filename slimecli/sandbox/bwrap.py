@@ -191,9 +191,9 @@ class BwrapSandbox(Sandbox):
 
 @functools.cache
 def available() -> str | None:
-    """None when a bwrap sandbox starts here, else why not (`auto` then falls back to local)."""
+    """None when a bwrap sandbox starts here, else why not (`auto` then tries a container runtime: auto.py)."""
     if shutil.which("bwrap") is None:
-        return "bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+        return "bwrap is not installed"
     try:
         sandbox = BwrapSandbox(settings=SandboxConfig(name="bwrap"))
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:

@@ -110,8 +110,9 @@ def _unix(path):
 
 def parse(args):
     """(spec, argv) from `[FLAG VALUE]... -- ARGV`: --limit NAME=N, --drop UID, --relay PORT=PATH (repeatable),
-    --cwd DIR, --env NAME=VALUE (repeatable: the whole environment)."""
-    spec = {"limit": [], "relay": [], "env": [], "drop": None, "cwd": "/"}
+    --cgroup PROCS (the cgroup.procs file of a cgroup to join), --cwd DIR, --env NAME=VALUE (repeatable: the
+    whole environment)."""
+    spec = {"limit": [], "relay": [], "env": [], "drop": None, "cgroup": None, "cwd": "/"}
     end = args.index("--")
     for i in range(0, end, 2):
         flag, value = args[i][2:], args[i + 1]
@@ -124,6 +125,13 @@ def parse(args):
 
 def main():
     spec, argv = parse(sys.argv[1:])
+    if spec["cgroup"] is not None:  # before anything forks: every process of the command is counted in it
+        try:
+            with open(spec["cgroup"], "w") as procs:
+                procs.write(str(os.getpid()))
+        except OSError as exc:  # never run without the limit the sandbox promised
+            sys.stderr.write(f"sandbox: cannot join the process-limit cgroup: {exc.strerror}\n")
+            os._exit(126)
     for item in spec["limit"]:
         name, value = item.split("=", 1)
         resource.setrlimit(getattr(resource, "RLIMIT_" + name.upper()), (int(value), int(value)))

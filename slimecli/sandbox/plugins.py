@@ -1,5 +1,5 @@
 """The sandboxes this package provides, declared lazily (slimecli.config.registry): nothing is imported here.
-sandbox=auto is not one of them: it picks bwrap where bwrap starts, else local (factory.py)."""
+sandbox=auto is not one of them: it picks bwrap, else podman or docker, where one starts; never local (auto.py)."""
 
 from slimecli.config.registry import SANDBOXES
 

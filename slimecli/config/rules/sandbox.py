@@ -9,7 +9,7 @@ from slimecli.config.schema import SlimeConfig
 
 def kind(cfg: SlimeConfig) -> list[ConfigError]:
     name = cfg.sandbox.name
-    kinds = ["auto", *SANDBOXES.names()]  # auto: bwrap where it starts, else local (slimecli.sandbox.factory)
+    kinds = ["auto", *SANDBOXES.names()]  # auto: the first that starts here, never local (sandbox/auto.py)
     if name not in kinds:
         return [ConfigError("sandbox.name", name, "unknown sandbox", allowed_hint(name, kinds))]
     return []
