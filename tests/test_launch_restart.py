@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from slimecli.config.compose import load
+from slimecli.config.errors import ConfigErrors
 from slimecli.launch.controller import _restartable
 from tests.helpers import wait_until
 from tests.helpers.train_e2e import cmdline, descendants, kill_tree, metrics, start_train
@@ -21,7 +22,10 @@ ARGS = ("trainer.nproc=1", f"trainer.max_steps={STEPS}", "trainer.save_interval=
 def test_what_is_restarted():
     cfg = load([])
     assert _restartable(cfg, "worker") and not _restartable(cfg, "server") and not _restartable(cfg, None)
-    assert not _restartable(cfg, "stall") and _restartable(load(["run.on_stall=restart"]), "stall")
+    assert not _restartable(cfg, "stall")
+    assert _restartable(load(["run.on_stall=restart", "run.max_restarts=1"]), "stall")
+    with pytest.raises(ConfigErrors, match="run.on_stall: restarts within run.max_restarts, which is 0"):
+        load(["run.on_stall=restart"])
 
 
 @pytest.mark.slow
@@ -46,5 +50,5 @@ def test_a_killed_trainer_rank_is_resumed_by_the_controller_and_every_step_is_lo
     rows = metrics(run)
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1))  # each step once
     assert rows[0]["run/restarts"] == 0 and rows[-1]["run/restarts"] == 1
-    assert (run / "logs" / "attempt-1" / "trainer.log").is_file()  # the failed attempt's logs, kept apart
+    assert (run / "logs" / "attempt-0" / "trainer.log").is_file()  # the failed attempt's logs, kept apart
     assert (run / "logs" / "trainer.log").is_file() and (run / "final" / "model.safetensors").is_file()

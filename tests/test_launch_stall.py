@@ -30,6 +30,9 @@ def test_the_watch_counts_from_the_last_change_of_the_progress_file(tmp_path: Pa
     starting = StallWatch(tmp_path / "not-yet.jsonl", timeout_s=0.1, start_grace_s=0.5)
     time.sleep(0.2)
     assert starting.stalled_for() is None  # the trainer is not up yet: the grace as well
+    resumed = StallWatch(progress, timeout_s=0.1, start_grace_s=0.5)  # a resumed run's file is there already
+    time.sleep(0.2)
+    assert resumed.stalled_for() is None  # the grace holds until the file changes
 
 
 def test_stacks_are_asked_of_python_workers_and_a_stopped_one_is_named(tmp_path: Path):

@@ -130,7 +130,7 @@ def test_rollout_stage_hands_the_collected_batch_to_every_rank():
     result = SimpleNamespace(samples=samples, train_rewards=list(REWARDS), metrics={"reward/mean": 0.375})
     batch = stages.rollout(SimpleNamespace(take=lambda step: result), 3)
     assert batch == StepBatch(samples, REWARDS, {"reward/mean": 0.375})
-    assert stages.rollout(None) is None  # a world of one without a rollout side: nothing to broadcast
+    assert stages.rollout(None, 3) is None  # a world of one without a rollout side: nothing to broadcast
     assert stages.rollout(Coordinator().rollouts, 3) is None  # a rank other than 0: its part takes nothing
 
 

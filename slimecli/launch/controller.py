@@ -60,8 +60,8 @@ def run(cfg: SlimeConfig, argv: list[str], overrides: list[str], console: Consol
         code = supervisor.run()
         if code == 0 or attempt >= cfg.run.max_restarts or not _restartable(cfg, supervisor.failed):
             return code
-        attempt += 1
         kept = _keep_logs(run_dir.log_dir, attempt)
+        attempt += 1
         done = _checkpointed_step(run_dir.path, console)
         console.print(f"[bold yellow]restarting[/] the run (restart {attempt} of run.max_restarts="
                       f"{cfg.run.max_restarts}) from step {done or 0}; the failed attempt's logs: {kept}")
@@ -73,9 +73,13 @@ def _restartable(cfg: SlimeConfig, failed: str | None) -> bool:
 
 
 def _keep_logs(log_dir: Path, attempt: int) -> Path:
-    """The logs of the attempt that failed, moved to RUN/logs/attempt-<k>/; the next attempt writes afresh."""
+    """The logs of attempt ``attempt`` (the one that failed), moved to RUN/logs/attempt-<k>/, k its number or, where
+    an earlier command's restarts used that name, the next free one; the next attempt writes afresh."""
     kept = log_dir / f"attempt-{attempt}"
-    kept.mkdir(parents=True, exist_ok=True)
+    while kept.exists():
+        attempt += 1
+        kept = log_dir / f"attempt-{attempt}"
+    kept.mkdir(parents=True)
     for log in log_dir.glob("*.log"):
         log.rename(kept / log.name)
     return kept

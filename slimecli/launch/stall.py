@@ -19,30 +19,37 @@ _WORKER_MODULES = (b"slimecli.train", b"slimecli.engine", b"slimecli.teacher", b
 @dataclass
 class StallWatch:
     """No step for ``timeout_s``: the progress file (RUN/metrics.jsonl, opened once the trainer is up, then a
-    row a step) unchanged since its last change; before it exists, ``start_grace_s`` more are allowed (loading
-    a model may take that long)."""
+    row a step) unchanged since its last change; until its first change after the watch starts (a new run's
+    creates it, a resumed run's rewrites it), ``start_grace_s`` more are allowed (loading a model may take that
+    long)."""
 
     progress: Path
     timeout_s: float
     start_grace_s: float = 0.0
     _seen: tuple[float, int] | None = field(default=None, init=False)
     _since: float = field(default_factory=time.monotonic, init=False)
+    _started: bool = field(default=False, init=False)  # the file changed since the watch began
+
+    def __post_init__(self) -> None:
+        self._seen = self._look()  # a resumed run's file as it was: not progress
 
     def stalled_for(self) -> float | None:
         """The seconds without progress once they pass the timeout, else None."""
         if self.timeout_s <= 0:
             return None
+        seen, now = self._look(), time.monotonic()
+        if seen != self._seen:
+            self._started, self._seen, self._since = True, seen, now
+        quiet = now - self._since
+        allowed = self.timeout_s + (0.0 if self._started else self.start_grace_s)
+        return quiet if quiet >= allowed else None
+
+    def _look(self) -> tuple[float, int] | None:
         try:
             st = self.progress.stat()
-            seen: tuple[float, int] | None = (st.st_mtime, st.st_size)
         except OSError:
-            seen = None
-        now = time.monotonic()
-        if seen != self._seen:
-            self._seen, self._since = seen, now
-        quiet = now - self._since
-        allowed = self.timeout_s + (self.start_grace_s if seen is None else 0.0)
-        return quiet if quiet >= allowed else None
+            return None
+        return st.st_mtime, st.st_size
 
 
 def dump_stacks(roots: list[int]) -> list[str]:

@@ -202,8 +202,8 @@ def render(summary: RunSummary, command: str | None = None) -> list[str]:
         lines.append(f"  wall time    {took}" + (f" ({shares})" if shares else ""))
     if summary.final_dir is not None:
         lines.append(f"  final model  {summary.final_dir}" + (" (the LoRA adapter)" if summary.merged_dir else ""))
-    if summary.merged_dir is not None:
-        lines.append(f"  merged model {summary.merged_dir}")
+        if summary.merged_dir is not None:
+            lines.append(f"  merged model {summary.merged_dir}")
     elif summary.last_checkpoint is not None:
         lines.append(f"  checkpoint   {summary.last_checkpoint}")
     if summary.report is not None:

@@ -154,7 +154,8 @@ class Trainer:
         checkpoint when one is due and the step's row in the records. An evaluation runs beside training: its
         metrics go in the row of the step it finished in (the last step waits for it)."""
         timer, started = StageTimer(), time.perf_counter()
-        hang_for_tests(self.step + 1)
+        if self.step + 1 == HANG_AT_STEP:
+            hang_for_tests(HANG_AT_STEP)
         batch = self.collect(timer)
         metrics = self.train_on(batch, timer)
         self.step += 1
@@ -250,13 +251,15 @@ class Trainer:
             log.info("final merged model written to %s", path)
 
 
+# a test hook: with SLIMECLI_TEST_HANG_AT_STEP=N, training step N blocks for good, as a hung collective or a lost
+# server would (the stall watchdog's test, launch/stall.py)
+HANG_AT_STEP = int(os.environ.get("SLIMECLI_TEST_HANG_AT_STEP", "0") or 0)
+
+
 def hang_for_tests(step: int) -> None:
-    """A test hook: with SLIMECLI_TEST_HANG_AT_STEP=N, training step N blocks for good, as a hung collective or
-    a lost server would (the stall watchdog's test, launch/stall.py)."""
-    if os.environ.get("SLIMECLI_TEST_HANG_AT_STEP") == str(step):
-        log.info("SLIMECLI_TEST_HANG_AT_STEP=%d: blocking", step)
-        while True:
-            time.sleep(60)
+    log.info("SLIMECLI_TEST_HANG_AT_STEP=%d: blocking", step)
+    while True:
+        time.sleep(60)
 
 
 def make_policy(cfg: SlimeConfig, info: dist.DistInfo, trainable: bool = True) -> PolicyBackend:

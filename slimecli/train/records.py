@@ -38,6 +38,8 @@ class StepRecords:
         log_lost_row(self.metrics_log, step, restored_row)
         self.prompts_path = run_dir / PROMPTS_FILE
         drop_steps_after(self.prompts_path, step)
+        self.prompts = self.prompts_path.open("a", encoding="utf-8")
+        self.attempt = int(os.environ.get(RESTART_ENV, "0") or 0)  # run.max_restarts: this attempt's number
         if step > 0:  # a resume: the window goes on from the steps trained before
             self.recent.seed(read_metrics(run_dir), step)
         self.progress = StepProgress(max_steps, step)
@@ -51,15 +53,15 @@ class StepRecords:
         train_s = sum(timer.seconds[k] for k in TRAIN_STAGES)
         return {**batch.metrics, **metrics, **evaluated, "time/step_s": step_s, "time/train_s": train_s,
                 "perf/tokens_per_s": tokens / step_s, "weight_version": step, **gpu_memory(),
-                "run/restarts": int(os.environ.get(RESTART_ENV, "0") or 0)}  # run.max_restarts: this attempt's
+                "run/restarts": self.attempt}
 
     def log(self, step: int, row: dict[str, Any], timer: StageTimer, batch: StepBatch, eval_line: str) -> None:
         """The row with every stage's time to metrics.jsonl, and the step's rewards (and ``eval_line``, the
         evaluation just run, if any) to the progress line."""
         self.metrics_log.log(step, {**row, **timer.metrics()})
         positions = sorted({p for s in batch.samples if isinstance(p := s.metadata.get("position"), int)})
-        with self.prompts_path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps({"step": step, "positions": positions}) + "\n")
+        self.prompts.write(json.dumps({"step": step, "positions": positions}) + "\n")
+        self.prompts.flush()
         self.recent.add(batch.metrics.get("reward/mean"))
         text = reward_text(batch.metrics.get("reward/mean"), self.recent)
         if self.meter.invalid:
@@ -71,6 +73,7 @@ class StepRecords:
     def close(self) -> None:
         self.progress.close()
         self.metrics_log.close()
+        self.prompts.close()
 
 
 def log_lost_row(metrics_log: MetricsLogger, step: int, restored_row: dict[str, Any] | None) -> None:

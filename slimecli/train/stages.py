@@ -168,7 +168,7 @@ def rank_chunks(idx: list[int], rank: int, world_size: int, micro_batch_size: in
 
 
 # ---- the stages ---------------------------------------------------------------------------------------------
-def rollout(source: RolloutSource | None, step: int = 0) -> StepBatch:
+def rollout(source: RolloutSource | None, step: int) -> StepBatch:
     """Rank 0 takes step ``step``'s rollout (elsewhere ``source`` is None or takes nothing); every rank gets the
     same StepBatch."""
     result = source.take(step) if source is not None else None
@@ -252,15 +252,17 @@ def off_policy(batch: StepBatch, old: Tensors | None, cfg: TrainerConfig, versio
         samples, masks, strict=True)]
     versions = [v for vs in trained for v in vs if v >= 0]
     metrics = {"off_policy/old_token_share": sum(v < version for v in versions) / len(versions) if versions else 0.0}
-    if old is None or any(s.rollout_log_probs is None for s in samples):
-        if cfg.off_policy_correction != "none":
-            engine_log_probs(samples, f"trainer.off_policy_correction={cfg.off_policy_correction}")  # raises
+    correcting = cfg.off_policy_correction != "none"
+    if not correcting and (old is None or any(s.rollout_log_probs is None for s in samples)):
         return None, metrics
-    behaviour = engine_log_probs(samples, "trainer.off_policy_correction")
+    behaviour = engine_log_probs(samples, f"trainer.off_policy_correction={cfg.off_policy_correction}")
+    if old is None:
+        raise ValueError(f"trainer.off_policy_correction={cfg.off_policy_correction} needs the old log-probs: the "
+                         "old_logp stage computes them")
     mask = pad_sequences(masks)
     old_t, behaviour_t = pad_sequences(old), pad_sequences(behaviour)
     metrics["off_policy/mismatch_kl"] = float(op.mismatch_kl(old_t, behaviour_t, mask))
-    if cfg.off_policy_correction == "none":
+    if not correcting:
         return None, metrics
     correction = get_off_policy_correction(cfg.off_policy_correction).fn(old_t, behaviour_t, mask, cfg)
     tokens = mask.sum().clamp(min=1)

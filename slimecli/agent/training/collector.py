@@ -86,7 +86,7 @@ class AgentRollout:
         self.source = source
         self.job_factory = job_factory or self._swe_job
         self.archive = archive
-        self.step = 1  # the training step the next collect() is for (the loop sets it; a resume starts later)
+        self.step = 1  # the training step the next collect() is for (the rollout pipeline sets it)
         self.on_progress: Callable[[str], None] | None = None  # live status of a collect (runs take minutes)
         self._limit = asyncio.Semaphore(max(1, cfg.agent.concurrency))
         self._next_index = 0
@@ -152,7 +152,7 @@ class AgentRollout:
     # ---- one rollout ------------------------------------------------------------------------------------
     async def collect(self) -> RolloutResult:
         """Pull tasks until rollout.batch_size groups have >= 2 valid runs (and pass the filters)."""
-        step, self.step = self.step, self.step + 1
+        step = self.step  # the rollout pipeline sets it before each collect (several may be in flight)
         if not self._live["running"]:  # no other collect in flight: the counts start again
             self._live = {"done": 0, "running": 0, "resolved": 0, "graded": 0}
         groups: dict[int, list[AgentRun]] = {}  # this collect's runs by group, kept or dropped: metrics, archive

@@ -119,13 +119,12 @@ class RolloutCoordinator(Coordinator):
             from slimecli.train.coordinator.teacher import TeacherScoring
 
             self.teacher = TeacherScoring(cfg)
-        self.pipeline = RolloutPipeline(cfg, self.loop, collector, self.source, self.teacher)
-        self.rollouts = self.pipeline
+        self.rollouts = pipeline = RolloutPipeline(cfg, self.loop, collector, self.source, self.teacher)
         if cfg.eval.datasets:
             from slimecli.eval.runner import Evaluator
 
             self.evaluation = PinnedEvaluation(cfg, Evaluator(cfg, tokenizer, self.engines, run_dir), self.loop)
-        self.weights = EngineWeights(cfg, run_dir, self.engines, self.loop, self.pipeline, self.evaluation, policy)
+        self.weights = EngineWeights(cfg, run_dir, self.engines, self.loop, pipeline, self.evaluation, policy)
 
     def dump(self, step: int, batch: StepBatch) -> None:
         """rollout.dump: step ``step``'s samples to RUN/rollouts, before it trains on them."""
@@ -200,6 +199,7 @@ class RolloutCoordinator(Coordinator):
         if self.records is not None:
             self.records.close()
         self.rollouts.close()  # a rollout still in flight is dropped
+        self.evaluation.close()
         self.weights.close()
         if hasattr(self.collector, "stop"):
             self.loop.run(cast(Lifecycle, self.collector).stop())

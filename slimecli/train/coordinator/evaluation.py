@@ -36,6 +36,9 @@ class Evaluation:
     async def quiesce(self) -> None:
         pass
 
+    def close(self) -> None:
+        pass
+
 
 class PinnedEvaluation(Evaluation):
     def __init__(self, cfg: SlimeConfig, evaluator: Evaluator, loop: ServerLoop) -> None:
@@ -74,3 +77,9 @@ class PinnedEvaluation(Evaluation):
         pending = [asyncio.wrap_future(future) for _, future in self.running if not future.done()]
         if pending:
             await asyncio.wait(pending)
+
+    def close(self) -> None:
+        """The run ended (or failed) with evaluations in flight: they are dropped before the engines close."""
+        for _, future in self.running:
+            future.cancel()
+        self.running.clear()
