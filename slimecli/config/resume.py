@@ -89,7 +89,8 @@ def _change_groups(data: dict[str, Any], parsed: c._Parsed, env_agent: str | Non
     recipe_text = ""
     if recipe is not None:
         recipe_text, recipe_errors = recipe_lib.check(recipe)
-        if recipe_errors:
+        if recipe_errors:  # reported, as a fresh compose reports them; the groups are composed without it
+            errors.extend(recipe_errors)
             recipe = None
     fresh = c._hydra_compose(changed, recipe, recipe_text, errors)
     follows = {g: m for g, m in c._implied_groups(fresh, parsed, env_agent, uses_agent).items()
