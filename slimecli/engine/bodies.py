@@ -90,7 +90,7 @@ class FlushCacheQuery:
     """/flush_cache's query (SGLang's route reads no body): wait up to `timeout` seconds for the running and
     waiting requests to finish before the cache is flushed (0: flush now or answer 400)."""
 
-    timeout: float = spec(0.0, ge=0, le=3600)  # a flush waits an hour at most
+    timeout: float = spec(0.0, ge=0)
 
 
 LoadFormat = Literal["auto", "safetensors", "pt"]  # what a checkpoint directory holds; SGLang has many more
