@@ -18,6 +18,7 @@ from slimecli.config.groups.task import TaskConfig
 from slimecli.config.import_path import FORMAT_HINT, check_import_path, is_import_path, syntax_error
 from slimecli.config.registry import ADVANTAGE_ESTIMATORS, GENERATE_KINDS, POLICY_LOSSES
 from slimecli.config.schema import SlimeConfig
+from slimecli.config.teachers import run_teachers
 
 MAX_LISTED = 20  # row errors shown in full; the rest are counted
 
@@ -119,10 +120,13 @@ def model_dirs(cfg: SlimeConfig) -> list[ConfigError]:
 
 
 def teacher_dir(cfg: SlimeConfig) -> list[ConfigError]:
-    t = cfg.teacher
-    if t.name != "server" or t.url or t.model_path is None:
-        return []
-    return _checkpoint(t.model_path, "teacher.model_path")
+    """Each launched teacher's checkpoint directory (config/teachers.py)."""
+    errors = []
+    for teacher in run_teachers(cfg):
+        t = teacher.settings
+        if t.name == "server" and not t.url and t.model_path is not None:
+            errors += _checkpoint(t.model_path, f"{teacher.key}.model_path")
+    return errors
 
 
 def task_errors(t: TaskConfig) -> list[ConfigError]:

@@ -1,4 +1,5 @@
-"""Entry point of every teacher rank: `python -m slimecli.teacher --config RUN/config.yaml` under torchrun.
+"""Entry point of every teacher rank: `python -m slimecli.teacher --config RUN/config.yaml [--teacher NAME]` under
+torchrun (--teacher: which of the run's `teachers` it serves; without it, the `teacher` group's).
 
 Rank 0 serves HTTP after a private warm-up request on an ephemeral loopback port has gone through the whole
 path (HTTP, queue, every rank); only then does the public port open. A failed warm-up ends the job.
@@ -6,6 +7,7 @@ path (HTTP, queue, every rank); only then does the public port open. A failed wa
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import os
@@ -82,11 +84,22 @@ async def run_front(cfg: SlimeConfig, front: Front) -> None:
     await asyncio.Event().wait()
 
 
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--teacher", default=None, help="the name of the run's teacher (teachers[].name) it serves")
+
+
 def main(argv: list[str] | None = None) -> None:
     from slimecli.observe.worker import start_worker
 
-    cfg, _ = start_worker("python -m slimecli.teacher", argv, __doc__,
-                          log_format=f"%(asctime)s teacher[{os.environ.get('RANK', '0')}] %(levelname)s %(message)s")
+    cfg, args = start_worker("python -m slimecli.teacher", argv, __doc__, arguments=_arguments,
+                             log_format=f"%(asctime)s teacher[{os.environ.get('RANK', '0')}] %(levelname)s %(message)s")
+    if args.teacher is not None:
+        from slimecli.config.teachers import find_teacher, teacher_view
+
+        try:
+            cfg = teacher_view(cfg, find_teacher(cfg, args.teacher))
+        except KeyError as exc:
+            sys.exit(f"python -m slimecli.teacher: --teacher {args.teacher}: {exc.args[0]}")
     t = cfg.teacher
     from slimecli.model.loading import set_trust_remote_code
 

@@ -270,9 +270,9 @@ class Front:
 
     async def info(self, request: web.Request) -> web.Response:
         config = to_plain(self.cfg)
-        for group in ("teacher", "rollout"):  # the secrets of the config: never in a reply
-            if config.get(group, {}).get("api_key"):
-                config[group]["api_key"] = "***"
+        for part in (config.get("teacher", {}), config.get("rollout", {}), *config.get("teachers", [])):
+            if part.get("api_key"):  # the secrets of the config: never in a reply
+                part["api_key"] = "***"
         return web.json_response({"server_type": SERVER_TYPE, "model_path": self.model_path,
                                   "vocab_size": self.vocab_size, "tp": self.t.tp, "dp": self.t.dp,
                                   "temperature": self.t.temperature, "max_length": self.t.max_length,

@@ -219,25 +219,29 @@ def estimate(samples: Sequence[Sample], rewards: Sequence[float], cfg: TrainerCo
 def apply_opd(advantages: torch.Tensor, student_logp: torch.Tensor, teacher_logp: torch.Tensor,
               coef: float) -> torch.Tensor: ...
 @overload
-def apply_opd(advantages: Tensors, student_logp: Tensors, teacher_logp: Tensors, coef: float) -> Tensors: ...
+def apply_opd(advantages: Tensors, student_logp: Tensors, teacher_logp: Tensors,
+              coef: float | Sequence[float]) -> Tensors: ...
 def apply_opd(advantages: Tensors | torch.Tensor, student_logp: Tensors | torch.Tensor,
-              teacher_logp: Tensors | torch.Tensor, coef: float) -> Tensors | torch.Tensor:
+              teacher_logp: Tensors | torch.Tensor, coef: float | Sequence[float]) -> Tensors | torch.Tensor:
     """Step 2 (on-policy distillation): advantages - coef * (student_logp - teacher_logp), per token.
 
-    Accepts one tensor or a list of per-sample tensors (returns the same kind). No-op when coef == 0.
+    Accepts one tensor or a list of per-sample tensors (returns the same kind); with a list, ``coef`` may be one
+    per sample (each sample's teacher has its own: config/teachers.py). No-op where coef == 0.
     """
     if isinstance(advantages, torch.Tensor):
+        assert isinstance(coef, int | float), "one tensor takes one coefficient"
         if coef == 0.0:
             return advantages
         student, teacher = torch.as_tensor(student_logp), torch.as_tensor(teacher_logp)
         return advantages - coef * (student.detach().float() - teacher.detach().float())
-    if coef == 0.0:
+    coefs = [float(coef)] * len(advantages) if isinstance(coef, int | float) else [float(c) for c in coef]
+    if not any(coefs):
         return list(advantages)
-    if not (len(advantages) == len(student_logp) == len(teacher_logp)):
-        raise ValueError("advantages, student_logp and teacher_logp need one entry per sample")
-    return [a - coef * (torch.as_tensor(s, dtype=torch.float32).reshape(-1) -
-                        torch.as_tensor(t, dtype=torch.float32).reshape(-1))
-            for a, s, t in zip(advantages, student_logp, teacher_logp, strict=True)]
+    if not (len(advantages) == len(student_logp) == len(teacher_logp) == len(coefs)):
+        raise ValueError("advantages, student_logp, teacher_logp and the coefficients need one entry per sample")
+    return [a if c == 0.0 else a - c * (torch.as_tensor(s, dtype=torch.float32).reshape(-1) -
+                                        torch.as_tensor(t, dtype=torch.float32).reshape(-1))
+            for a, s, t, c in zip(advantages, student_logp, teacher_logp, coefs, strict=True)]
 
 
 AllReduce = Callable[[torch.Tensor], torch.Tensor]
@@ -295,15 +299,17 @@ def teacher_log_probs(samples: Sequence[Sample]) -> Tensors:
 def compute_advantages(samples: Sequence[Sample], rewards: Sequence[float], cfg: TrainerConfig,
                        n_samples_per_prompt: int, *, kl: Tensors | None = None,
                        student_logp: Tensors | None = None, teacher_logp: Tensors | None = None,
-                       all_reduce: AllReduce | None = None) -> Advantages:
-    """estimate -> x trainer.reward_coef -> apply_opd (when trainer.opd_kl_coef > 0) -> finalize, in that order."""
+                       all_reduce: AllReduce | None = None, opd_coefs: Sequence[float] | None = None) -> Advantages:
+    """estimate -> x trainer.reward_coef -> apply_opd (where a sample's OPD coefficient > 0) -> finalize, in that
+    order. ``opd_coefs``: each sample's (its teacher's opd_kl_coef); None: trainer.opd_kl_coef for all."""
     out = estimate(samples, rewards, cfg, n_samples_per_prompt, kl)
     # trainer.reward_coef scales the task-reward part after the estimator (a group std would cancel it before)
     adv = out.advantages if cfg.reward_coef == 1.0 else [a * cfg.reward_coef for a in out.advantages]
-    if cfg.opd_kl_coef:
+    coefs = [cfg.opd_kl_coef] * len(samples) if opd_coefs is None else list(opd_coefs)
+    if any(coefs):
         if student_logp is None:
             raise ValueError("trainer.opd_kl_coef > 0 needs the student's log-probs")
         if teacher_logp is None:
             teacher_logp = teacher_log_probs(samples)
-        adv = apply_opd(adv, student_logp, teacher_logp, cfg.opd_kl_coef)
+        adv = apply_opd(adv, student_logp, teacher_logp, coefs)
     return Advantages(finalize(adv, samples, cfg, all_reduce), out.returns)

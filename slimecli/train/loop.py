@@ -194,7 +194,8 @@ class Trainer:
         with timer.stage("ref_logp"):
             ref = stages.ref_logp(self.ref_policy, batch, self.ctx)
         with timer.stage("advantages"):
-            adv = stages.advantages(batch, old, ref, t, self.cfg.rollout.n_samples_per_prompt)
+            adv = stages.advantages(batch, old, ref, t, self.cfg.rollout.n_samples_per_prompt,
+                                    stages.opd_coefs(self.step_cfg, batch.samples))
             weights, off_policy = stages.off_policy(batch, old, t, self.step)
         with timer.stage("update"):
             self.coordinator.weights.before_update()

@@ -25,6 +25,7 @@ import torch
 
 from slimecli.config.groups.trainer import TrainerConfig
 from slimecli.config.schema import SlimeConfig
+from slimecli.config.teachers import route, run_teachers
 from slimecli.rollout.sample import Sample, version_number
 from slimecli.train import advantages as adv_lib
 from slimecli.train import dist
@@ -222,18 +223,29 @@ def ref_logp(ref: PolicyBackend | None, batch: StepBatch, ctx: RankContext) -> T
 
 
 def advantages(batch: StepBatch, old: Tensors | None, ref: Tensors | None, cfg: TrainerConfig,
-               n_samples_per_prompt: int) -> adv_lib.Advantages:
-    """Advantages of every sample, with KL reward shaping (trainer.kl_coef) and the OPD term when configured."""
+               n_samples_per_prompt: int, opd_coefs: Sequence[float] | None = None) -> adv_lib.Advantages:
+    """Advantages of every sample, with KL reward shaping (trainer.kl_coef) and the OPD term when configured
+    (``opd_coefs``: each sample's, by its teacher; None: trainer.opd_kl_coef for all)."""
     kl_shaping = None
     if cfg.kl_coef != 0 and ref is not None:
         if old is None:
             raise ValueError("KL reward shaping needs the old log-probs: the old_logp stage computes them")
         kl_shaping = [kl_penalty(b, r, "k1") for b, r in zip(old, ref, strict=True)]
     student = None
-    if cfg.opd_kl_coef:
+    if any(opd_coefs) if opd_coefs is not None else cfg.opd_kl_coef:
         student = old if old is not None else engine_log_probs(batch.samples, "trainer.opd_kl_coef (the student)")
     return adv_lib.compute_advantages(batch.samples, batch.rewards, cfg, n_samples_per_prompt, kl=kl_shaping,
-                                      student_logp=student)
+                                      student_logp=student, opd_coefs=opd_coefs)
+
+
+def opd_coefs(cfg: SlimeConfig, samples: Sequence[Sample]) -> list[float] | None:
+    """Each sample's OPD coefficient: its teacher's opd_kl_coef (config/teachers.py), by the teacher that scored
+    it, else by its route; None without teachers (trainer.opd_kl_coef then)."""
+    coefs = {t.name: t.opd_kl_coef for t in run_teachers(cfg)}
+    if not coefs:
+        return None
+    return [coefs.get(s.teacher or "", coefs.get(route(cfg, s.metadata.get("source")), cfg.trainer.opd_kl_coef))
+            for s in samples]
 
 
 def off_policy(batch: StepBatch, old: Tensors | None, cfg: TrainerConfig, version: int

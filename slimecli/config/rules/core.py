@@ -5,6 +5,7 @@ from __future__ import annotations
 from slimecli.config.errors import ConfigError
 from slimecli.config.layout import engine_count
 from slimecli.config.schema import SlimeConfig
+from slimecli.config.teachers import run_teachers
 
 
 def sampling(cfg: SlimeConfig) -> list[ConfigError]:
@@ -140,7 +141,7 @@ def losses(cfg: SlimeConfig) -> list[ConfigError]:
         errors.append(ConfigError("trainer.tis_clip_high", t.tis_clip_high, f"must be > trainer.tis_clip_low ({t.tis_clip_low}) >= 0"))
     if correction in ("mis", "icepop") and not t.is_mask_high > t.is_mask_low:
         errors.append(ConfigError("trainer.is_mask_high", t.is_mask_high, f"must be > trainer.is_mask_low ({t.is_mask_low})"))
-    if (t.opd_kl_coef > 0 or cfg.recipe == "opd") and cfg.teacher.name == "none":
+    if (t.opd_kl_coef > 0 or cfg.recipe == "opd") and not run_teachers(cfg):
         errors.append(ConfigError("teacher", "none", "distillation needs a teacher",
                                   "add teacher=server teacher.url=... (or teacher.model_path=...), or teacher=sglang teacher.url=..."))
     return errors
