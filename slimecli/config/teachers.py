@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, fields, replace
 
 from slimecli.config.errors import ConfigError
-from slimecli.config.groups.teacher import TeacherConfig, TeacherSettings
+from slimecli.config.groups.teacher import TeacherConfig, TeacherEntry, TeacherSettings
 from slimecli.config.layout import MULTI_NODE_PORTS
 from slimecli.config.port import is_auto
 from slimecli.config.schema import SlimeConfig
@@ -44,13 +44,23 @@ class RunTeacher:
 
 def run_teachers(cfg: SlimeConfig) -> list[RunTeacher]:
     """Every teacher of the run, in order: the `teachers` list, else the `teacher` group's one (none: [])."""
-    coef = cfg.trainer.opd_kl_coef
     if cfg.teachers:
-        return [RunTeacher(e.name, i, e.settings(), coef if e.opd_kl_coef is None else e.opd_kl_coef,
-                           f"teachers[{i}]") for i, e in enumerate(cfg.teachers)]
+        return [_listed(cfg, i, entry) for i, entry in enumerate(cfg.teachers)]
     if cfg.teacher.name == "none":
         return []
-    return [RunTeacher(SINGLE, 0, cfg.teacher, coef, "teacher")]
+    return [RunTeacher(SINGLE, 0, cfg.teacher, cfg.trainer.opd_kl_coef, "teacher")]
+
+
+def _listed(cfg: SlimeConfig, index: int, entry: TeacherEntry) -> RunTeacher:
+    coef = cfg.trainer.opd_kl_coef if entry.opd_kl_coef is None else entry.opd_kl_coef
+    return RunTeacher(entry.name, index, entry_settings(entry), coef, f"teachers[{index}]")
+
+
+def entry_settings(entry: TeacherEntry) -> TeacherConfig:
+    """A listed teacher as the `teacher` group would hold it (its kind as the member): what servers, clients and
+    checks of one teacher take."""
+    shared = {f.name: getattr(entry, f.name) for f in fields(TeacherSettings) if f.name != "name"}
+    return TeacherConfig(name=entry.kind, **shared)
 
 
 def find_teacher(cfg: SlimeConfig, name: str) -> RunTeacher:

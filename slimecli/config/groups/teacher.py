@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Literal
 
 from slimecli.config.decode import spec
@@ -65,9 +65,3 @@ class TeacherEntry(TeacherSettings):
     name: str = spec("", nonempty=True)  # its label: teacher_routes and teacher_default name it; teacher/<name>/...
     kind: TeacherKind = "server"
     opd_kl_coef: float | None = spec(None, ge=0, note="null: trainer.opd_kl_coef")
-
-    def settings(self) -> TeacherConfig:
-        """This teacher as the `teacher` group would hold it (its kind as the member): what servers, clients and
-        checks of one teacher take."""
-        shared = {f.name: getattr(self, f.name) for f in fields(TeacherSettings) if f.name != "name"}
-        return TeacherConfig(name=self.kind, **shared)
