@@ -20,6 +20,10 @@ Leader: TypeAlias = "subprocess.Popen[Any] | None"  # a group's leader, reaped w
 POLL_S = 0.05
 # the attempt a run's processes belong to: 0, then 1, 2, .. after each of run.max_restarts restarts
 RESTART_ENV = "SLIMECLI_RESTART"
+# a server the supervisor restarted (launch/restarts.py): which restart it is; and, for an engine of a training run,
+# that it must not generate until the trainer has given it the current weights
+SERVER_RESTART_ENV = "SLIMECLI_SERVER_RESTART"
+AWAIT_WEIGHTS_ENV = "SLIMECLI_AWAIT_WEIGHTS"
 
 
 def signal_group(pgid: int, sig: int) -> bool:

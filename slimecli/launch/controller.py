@@ -19,6 +19,7 @@ from slimecli.launch.rundir import prepare, resume_command, write_plan
 from slimecli.launch.stall import StallWatch
 from slimecli.launch.supervisor import Supervisor
 from slimecli.observe.metrics import METRICS_FILE
+from slimecli.observe.restarts import RESTARTS_FILE
 from slimecli.process import RESTART_ENV
 
 
@@ -56,7 +57,7 @@ def run(cfg: SlimeConfig, argv: list[str], overrides: list[str], console: Consol
         stall = StallWatch(run_dir.path / METRICS_FILE, cfg.run.stall_timeout_s, cfg.rollout.start_timeout_s)
         env = {RESTART_ENV: str(attempt)}
         supervisor = Supervisor([replace(s, env={**s.env, **env}) for s in specs], run_dir.log_dir, console=console,
-                                verbose=cfg.observe.verbose, stall=stall)
+                                verbose=cfg.observe.verbose, stall=stall, restart_log=run_dir.path / RESTARTS_FILE)
         code = supervisor.run()
         if code == 0 or attempt >= cfg.run.max_restarts or not _restartable(cfg, supervisor.failed):
             return code
