@@ -223,7 +223,8 @@ class Supervisor:
                 continue
             self._say(f"[bold red]{child.spec.name} is {why}[/]: asking it for its Python stacks")
             said = dump_stacks([child.proc.pid]) or ["not a slimecli process: its stacks could not be taken"]
-            time.sleep(2.0)  # faulthandler writes at once; the log pump needs a moment
+            if any("stacks written" in line for line in said):
+                time.sleep(2.0)  # faulthandler writes at once; the log pump needs a moment
             with open(child.log_path, "a", encoding="utf-8") as log:
                 for line in said:
                     log.write(f"slimecli | {line}\n")
