@@ -131,6 +131,8 @@ class RolloutCoordinator(Coordinator):
             recovery = EngineRecovery(cfg, weights)
             for engine in self.engines:
                 engine.recovery = recovery
+            if hasattr(collector, "follow_restarts"):  # the agent kind's adapter has clients of its own
+                cast(Any, collector).follow_restarts(recovery)
 
     def dump(self, step: int, batch: StepBatch) -> None:
         """rollout.dump: step ``step``'s samples to RUN/rollouts, before it trains on them."""
