@@ -76,13 +76,17 @@ def alive(pid: int) -> bool:
     return True
 
 
+def state(pid: int) -> str | None:
+    """The process's state letter in /proc (R, S, D, T: stopped, Z: zombie, ...); None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
 def gone(pid: int) -> bool:
     """Exited (a zombie counts: it runs nothing)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state in ("Z", "X")
+    return state(pid) in (None, "Z", "X")
 
 
 def wait_gone(pids: list[int], timeout_s: float) -> list[int]:
@@ -111,6 +115,24 @@ def children(pid: int) -> list[int]:
             except (OSError, IndexError, ValueError):
                 continue
         return found
+
+
+def descendants(roots: list[int]) -> list[int]:
+    """The roots and every process below them (the children of every thread, as torchrun's ranks are)."""
+    out, todo = [], list(roots)
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            tasks = []
+        for task in tasks:
+            try:
+                todo += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+            except OSError:
+                continue
+    return out
 
 
 def exit_status(returncode: int) -> int:

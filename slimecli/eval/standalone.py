@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from slimecli.config.errors import ConfigError, ConfigErrors
@@ -142,7 +141,7 @@ def evaluate(cfg: SlimeConfig, step: int, argv: list[str], overrides: list[str],
     """Launch the engines and the evaluator, supervise them, print the table. 0 only when every dataset
     was evaluated."""
     from slimecli.eval.runner import read_summary
-    from slimecli.launch.agent_checks import agent_cli_errors, sandbox_errors, sandbox_notice
+    from slimecli.launch.agent_checks import agent_cli_errors, sandbox_errors, say_sandbox_notice
     from slimecli.launch.free_ports import with_free_rollout_port
     from slimecli.launch.plan import engine_specs, in_run
     from slimecli.launch.preflight import engine_errors, materialize
@@ -162,9 +161,7 @@ def evaluate(cfg: SlimeConfig, step: int, argv: list[str], overrides: list[str],
         errors += agent_cli_errors(cfg) + sandbox_errors(cfg)
     if errors:
         raise ConfigErrors(errors)
-    said = sandbox_notice(cfg) if agents else None  # where the agent's commands run (local: what is left open)
-    if said is not None:
-        console.print(f"[yellow]warning[/] {escape(said[1])}" if said[0] == "warning" else escape(said[1]))
+    say_sandbox_notice(cfg, console, runs_code=agents)  # where the agent's commands run (local: what is left open)
     run = prepare(cfg, argv, overrides)
     console.print(f"[bold]eval directory[/] {run.path}")
     config_path = str(run.config_path)
@@ -178,8 +175,7 @@ def evaluate(cfg: SlimeConfig, step: int, argv: list[str], overrides: list[str],
         console.print("[red]no evaluation summary was written[/]")
         return code or 1
     console.print(table(summary, f"eval of {cfg.model.path} (step {step})"))
-    if said is not None and said[0] == "warning":
-        console.print(f"[yellow]warning[/] {escape(said[1])}")
+    say_sandbox_notice(cfg, console, runs_code=agents, warnings_only=True)  # sandbox=local: again, at the end
     failed = [d["name"] for d in summary.get("datasets", []) if d.get("error")]
     if failed:
         console.print(f"[red]failed:[/] {', '.join(failed)}")
