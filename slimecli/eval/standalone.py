@@ -143,8 +143,8 @@ def evaluate(cfg: SlimeConfig, step: int, argv: list[str], overrides: list[str],
     was evaluated."""
     from slimecli.eval.runner import read_summary
     from slimecli.launch.agent_checks import agent_cli_errors, sandbox_errors, sandbox_notice
-    from slimecli.launch.free_ports import with_free_rollout_port
-    from slimecli.launch.plan import engine_specs, in_run
+    from slimecli.launch.free_ports import with_free_judge_port, with_free_rollout_port
+    from slimecli.launch.plan import engine_specs, in_run, judge_spec
     from slimecli.launch.preflight import engine_errors, materialize
     from slimecli.launch.rundir import prepare, write_plan
     from slimecli.launch.spec import ProcessSpec
@@ -155,7 +155,7 @@ def evaluate(cfg: SlimeConfig, step: int, argv: list[str], overrides: list[str],
         raise ConfigErrors([ConfigError("eval.datasets", [], "nothing to evaluate",
                                         "eval.datasets=[{name: NAME, task: jsonl, path: FILE}], an environment "
                                         "(env=native env.id=lookup) or +recipe=NAME")])
-    cfg = with_free_rollout_port(materialize(cfg))  # rollout.port=auto: free ports, recorded in the plan
+    cfg = with_free_judge_port(with_free_rollout_port(materialize(cfg)))  # "auto" ports: free ones, in the plan
     errors = engine_errors(cfg, [slot.port for slot in engine_slots(cfg)])
     agents = any(ds.task == "swe" for ds in cfg.eval.datasets)  # SWE tasks are worked by the agent CLI in sandboxes
     if agents:
@@ -170,7 +170,8 @@ def evaluate(cfg: SlimeConfig, step: int, argv: list[str], overrides: list[str],
     config_path = str(run.config_path)
     evaluator = ProcessSpec(name="evaluator", kind="worker",
                             argv=[sys.executable, "-m", "slimecli.eval", "--config", config_path, "--step", str(step)])
-    specs = in_run([*engine_specs(cfg, config_path), evaluator], run.path)
+    judge = judge_spec(cfg, config_path)  # reward.judge_url=embedded: the judge next to the engines
+    specs = in_run([*engine_specs(cfg, config_path), *([judge] if judge else []), evaluator], run.path)
     write_plan(run, specs)
     code = Supervisor(specs, run.log_dir, console=console).run()
     summary = read_summary(run.path, step)
