@@ -32,13 +32,13 @@ from slimecli.config.groups.reward import RewardConfig
 from slimecli.config.port import is_auto
 from slimecli.net.client import RetryingClient
 from slimecli.net.retry import HttpStatusError, RetryPolicy, TransientError
+from slimecli.reward.stats import JUDGE_KEY
 from slimecli.reward.verdict import VerdictError, VerdictForm, compile_form, render, rubric_of
 
 log = logging.getLogger(__name__)
 
 API_KEY_ENV = "SLIMECLI_JUDGE_API_KEY"
 EMBEDDED = "embedded"
-RECORD_KEY = "judge"  # sample.metadata["judge"]: {"verdict": text, "cached": bool} or {"error": kind, ...}
 
 
 class JudgeError(RuntimeError):
@@ -127,7 +127,7 @@ class Judge(RetryingClient):
 
     async def __call__(self, sample: Any) -> float:
         record: dict[str, Any] = {}
-        sample.metadata[RECORD_KEY] = record
+        sample.metadata[JUDGE_KEY] = record  # {verdict, cached} or {error: kind, detail}
         text = render(self.rubric, self.form, sample.prompt, sample.response, sample.label)
         key = self._key(text)
         hit = self.cache.get(key) if self.cfg.judge_cache_size > 0 else None
