@@ -77,7 +77,7 @@ def settings_of(cfg: SlimeConfig, index: int = 0, run_dir: str | Path | None = N
 
 def judge_settings(cfg: SlimeConfig) -> EngineSettings:
     """The embedded judge's settings: reward.judge_model (default: the run's model) on reward.judge_port, on the
-    rollout engines' device and dtype, behind reward.judge_api_key (the key its clients send). It loads no weight
+    rollout engines' device (rollout.device) and dtype, behind reward.judge_api_key (the key its clients send). It loads no weight
     updates (no weight roots): it judges as it started."""
     from pathlib import Path
 

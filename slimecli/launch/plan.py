@@ -8,6 +8,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from slimecli.config.groups.reward import RewardConfig
 from slimecli.config.groups.rollout import RolloutConfig
 from slimecli.config.layout import (
     embedded_judge,
@@ -177,7 +178,7 @@ def judge_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec | None:
     """The embedded engine the run starts as its judge (reward.judge_url=embedded; layout.embedded_judge), on the
     rollout engines' device. It serves reward.judge_model (default: the run's model) and never takes a weight
     update: the judge stays the model it started as."""
-    judge = embedded_judge(cfg)
+    judge: RewardConfig | None = embedded_judge(cfg)
     if judge is None:
         return None
     port = picked(judge.judge_port, "reward.judge_port")
