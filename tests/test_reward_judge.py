@@ -206,3 +206,35 @@ def test_the_rubric_is_filled_in_and_other_braces_stay():
     schema = compile_form(RewardConfig(name="judge", verdict_schema=SCHEMA))
     assert schema.constraint == ("json_schema", json.dumps(json.loads(SCHEMA), separators=(",", ":")))
     assert "JSON object following this schema" in schema.instruction()
+
+
+def test_the_embedded_judge_is_planned_when_a_reward_uses_it(tmp_path):
+    """reward.judge_url=embedded: a free port picked, a `judge` server in the plan before the trainer, probed like
+    an engine (what it serves: test_reward_judge_embedded.py); also when only an eval dataset is judged."""
+    from slimecli.config.eval_settings import dataset_reward
+    from slimecli.config.layout import embedded_judge
+    from slimecli.launch.free_ports import with_free_ports
+    from slimecli.launch.plan import build_plan
+    from slimecli.launch.source_checks import load
+
+    cfg = with_free_ports(load(["reward=judge", "reward.judge_model=/models/grader", f"run.root={tmp_path}"]))
+    port = cfg.reward.judge_port
+    assert isinstance(port, int)
+    plan = build_plan(cfg, tmp_path)
+    assert [s.name for s in plan] == ["engine-0", "judge", "trainer"]
+    judge = plan[1]
+    assert judge.kind == "server" and judge.ports == [port] and judge.argv[-1] == "--judge"
+    assert judge.probe is not None and judge.probe.url == f"http://127.0.0.1:{port}/health_generate"
+
+    rubric = "Is this upper case? {response}\n{instruction}"
+    datasets = ("eval.datasets=[{name: h, task: quickstart, reward: {name: judge, verdict: score, "
+                f"rubric: '{rubric}'}}}}]")
+    only_eval = with_free_ports(load([datasets, f"run.root={tmp_path}"]))
+    assert only_eval.reward.name == "quickstart" and embedded_judge(only_eval) is not None
+    scoped = dataset_reward(only_eval.eval.datasets[0], only_eval.reward)
+    assert (scoped.name, scoped.verdict, scoped.rubric) == ("judge", "score", rubric)
+    assert scoped.judge_port == only_eval.reward.judge_port and isinstance(scoped.judge_port, int)
+    assert "judge" in [s.name for s in build_plan(only_eval, tmp_path)]
+    assert "judge" not in [s.name for s in build_plan(with_free_ports(load([f"run.root={tmp_path}"])), tmp_path)]
+    remote = with_free_ports(load(["reward=judge", "reward.judge_url=http://127.0.0.1:1", f"run.root={tmp_path}"]))
+    assert embedded_judge(remote) is None and "judge" not in [s.name for s in build_plan(remote, tmp_path)]

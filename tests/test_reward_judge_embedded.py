@@ -22,6 +22,7 @@ def test_quickstart_eval_with_the_embedded_judge_has_no_unparsed_verdicts(tmp_pa
                           f"run.root={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "judge is ready" in out.stdout and "judge_errors" in out.stdout
+    assert re.search(r"judge \| slimecli engine ready on http://127\.0\.0\.1:\d+ \(model .*tiny", out.stdout)
     (run,) = tmp_path.iterdir()
     plan = json.loads((run / "plan.json").read_text())
     names = [p["name"] for p in plan]

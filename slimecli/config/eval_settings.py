@@ -12,7 +12,7 @@ from slimecli.config.groups.rollout import RolloutConfig
 from slimecli.config.groups.task import TaskConfig
 
 REWARD_FIELDS = ("name", "key", "path", "group", "url", "timeout_s", "max_retries", "backoff_s", "concurrency",
-                 "on_invalid", "partial")
+                 "on_invalid", "partial", "rubric", "verdict", "verdict_regex", "verdict_schema", "score_max")
 # reward=judge on a dataset takes these from the run's reward: where an embedded judge listens always (the run
 # starts one judge), and the rest when the run's reward names a judge (reward.judge_url)
 JUDGE_PLACE = ("judge_host", "judge_port")
