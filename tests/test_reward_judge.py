@@ -83,6 +83,11 @@ def test_a_judge_that_is_down_is_counted_never_raised():
     assert [s.reward for s in nobody] == [None, None]
     assert reward_metrics(nobody)["reward/judge_errors/unavailable"] == 2.0
 
+    unpicked = samples("GOOD")  # an embedded judge outside the run that started it (no port picked)
+    asyncio.run(assign_rewards(unpicked, replace(BASE, judge_url="embedded"), LOG))
+    assert unpicked[0].reward is None and "no port was picked" in unpicked[0].metadata["judge"]["detail"]
+    assert reward_metrics(unpicked)["reward/judge_errors/unavailable"] == 1.0
+
 
 def test_openai_api_with_a_json_schema_score_and_an_api_key():
     cfg = replace(BASE, verdict="score", verdict_schema=SCHEMA, judge_model="grader", judge_api_key="k3y")

@@ -117,7 +117,10 @@ class Judge(RetryingClient):
                          cfg.concurrency)
         self.cfg = cfg
         self.form = form or compile_form(cfg)
-        self.url = judge_url(cfg)
+        try:
+            self.url, self.unreachable = judge_url(cfg), None
+        except JudgeUnavailable as exc:  # reported per sample, counted like a judge that is down
+            self.url, self.unreachable = str(cfg.judge_url), exc
         self.api = judge_api(cfg)
         self.rubric = rubric_of(cfg)
         self.cache = cache
@@ -128,6 +131,9 @@ class Judge(RetryingClient):
     async def __call__(self, sample: Any) -> float:
         record: dict[str, Any] = {}
         sample.metadata[JUDGE_KEY] = record  # {verdict, cached} or {error: kind, detail}
+        if self.unreachable is not None:
+            record.update(error=JudgeUnavailable.kind, detail=str(self.unreachable))
+            raise self.unreachable
         text = render(self.rubric, self.form, sample.prompt, sample.response, sample.label)
         key = self._key(text)
         hit = self.cache.get(key) if self.cfg.judge_cache_size > 0 else None
