@@ -230,6 +230,8 @@ def test_the_embedded_judge_is_planned_when_a_reward_uses_it(tmp_path):
     judge = plan[1]
     assert judge.kind == "server" and judge.ports == [port] and judge.argv[-1] == "--judge"
     assert judge.probe is not None and judge.probe.url == f"http://127.0.0.1:{port}/health_generate"
+    assert judge.health is not None and judge.health.url == judge.probe.url  # kept alive like the engines
+    assert (judge.health.max_restarts, judge.health.setting) == (cfg.rollout.max_restarts, "rollout.max_restarts")
 
     rubric = "Is this upper case? {response}\n{instruction}"
     datasets = ("eval.datasets=[{name: h, task: quickstart, reward: {name: judge, verdict: score, "

@@ -77,14 +77,16 @@ def settings_of(cfg: SlimeConfig, index: int = 0, run_dir: str | Path | None = N
 
 def judge_settings(cfg: SlimeConfig) -> EngineSettings:
     """The embedded judge's settings: reward.judge_model (default: the run's model) on reward.judge_port, on the
-    rollout engines' device (rollout.device) and dtype, behind reward.judge_api_key (the key its clients send). It loads no weight
-    updates (no weight roots): it judges as it started."""
+    rollout engines' device (rollout.device) and dtype, behind reward.judge_api_key (the key its clients send). It
+    loads no weight updates (no weight roots): it judges as it started."""
     from pathlib import Path
 
     from slimecli.config.groups.rollout import engine_dtype
     from slimecli.config.layout import embedded_judge, picked
     from slimecli.engine.settings import EngineSettings
     from slimecli.model.loading import resolve_model_path, resolve_tokenizer_path
+    from slimecli.net.auth import judge_api_key
+
     judge = embedded_judge(cfg)
     if judge is None:
         raise SystemExit("python -m slimecli.engine --judge: this config has no embedded judge "
@@ -99,8 +101,8 @@ def judge_settings(cfg: SlimeConfig) -> EngineSettings:
         port=picked(judge.judge_port, "reward.judge_port"), dtype=engine_dtype(r, cfg.model.dtype, on_gpu(r.device)),
         device=r.device, max_running=r.max_running_requests, seed=cfg.run.seed, prefix_cache_mb=r.prefix_cache_mb,
         trust_remote_code=cfg.model.trust_remote_code, log_level=cfg.run.log_level,
-        api_key=judge.judge_api_key or os.environ.get("SLIMECLI_JUDGE_API_KEY") or None, weight_roots=(), read_timeout_s=r.read_timeout_s,
-        max_connections=r.max_connections, loopback_loads_anywhere=False)
+        api_key=judge_api_key(judge.judge_api_key), weight_roots=(),
+        read_timeout_s=r.read_timeout_s, max_connections=r.max_connections, loopback_loads_anywhere=False)
 
 
 def start(cfg: SlimeConfig, index: int = 0, run_dir: str | Path | None = None) -> None:

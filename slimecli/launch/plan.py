@@ -176,16 +176,19 @@ def teacher_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec | None:
 
 def judge_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec | None:
     """The embedded engine the run starts as its judge (reward.judge_url=embedded; layout.embedded_judge), on the
-    rollout engines' device. It serves reward.judge_model (default: the run's model) and never takes a weight
-    update: the judge stays the model it started as."""
+    rollout engines' device, restarted like them. It serves reward.judge_model (default: the run's model) and never
+    takes a weight update: the judge stays the model it started as."""
     judge: RewardConfig | None = embedded_judge(cfg)
     if judge is None:
         return None
     port = picked(judge.judge_port, "reward.judge_port")
     argv = [sys.executable, "-m", "slimecli.engine", "--config", config_path, "--judge"]
+    url = f"http://{reachable_host(judge.judge_host)}:{port}/health_generate"
+    r = cfg.rollout  # an embedded engine: kept alive like the rollout engines (its verdicts wait in retries meanwhile)
+    health = Health(url, r.health_interval_s, r.health_timeout_s, r.health_start_grace_s, r.max_restarts,
+                    setting="rollout.max_restarts")
     return ProcessSpec(name="judge", kind="server", ports=[port], argv=argv, env=_overlap_env(cfg, share_cores=True),
-                       probe=Probe(f"http://{reachable_host(judge.judge_host)}:{port}/health_generate"),
-                       start_timeout_s=judge.judge_start_timeout_s)
+                       probe=Probe(url), start_timeout_s=judge.judge_start_timeout_s, health=health)
 
 
 def trainer_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec:
@@ -195,8 +198,8 @@ def trainer_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec:
 
 
 def build_plan(cfg: SlimeConfig, run_dir: str | Path) -> list[ProcessSpec]:
-    """Servers first (engines, teacher, an embedded judge; none for rollout.replay), then the trainer. Every process reads
-    RUN/config.yaml."""
+    """Servers first (engines, teacher, an embedded judge; none for rollout.replay), then the trainer. Every process
+    reads RUN/config.yaml."""
     run_dir = Path(run_dir).resolve()
     config_path = str(run_dir / CONFIG_FILE)
     specs: list[ProcessSpec] = []

@@ -21,7 +21,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import os
 from collections import OrderedDict
 from typing import Any
 from urllib.parse import urlparse
@@ -30,6 +29,7 @@ import aiohttp
 
 from slimecli.config.groups.reward import RewardConfig
 from slimecli.config.port import is_auto
+from slimecli.net.auth import judge_api_key
 from slimecli.net.client import RetryingClient
 from slimecli.net.retry import HttpStatusError, RetryPolicy, TransientError
 from slimecli.reward.stats import JUDGE_KEY
@@ -37,7 +37,6 @@ from slimecli.reward.verdict import VerdictError, VerdictForm, compile_form, ren
 
 log = logging.getLogger(__name__)
 
-API_KEY_ENV = "SLIMECLI_JUDGE_API_KEY"
 EMBEDDED = "embedded"
 
 
@@ -124,7 +123,7 @@ class Judge(RetryingClient):
         self.api = judge_api(cfg)
         self.rubric = rubric_of(cfg)
         self.cache = cache
-        self.api_key = cfg.judge_api_key or os.environ.get(API_KEY_ENV) or None
+        self.api_key = judge_api_key(cfg.judge_api_key)
         self._template: Any = None  # generate: the chat template's tokenizer, False for raw text
         self._template_lock = asyncio.Lock()
 
