@@ -131,6 +131,12 @@ def test_verdicts_are_cached_by_prompt_response_and_rubric():
             await assign_rewards(samples("GOOD"), replace(at, judge_cache_size=0), LOG)
             await assign_rewards(samples("GOOD"), replace(at, judge_cache_size=0), LOG)
             assert len(judge.requests) == 8  # no cache
+            twins = samples("GOOD twin", "GOOD twin", "GOOD twin", "DOWN twin", "DOWN twin")
+            await assign_rewards(twins, replace(at, max_retries=0), LOG)
+            assert len(judge.requests) == 10  # one request for the three alike, one for the two alike
+            assert [s.reward for s in twins] == [1.0, 1.0, 1.0, None, None]
+            assert sorted(bool(s.metadata["judge"].get("cached")) for s in twins[:3]) == [False, True, True]
+            assert reward_metrics(twins)["reward/judge_errors/unavailable"] == 2.0
 
     asyncio.run(main())
 

@@ -126,25 +126,36 @@ class Judge(RetryingClient):
         self.api_key = judge_api_key(cfg.judge_api_key)
         self._template: Any = None  # generate: the chat template's tokenizer, False for raw text
         self._template_lock = asyncio.Lock()
+        self._pending: dict[str, asyncio.Future[str]] = {}  # requests in flight by key: twins wait for the first
 
     async def __call__(self, sample: Any) -> float:
         record: dict[str, Any] = {}
         sample.metadata[JUDGE_KEY] = record  # {verdict, cached} or {error: kind, detail}
         if self.unreachable is not None:
             record.update(error=JudgeUnavailable.kind, detail=str(self.unreachable))
-            raise self.unreachable
+            raise JudgeUnavailable(str(self.unreachable))
         text = render(self.rubric, self.form, sample.prompt, sample.response, sample.label)
         key = self._key(text)
-        hit = self.cache.get(key) if self.cfg.judge_cache_size > 0 else None
+        caching = self.cfg.judge_cache_size > 0
+        hit = self.cache.get(key) if caching else None
         if hit is not None:
             record.update(verdict=hit[0], cached=True)
             return hit[1]
+        shared = self._pending.get(key) if caching else None  # the same request in flight (a group's twins)
         try:
-            reply = await self.call(lambda: self._ask(text), f"judge {self.url}")
+            if shared is not None:
+                reply = await asyncio.shield(shared)
+            else:
+                task = asyncio.ensure_future(self.call(lambda: self._ask(text), f"judge {self.url}"))
+                self._pending[key] = task
+                try:
+                    reply = await task
+                finally:
+                    self._pending.pop(key, None)
         except JudgeUnavailable as exc:
             record.update(error=JudgeUnavailable.kind, detail=str(exc)[:300])
-            raise
-        record.update(verdict=reply[:2000], cached=False)
+            raise JudgeUnavailable(str(exc)) from None
+        record.update(verdict=reply[:2000], cached=shared is not None)
         try:
             value = self.form.parse(reply)
         except VerdictError as exc:
