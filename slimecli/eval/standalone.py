@@ -78,6 +78,7 @@ def from_run(run_dir: Path, overrides: list[str]) -> tuple[SlimeConfig, int]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from slimecli.config.convert import build, to_plain
+    from slimecli.config.groups.reward import JUDGE_EMBEDDED
     from slimecli.config.io import load_frozen
     from slimecli.config.port import AUTO
     from slimecli.config.rules import check_all
@@ -102,6 +103,12 @@ def from_run(run_dir: Path, overrides: list[str]) -> tuple[SlimeConfig, int]:
         (ov,) = parser.parse_overrides([text])
         _set(data, key, ov.value(), errors)
         given.add(key)
+    reward = data.get("reward")
+    if isinstance(reward, dict):  # reward=judge: the run's embedded judge again, on a free port unless given
+        if reward.get("judge_url") == JUDGE_EMBEDDED and not reward.get("judge_model") and data["model"].get("path"):
+            reward["judge_model"] = data["model"]["path"]  # it served the run's starting model, not the final one
+        if "reward.judge_port" not in given:
+            reward["judge_port"] = AUTO
     if "model.path" not in given:
         final = run_dir / FINAL_DIR
         if (final / "adapter_config.json").is_file():
