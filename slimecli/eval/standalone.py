@@ -77,6 +77,7 @@ def from_run(run_dir: Path, overrides: list[str]) -> tuple[SlimeConfig, int]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from slimecli.config.convert import build, to_plain
+    from slimecli.config.groups.reward import JUDGE_EMBEDDED
     from slimecli.config.io import load_frozen
     from slimecli.config.port import AUTO
     from slimecli.config.rules import check_all
@@ -101,6 +102,12 @@ def from_run(run_dir: Path, overrides: list[str]) -> tuple[SlimeConfig, int]:
         (ov,) = parser.parse_overrides([text])
         _set(data, key, ov.value(), errors)
         given.add(key)
+    reward = data.get("reward")
+    if isinstance(reward, dict):  # reward=judge: the run's embedded judge again, on a free port unless given
+        if reward.get("judge_url") == JUDGE_EMBEDDED and not reward.get("judge_model") and data["model"].get("path"):
+            reward["judge_model"] = data["model"]["path"]  # it served the run's starting model, not the final one
+        if "reward.judge_port" not in given:
+            reward["judge_port"] = AUTO
     if "model.path" not in given:
         final = run_dir / FINAL_DIR
         if (final / "adapter_config.json").is_file():
@@ -142,8 +149,8 @@ def evaluate(cfg: SlimeConfig, step: int, argv: list[str], overrides: list[str],
     was evaluated."""
     from slimecli.eval.runner import read_summary
     from slimecli.launch.agent_checks import agent_cli_errors, sandbox_errors, say_sandbox_notice
-    from slimecli.launch.free_ports import with_free_rollout_port
-    from slimecli.launch.plan import engine_specs, in_run
+    from slimecli.launch.free_ports import with_free_judge_port, with_free_rollout_port
+    from slimecli.launch.plan import engine_specs, in_run, judge_spec
     from slimecli.launch.preflight import engine_errors, materialize
     from slimecli.launch.rundir import prepare, write_plan
     from slimecli.launch.spec import ProcessSpec
@@ -154,7 +161,7 @@ def evaluate(cfg: SlimeConfig, step: int, argv: list[str], overrides: list[str],
         raise ConfigErrors([ConfigError("eval.datasets", [], "nothing to evaluate",
                                         "eval.datasets=[{name: NAME, task: jsonl, path: FILE}], an environment "
                                         "(env=native env.id=lookup) or +recipe=NAME")])
-    cfg = with_free_rollout_port(materialize(cfg))  # rollout.port=auto: free ports, recorded in the plan
+    cfg = with_free_judge_port(with_free_rollout_port(materialize(cfg)))  # "auto" ports: free ones, in the plan
     errors = engine_errors(cfg, [slot.port for slot in engine_slots(cfg)])
     agents = any(ds.task == "swe" for ds in cfg.eval.datasets)  # SWE tasks are worked by the agent CLI in sandboxes
     if agents:
@@ -167,7 +174,8 @@ def evaluate(cfg: SlimeConfig, step: int, argv: list[str], overrides: list[str],
     config_path = str(run.config_path)
     evaluator = ProcessSpec(name="evaluator", kind="worker",
                             argv=[sys.executable, "-m", "slimecli.eval", "--config", config_path, "--step", str(step)])
-    specs = in_run([*engine_specs(cfg, config_path), evaluator], run.path)
+    judge = judge_spec(cfg, config_path)  # reward.judge_url=embedded: the judge next to the engines
+    specs = in_run([*engine_specs(cfg, config_path), *([judge] if judge else []), evaluator], run.path)
     write_plan(run, specs)
     code = Supervisor(specs, run.log_dir, console=console).run()
     summary = read_summary(run.path, step)

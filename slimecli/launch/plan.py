@@ -8,8 +8,17 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from slimecli.config.groups.reward import RewardConfig
 from slimecli.config.groups.rollout import RolloutConfig
-from slimecli.config.layout import node_engines, run_dir_of, teacher_address, teacher_nodes
+from slimecli.config.layout import (
+    embedded_judge,
+    node_engines,
+    picked,
+    reachable_host,
+    run_dir_of,
+    teacher_address,
+    teacher_nodes,
+)
 from slimecli.config.schema import SlimeConfig
 from slimecli.launch.spec import Health, Probe, ProcessSpec
 from slimecli.launch.torchrun import rank_command
@@ -165,6 +174,23 @@ def teacher_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec | None:
                        start_timeout_s=t.start_timeout_s + (t.warmup_timeout_s if t.warmup else 0.0))
 
 
+def judge_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec | None:
+    """The embedded engine the run starts as its judge (reward.judge_url=embedded; layout.embedded_judge), on the
+    rollout engines' device, restarted like them. It serves reward.judge_model (default: the run's model) and never
+    takes a weight update: the judge stays the model it started as."""
+    judge: RewardConfig | None = embedded_judge(cfg)
+    if judge is None:
+        return None
+    port = picked(judge.judge_port, "reward.judge_port")
+    argv = [sys.executable, "-m", "slimecli.engine", "--config", config_path, "--judge"]
+    url = f"http://{reachable_host(judge.judge_host)}:{port}/health_generate"
+    r = cfg.rollout  # an embedded engine: kept alive like the rollout engines (its verdicts wait in retries meanwhile)
+    health = Health(url, r.health_interval_s, r.health_timeout_s, r.health_start_grace_s, r.max_restarts,
+                    setting="rollout.max_restarts")
+    return ProcessSpec(name="judge", kind="server", ports=[port], argv=argv, env=_overlap_env(cfg, share_cores=True),
+                       probe=Probe(url), start_timeout_s=judge.judge_start_timeout_s, health=health)
+
+
 def trainer_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec:
     argv, env = rank_command("slimecli.train", ["--config", config_path], cfg.trainer.nproc, cfg.cluster,
                              run_id=cfg.run.name)
@@ -172,8 +198,8 @@ def trainer_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec:
 
 
 def build_plan(cfg: SlimeConfig, run_dir: str | Path) -> list[ProcessSpec]:
-    """Servers first (engines, teacher; none for rollout.replay), then the trainer. Every process reads
-    RUN/config.yaml."""
+    """Servers first (engines, teacher, an embedded judge; none for rollout.replay), then the trainer. Every process
+    reads RUN/config.yaml."""
     run_dir = Path(run_dir).resolve()
     config_path = str(run_dir / CONFIG_FILE)
     specs: list[ProcessSpec] = []
@@ -182,6 +208,9 @@ def build_plan(cfg: SlimeConfig, run_dir: str | Path) -> list[ProcessSpec]:
         teacher = teacher_spec(cfg, config_path)  # on the first node, or on every node (teacher.every_node)
         if teacher is not None:
             specs.append(teacher)
+        judge = judge_spec(cfg, config_path)  # reward.judge_url=embedded
+        if judge is not None:
+            specs.append(judge)
     specs.append(trainer_spec(cfg, config_path))
     return in_run(specs, run_dir_of(config_path))  # a node's own directory is inside the shared one
 
