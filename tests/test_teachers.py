@@ -266,3 +266,19 @@ def test_the_validate_line_names_the_teachers():
 
     assert _teachers(load(TWO)) == "teachers=math,code"
     assert _teachers(load([])) == "teacher=none"
+
+
+def test_a_resume_picks_each_teachers_port_afresh():
+    from slimecli.config.convert import to_plain
+    from slimecli.config.resume import compose_onto
+    from slimecli.launch.rundir import config_changes
+
+    stored = compose(TWO[:2])
+    picked = replace(stored, teachers=tuple(replace(e, port=41000 + i) for i, e in enumerate(stored.teachers)))
+    data, errors = compose_onto(to_plain(picked), ["trainer.max_steps=9"])
+    assert errors == [] and [e["port"] for e in data["teachers"]] == ["auto", "auto"]
+    again = replace(picked, teachers=tuple(replace(e, port=42000 + i) for i, e in enumerate(picked.teachers)))
+    assert config_changes(picked, again, []) == []  # where a teacher listens is no part of a resume
+    longer = replace(picked, teachers=tuple(replace(e, request_timeout_s=5.0) for e in picked.teachers))
+    assert [k for k, _ in config_changes(picked, longer, [])] == ["teachers.0.request_timeout_s",
+                                                                  "teachers.1.request_timeout_s"]

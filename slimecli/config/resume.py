@@ -120,3 +120,7 @@ def _reset_per_command(data: dict[str, Any], given: set[str]) -> None:
         except (KeyError, TypeError):
             continue
         put(data, path, value)
+    if "teachers" not in given and isinstance(data.get("teachers"), list):  # each listed teacher's port too
+        for entry in data["teachers"]:
+            if isinstance(entry, dict) and "port" in entry:
+                entry["port"] = defaults["teacher"]["port"]
