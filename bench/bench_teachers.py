@@ -6,7 +6,7 @@ The student is the tiny model. Each teacher leans towards half of the vocabulary
 even ones; prompts of source `left` go to `low`, of `right` to `even`. Prints each teacher's KL over the first
 and last WINDOW steps and their ratio, and checks every dumped sample's teacher against its source's route.
 
-  python bench/bench_teachers.py [--steps 30] [--margin 2]
+  python bench/bench_teachers.py [--steps 24] [--margin 2]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tests.helpers.teachers import ROUTES, check_routes, make_models, overrides,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--margin", type=float, default=2.0)
     parser.add_argument("--window", type=int, default=5)
     parser.add_argument("--dir", default=None, help="keep the run here (default: a temporary directory)")
