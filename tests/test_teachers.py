@@ -282,3 +282,19 @@ def test_a_resume_picks_each_teachers_port_afresh():
     longer = replace(picked, teachers=tuple(replace(e, request_timeout_s=5.0) for e in picked.teachers))
     assert [k for k, _ in config_changes(picked, longer, [])] == ["teachers.0.request_timeout_s",
                                                                   "teachers.1.request_timeout_s"]
+
+
+def test_a_launched_teachers_machine_checks_name_its_own_keys(tiny):
+    import socket
+
+    from slimecli.launch.preflight import server_errors
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        cfg = compose(["+recipe=opd", f"model.path={tiny}", f"teachers=[{{name: a, model_path: '{tiny}'}}, "
+                                                            f"{{name: b, model_path: '{tiny}', port: {port}}}]"])
+        errors = [e for e in server_errors(cfg) if e.path.startswith("teacher")]
+    assert [(e.path, e.value) for e in errors] == [("teachers[1].port", port)]
+    assert errors[0].hint == "stop what listens there, or choose another teachers[1].port"
