@@ -344,12 +344,18 @@ def test_algorithm_config_errors_name_their_fields():
     assert "trainer.critic.lam: must be in [0, 1]" in text
     assert "trainer.critic.value_clip: must be > 0" in text
     assert "Traceback" not in text
-    code, text = _validate("trainer.advantage_estimator=gae", "trainer.strategy=fsdp", "trainer.lora.rank=8")
-    assert code == 2 and "trainer.strategy=fsdp the policy is sharded" in text and "with trainer.lora" in text, text
-    code, text = _validate("trainer.advantage_estimator=gae", "trainer=megatron")
+    code, text = _validate("trainer.advantage_estimator=gae", "trainer=megatron", "trainer.strategy=fsdp",
+                           "trainer.lora.rank=8")
     assert code == 2 and "trainer=megatron has no value model" in text, text
+    assert "trainer.strategy=fsdp the policy is sharded" in text and "with trainer.lora" in text, text
+    code, text = _validate("trainer.critic.lam=0.9", "trainer.cispo_eps_high=0.1", "trainer.overlong_penalty=0.5")
+    assert code == 2, text
+    assert "trainer.critic.lam: applies to a critic, which trainer.advantage_estimator=grpo has none of" in text
+    assert "trainer.cispo_eps_high: applies to trainer.policy_loss=cispo, not ppo_clip" in text
+    assert "trainer.overlong_penalty: applies to DAPO's overlong shaping, which is off" in text
     code, text = _validate("trainer.overlong_buffer=4", "env=reasoning_gym", "env.id=leg_counting")
     assert code == 2 and "shapes single-turn responses" in text, text
-    for ok in (["trainer.policy_loss=cispo"], ["trainer.advantage_estimator=gae", "trainer.kl_coef=0.1"],
-               ["trainer.overlong_buffer=4"], ["trainer.loss_reduction=token_sum_norm", "trainer.scale_by_std=false"]):
-        assert _validate(*ok)[0] == 0, ok
+    # all of them at once: the critic takes KL reward shaping (PPO's), unlike grpo
+    ok = _validate("trainer.policy_loss=cispo", "trainer.advantage_estimator=gae", "trainer.kl_coef=0.1",
+                   "trainer.overlong_buffer=4", "trainer.loss_reduction=token_sum_norm", "trainer.scale_by_std=false")
+    assert ok[0] == 0, ok[1]

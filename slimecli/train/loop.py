@@ -123,6 +123,7 @@ class Trainer:
                 raise ValueError(f"{path} has no critic state (critic.pt): it was written by a run without "
                                  "trainer.advantage_estimator=gae")
             self.critic.load_state(ckpt.critic_state)
+            log.info("critic restored from %s", path)
         self.step = ckpt.step
         return ckpt
 

@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from slimecli.config.errors import ConfigError
+from slimecli.config.groups.critic import CriticConfig
+from slimecli.config.groups.trainer import TrainerConfig
 from slimecli.config.schema import SlimeConfig
 
 
@@ -20,6 +24,9 @@ def overlong(cfg: SlimeConfig) -> list[ConfigError]:
     response has no one budget to be near the end of)."""
     t, r = cfg.trainer, cfg.rollout
     if t.overlong_buffer == 0:
+        if t.overlong_penalty != TrainerConfig.overlong_penalty:
+            return [ConfigError("trainer.overlong_penalty", t.overlong_penalty, "applies to DAPO's overlong shaping, "
+                                "which is off (trainer.overlong_buffer=0)", "set trainer.overlong_buffer=N as well")]
         return []
     errors = []
     if t.overlong_buffer > r.max_new_tokens:
@@ -40,7 +47,10 @@ def critic(cfg: SlimeConfig) -> list[ConfigError]:
     """trainer.advantage_estimator=gae trains a value model beside a trainer=torch DDP policy."""
     t = cfg.trainer
     if not uses_critic(t.advantage_estimator):
-        return []
+        changed = [f for f in dataclasses.fields(CriticConfig) if getattr(t.critic, f.name) != f.default]
+        return [ConfigError(f"trainer.critic.{f.name}", getattr(t.critic, f.name),
+                            f"applies to a critic, which trainer.advantage_estimator={t.advantage_estimator} has none of",
+                            "set trainer.advantage_estimator=gae, or drop it") for f in changed]
     key, value = "trainer.advantage_estimator", t.advantage_estimator
     errors = []
     if t.name == "megatron":
@@ -57,4 +67,14 @@ def critic(cfg: SlimeConfig) -> list[ConfigError]:
     return errors
 
 
-RULES = [overlong, critic]
+def cispo(cfg: SlimeConfig) -> list[ConfigError]:
+    """trainer.cispo_eps_* set for another policy loss would be silently unread."""
+    t = cfg.trainer
+    if t.policy_loss == "cispo":
+        return []
+    return [ConfigError(f"trainer.{name}", getattr(t, name), f"applies to trainer.policy_loss=cispo, not "
+                        f"{t.policy_loss}", "set trainer.policy_loss=cispo, or drop it")
+            for name in ("cispo_eps_low", "cispo_eps_high") if getattr(t, name) != getattr(TrainerConfig, name)]
+
+
+RULES = [overlong, critic, cispo]
