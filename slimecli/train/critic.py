@@ -123,14 +123,14 @@ class Critic:
 
 
 def make_critic(cfg: SlimeConfig, info: DistInfo) -> Critic:
-    """trainer.critic's value model with its own optimizer (optimizer.*, at trainer.critic.lr when set)."""
+    """trainer.critic's value model with its own optimizer (optimizer.*, at trainer.critic.optim_lr when set)."""
     from slimecli.train.optim.build import build_optimizer
 
     c = cfg.trainer.critic
     model = load_value_model(cfg, info)
-    settings = dataclasses.replace(cfg.optimizer, lr=c.lr) if c.lr is not None else cfg.optimizer
+    settings = dataclasses.replace(cfg.optimizer, lr=c.optim_lr) if c.optim_lr is not None else cfg.optimizer
     optimizer = build_optimizer(unwrap(model).named_parameters(), settings)
-    return Critic(model, optimizer, clip_grad=c.clip_grad, value_clip=c.value_clip, data_rank=info.rank,
+    return Critic(model, optimizer, clip_grad=c.grad_clip, value_clip=c.value_clip, data_rank=info.rank,
                   data_size=info.world_size)
 
 
