@@ -15,7 +15,7 @@ def uses_critic(estimator: str) -> bool:
     """Whether a built-in estimator takes the critic's values (declared with critic=True; torch-free)."""
     from slimecli.config.registry import ADVANTAGE_ESTIMATORS
 
-    declared = ADVANTAGE_ESTIMATORS.declared().get(ADVANTAGE_ESTIMATORS.aliases.get(estimator, estimator))
+    declared = ADVANTAGE_ESTIMATORS.declared().get(estimator)
     return bool(declared and declared[1].get("critic"))
 
 
