@@ -1,7 +1,8 @@
 """The quickstart learned by each algorithm, one after the other in one run of this script: GRPO (the default, the
 baseline), CISPO, Dr. GRPO, PPO with a critic (GAE) and GRPO with DAPO's overlong shaping. For each: the first step
-whose mean reward reaches the goal, the final reward (mean of the last 5 steps), the best step, and the wall and
-CPU time of its `slimecli train` (all its processes: on a shared machine the wall time follows the load).
+whose mean reward reaches the goal, the final reward and response length (means of the last 5 steps), the best
+step, and the wall and CPU time of its `slimecli train` (all its processes: on a shared machine the wall time
+follows the load).
 
 Issue 43's goal: the quickstart reaches a mean reward >= 0.95 with CISPO (the exit status is 1 when it does not).
 
@@ -61,7 +62,7 @@ def main() -> None:
               *a.overrides]
     tmp = Path(tempfile.mkdtemp(prefix="bench-algorithms-"))
     print(f"quickstart, {a.steps} steps; goal: mean reward >= {a.goal}")
-    print(f"{'':10}{'first step >= goal':>20}{'final (last 5)':>16}{'best':>8}{'wall s':>9}{'CPU s':>9}")
+    print(f"{'':10}{'first step >= goal':>20}{'final (last 5)':>16}{'best':>8}{'length':>8}{'wall s':>9}{'CPU s':>9}")
     reached = {}
     for name in names:
         wall, cpu, rows = train(tmp / name, common + ALGORITHMS[name])
@@ -69,8 +70,10 @@ def main() -> None:
         first = next((r["step"] for r in rows if r.get("reward/mean", 0.0) >= a.goal), None)
         reached[name] = first is not None
         final = sum(rewards[-5:]) / len(rewards[-5:])
+        lengths = [r["rollout/response_len_mean"] for r in rows if "rollout/response_len_mean" in r][-5:]
+        length = sum(lengths) / max(len(lengths), 1)
         print(f"{name:10}{first if first is not None else 'never':>20}{final:>16.3f}{max(rewards):>8.3f}"
-              f"{wall:>9.1f}{cpu:>9.1f}", flush=True)
+              f"{length:>8.1f}{wall:>9.1f}{cpu:>9.1f}", flush=True)
     if "cispo" in reached and not reached["cispo"]:
         sys.exit(f"cispo never reached {a.goal}")
 
