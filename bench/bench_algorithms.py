@@ -12,13 +12,11 @@ Issue 43's goal: the quickstart reaches a mean reward >= 0.95 with CISPO (the ex
 from __future__ import annotations
 
 import argparse
-import json
-import resource
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from train_runs import train
 
 ROOT = Path(__file__).resolve().parent.parent
 ALGORITHMS = {
@@ -28,23 +26,6 @@ ALGORITHMS = {
     "gae": ["trainer.advantage_estimator=gae"],
     "overlong": ["trainer.overlong_buffer=4"],
 }
-
-
-def cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def train(run_dir: Path, overrides: list[str]) -> tuple[float, float, list[dict]]:
-    """Wall and CPU seconds of one `slimecli train`, and its metrics rows."""
-    argv = [sys.executable, "-m", "slimecli", "train", f"run.dir={run_dir}", "observe.report=false", *overrides]
-    started, cpu = time.perf_counter(), cpu_s()
-    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
-    wall, cpu = time.perf_counter() - started, cpu_s() - cpu
-    if out.returncode != 0:
-        sys.exit(f"{' '.join(argv)} failed ({out.returncode}):\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return wall, cpu, rows
 
 
 def main() -> None:
