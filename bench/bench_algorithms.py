@@ -18,7 +18,6 @@ from pathlib import Path
 
 from train_runs import train
 
-ROOT = Path(__file__).resolve().parent.parent
 ALGORITHMS = {
     "grpo": [],
     "cispo": ["trainer.policy_loss=cispo"],

@@ -15,8 +15,6 @@ from pathlib import Path
 
 from train_runs import train
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def main() -> None:
     ap = argparse.ArgumentParser()
