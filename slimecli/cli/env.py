@@ -74,7 +74,7 @@ def list_kind(kind: str) -> tuple[str, list[tuple[str, str]] | None]:
         heading = f"{kind} ({dist} {version})"
     try:
         rows = adapter(kind).available()
-    except Exception as exc:  # a library that is there but cannot list its environments
+    except Exception as exc:  # noqa: BLE001 - a library that is there but cannot list its environments: said below
         return f"{heading}: cannot list its environments: {type(exc).__name__}: {shorten(str(exc))}", None
     return heading, [(str(name), str(origin)) for name, origin in rows]
 
@@ -209,7 +209,7 @@ def _play(cfg: SlimeConfig, tokenizer: Any, url: str | None, episodes: int
 
     try:
         sources = open_sources(cfg.env, cfg.task, cfg.env.split)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any load failure is reported, exit 1
         fail(f"env run: load failed: {type(exc).__name__}: {exc}", code=1)
     for source in sources:
         source.provider = RecordingProvider(source.provider)  # type: ignore[assignment]

@@ -160,7 +160,7 @@ def _hydra_compose(groups: dict[str, str], recipe: recipe_lib.Recipe | None, rec
         with initialize_config_dir(config_dir=str(conf_dir()), version_base=None, job_name="slimecli"):
             cfg = compose(config_name="config", overrides=overrides)
         data = OmegaConf.to_container(cfg, resolve=True)
-    except Exception as exc:  # noqa: BLE001 - Hydra and OmegaConf raise many kinds; each is a config error
+    except Exception as exc:  # Hydra and OmegaConf raise many kinds; each is a config error
         if recipe is None:
             raise
         errors.append(_composition_error(exc, recipe))
