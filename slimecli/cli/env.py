@@ -5,7 +5,6 @@ Not a SWE task's environment (task.environment, `slimecli tasks env`)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -120,6 +119,8 @@ def register(app: typer.Typer) -> None:
         observation and tools are shown, then one step with an empty reply (its reward, done and info).
 
         Exits 1 when the environment fails (the stage is named), 2 on a config error."""
+        import asyncio  # here, not at the top: every command imports this module
+
         from slimecli.env.probe import StageFailed, probe_source
         from slimecli.env.render import SHORT
         from slimecli.env.sources import source_specs
@@ -197,6 +198,7 @@ def register(app: typer.Typer) -> None:
 def _play(cfg: SlimeConfig, tokenizer: Any, url: str | None, episodes: int
           ) -> list[tuple[dict[str, Any], Any, list[dict[str, Any]]]]:
     """The episodes against the embedded engine (started and stopped here) or `url`, through EnvRollout."""
+    import asyncio
     import tempfile
 
     from slimecli.agent.api.service import EngineProcess, wait_engine
