@@ -49,6 +49,11 @@ OPEN_STR = {
     "task.workdir": "a directory",
     "eval.datasets[].stop": "stop strings",
     "recipe": "a recipe name or a recipe file",
+    "reward.judge_model": "a model name or checkpoint",
+    "reward.rubric": "free text: the judge's prompt",
+    "reward.verdict_schema": "a JSON schema's text",
+    "eval.datasets[].reward.rubric": "free text: the judge's prompt",
+    "eval.datasets[].reward.verdict_schema": "a JSON schema's text",
 }
 
 

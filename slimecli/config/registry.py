@@ -263,7 +263,7 @@ class Registry(Generic[P]):
             yield self
 
 
-REWARDS: Registry[RewardFn] = Registry("reward", "reward.name", reserved=("python", "remote"))
+REWARDS: Registry[RewardFn] = Registry("reward", "reward.name", reserved=("python", "remote", "judge"))
 ADVANTAGE_ESTIMATORS: Registry[AdvantageFn] = Registry("advantage estimator", "trainer.advantage_estimator", paths=True)
 POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss", "trainer.policy_loss", paths=True)
 OFF_POLICY_CORRECTIONS: Registry[OffPolicyFn] = Registry("off-policy correction", "trainer.off_policy_correction",
