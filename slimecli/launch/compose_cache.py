@@ -12,7 +12,6 @@ directory (read-only, full) only means composing afresh.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import logging
@@ -64,6 +63,8 @@ def compose_cached(overrides: list[str], recipe_dirs: tuple[str, ...] = (), uses
 
 def entry_key(overrides: list[str], recipe_dirs: tuple[str, ...], uses_agent: bool) -> str:
     """A digest of everything composition reads."""
+    import hashlib  # here: OpenSSL's load is paid only with the cache on
+
     dirs = [conf_dir(), *recipe_lib.search_dirs(recipe_dirs)]
     files = [str(d) for d in dirs] + [_stamp(p) for d in dirs for p in _files(d)]
     for text in overrides:  # +recipe=PATH: that file
