@@ -23,19 +23,22 @@ from slimecli.config.registry import (
 
 __all__ = ["ADVANTAGE_ESTIMATORS", "OFF_POLICY_CORRECTIONS", "POLICY_LOSSES", "AdvantageFn", "Entry", "OffPolicyFn",
            "PolicyLossFn", "get_advantage_estimator", "get_off_policy_correction", "get_policy_loss",
-           "register_advantage_estimator", "register_policy_loss"]
+           "register_advantage_estimator", "register_policy_loss", "uses_critic"]
 
 
 def get_off_policy_correction(name: str) -> Entry[OffPolicyFn]:
     return OFF_POLICY_CORRECTIONS.get(name)
 
 
-def register_advantage_estimator(name: str, *, whiten: bool = False) -> Callable[[AdvantageFn], AdvantageFn]:
+def register_advantage_estimator(name: str, *, whiten: bool = False, critic: bool = False
+                                 ) -> Callable[[AdvantageFn], AdvantageFn]:
     """Register ``fn(batch: AdvantageBatch, cfg: TrainerConfig) -> advantages [B, T] or (advantages, returns)``.
 
     whiten=True: the trainer whitens the advantages over the batch's valid tokens after the OPD term.
+    critic=True: the trainer builds a value model (trainer.critic), fills ``batch.values`` and trains the
+    critic on the returns, which must then be given.
     """
-    return ADVANTAGE_ESTIMATORS.decorator(name, whiten=whiten)
+    return ADVANTAGE_ESTIMATORS.decorator(name, whiten=whiten, critic=critic)
 
 
 def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
@@ -53,3 +56,8 @@ def get_advantage_estimator(name: str) -> Entry[AdvantageFn]:
 
 def get_policy_loss(name: str) -> Entry[PolicyLossFn]:
     return POLICY_LOSSES.get(name)
+
+
+def uses_critic(name: str) -> bool:
+    """Whether trainer.advantage_estimator ``name`` needs the critic's values (registered with critic=True)."""
+    return bool(get_advantage_estimator(name).options.get("critic"))

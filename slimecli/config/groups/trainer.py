@@ -4,6 +4,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from slimecli.config.decode import spec
+from slimecli.config.groups.critic import CriticConfig
 from slimecli.config.groups.lora import LoraConfig
 
 # Hugging Face model families that trainer=megatron converts (slimecli/model/megatron/convert.py)
@@ -23,16 +24,21 @@ class TrainerConfig:
     dist_backend: Literal["auto", "gloo", "nccl"] = "auto"
     tensor_parallel_size: int = spec(1, gt=0, resumable=True)
     pipeline_parallel_size: int = spec(1, gt=0, resumable=True)
-    # a registered estimator (grpo, reinforce_plus_plus, reinforce_plus_plus_baseline) or package.module:function;
+    # a registered estimator (grpo, reinforce_plus_plus, reinforce_plus_plus_baseline, gae: PPO with
+    # trainer.critic) or package.module:function;
     # gspo (deprecated) = grpo + importance_level=sequence
     advantage_estimator: str = "grpo"
-    policy_loss: str = "ppo_clip"  # a registered policy loss or package.module:function
+    policy_loss: str = "ppo_clip"  # a registered policy loss (ppo_clip, cispo) or package.module:function
     importance_level: Literal["token", "sequence"] = "token"  # sequence: GSPO's per-token geometric-mean sequence ratio
     scale_by_std: bool = True  # grpo divides by the group std
-    gamma: float = spec(1.0, ge=0, le=1)  # reinforce++ discount
+    gamma: float = spec(1.0, ge=0, le=1)  # reinforce++ and gae discount
     eps_clip: float = spec(0.2, ge=0)
     eps_clip_high: float | None = spec(None, ge=0, note="or unset: eps_clip")  # None -> eps_clip
     eps_clip_c: float | None = spec(None, gt=1, note="the dual clip constant")
+    # policy_loss=cispo (MiniMax-M1): every token's gradient weighted by the stop-gradient importance weight
+    # clip(ratio, 1 - cispo_eps_low, 1 + cispo_eps_high); no token's gradient is clipped away
+    cispo_eps_low: float = spec(1.0, ge=0, le=1, note="1: no lower bound on the weight, as in MiniMax-M1")
+    cispo_eps_high: float = spec(0.28, ge=0)
     kl_coef: float = spec(0.0, ge=0)  # KL reward shaping
     kl_loss_coef: float = spec(0.0, ge=0)  # KL loss against the frozen reference
     kl_loss_type: Literal["k1", "k2", "low_var_kl"] = "low_var_kl"
@@ -47,7 +53,13 @@ class TrainerConfig:
     is_mask_low: float = spec(0.5, ge=0)  # mis, icepop: an importance ratio below this is masked
     is_mask_high: float = spec(2.0, gt=0)  # mis, icepop, decoupled_ppo: an importance ratio above this is masked
     use_rollout_logprobs: bool = False  # old log-probs from the engine instead of a recompute
-    loss_reduction: Literal["per_rollout", "per_token"] = "per_rollout"
+    # per_rollout: each rollout's token mean, averaged; per_token: the step's token mean; token_sum_norm (Dr. GRPO):
+    # each rollout's token sum / rollout.max_new_tokens, averaged
+    loss_reduction: Literal["per_rollout", "per_token", "token_sum_norm"] = "per_rollout"
+    # DAPO's overlong reward shaping: a response longer than rollout.max_new_tokens - overlong_buffer tokens loses
+    # reward linearly, up to overlong_penalty at rollout.max_new_tokens (the logged task reward is unchanged)
+    overlong_buffer: int = spec(0, ge=0, note="0 turns the penalty off")
+    overlong_penalty: float = spec(1.0, ge=0)
     opd_kl_coef: float = spec(0.0, ge=0)  # on-policy distillation strength
     # scale of the task reward in the advantages; 0 = pure distillation (the reward is still logged)
     reward_coef: float = spec(1.0, ge=0, note="0 = pure distillation")
@@ -74,4 +86,5 @@ class TrainerConfig:
     # (without it, a push waits until the requests in flight finish)
     partial_rollouts: bool = False
     pause_mode: Literal["in_place", "retract"] = "in_place"  # partial_rollouts: keep the KV cache, or recompute it
+    critic: CriticConfig = field(default_factory=CriticConfig)  # advantage_estimator=gae's value model
     lora: LoraConfig = field(default_factory=LoraConfig)  # trainer.lora.rank > 0: train adapters only (docs/lora.md)
