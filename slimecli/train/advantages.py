@@ -20,7 +20,7 @@ import torch
 
 from slimecli.config.groups.trainer import TrainerConfig
 from slimecli.rollout.sample import Sample
-from slimecli.train.registry import get_advantage_estimator, resolve_deprecated
+from slimecli.train.registry import get_advantage_estimator
 
 STD_EPS = 1e-6  # grpo: reward / (unbiased std + STD_EPS)
 WHITEN_EPS = 1e-8  # whitening: (A - mean) / sqrt(var + WHITEN_EPS)
@@ -242,7 +242,6 @@ def estimate(samples: Sequence[Sample], rewards: Sequence[float], cfg: TrainerCo
     ``rewards`` are the numeric training rewards, one per sample. ``kl`` (per token, policy vs reference,
     e.g. ``losses.kl_penalty(old_logp, ref_logp, "k1")``) is needed when reinforce++ uses kl_coef != 0.
     """
-    cfg = resolve_deprecated(cfg)
     batch = advantage_batch(samples, rewards, n_samples_per_prompt, kl, values)
     entry = get_advantage_estimator(cfg.advantage_estimator)
     out = entry.fn(batch, cfg)
@@ -314,7 +313,7 @@ def whiten(advantages: Tensors, masks: Tensors, all_reduce: AllReduce | None = N
 def finalize(advantages: Tensors, samples: Sequence[Sample], cfg: TrainerConfig,
              all_reduce: AllReduce | None = None) -> Tensors:
     """Step 3: whiten for the estimators registered with whiten=True (the reinforce++ ones); others pass through."""
-    entry = get_advantage_estimator(resolve_deprecated(cfg).advantage_estimator)
+    entry = get_advantage_estimator(cfg.advantage_estimator)
     if entry.options.get("whiten", False):
         return whiten(advantages, sample_masks(samples), all_reduce)
     return list(advantages)

@@ -11,7 +11,6 @@ records) is its coordinator's (coordinator/, in parts); the other ranks hold one
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
@@ -29,7 +28,6 @@ from slimecli.train.registry import (
     get_advantage_estimator,
     get_off_policy_correction,
     get_policy_loss,
-    resolve_deprecated,
     uses_critic,
 )
 from slimecli.train.stages import RankContext, StageTimer, StepBatch, StepTensors
@@ -46,13 +44,8 @@ class Trainer:
         from slimecli.model.loading import load_tokenizer
         from slimecli.train.optim.build import build_scheduler
 
-        if cfg.trainer.advantage_estimator == "gspo":
-            log.warning("trainer.advantage_estimator=gspo is deprecated: it means advantage_estimator=grpo "
-                        "with trainer.importance_level=sequence; set those instead")
-        if cfg.trainer.use_tis:
-            log.warning("trainer.use_tis is deprecated: it means trainer.off_policy_correction=tis; set that instead")
         self.cfg = cfg
-        self.step_cfg = dataclasses.replace(cfg, trainer=resolve_deprecated(cfg.trainer))  # what the stages read
+        self.step_cfg = cfg  # what the stages read (deprecated spellings were rewritten by the config layer)
         get_advantage_estimator(self.step_cfg.trainer.advantage_estimator)  # a bad import path fails before rollout
         get_policy_loss(self.step_cfg.trainer.policy_loss)
         if self.step_cfg.trainer.off_policy_correction != "none":

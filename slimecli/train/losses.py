@@ -18,7 +18,7 @@ import torch
 from slimecli.config.groups.trainer import TrainerConfig
 from slimecli.model.softmax import LN2, log2_weights
 from slimecli.rollout.sample import Sample
-from slimecli.train.registry import get_policy_loss, resolve_deprecated
+from slimecli.train.registry import get_policy_loss
 
 LOW_VAR_KL_CLAMP = 10.0
 
@@ -274,7 +274,6 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     Metrics are detached weighted sums: add them over micro-batches, all-reduce SUM over ranks.
     Under DDP (which averages gradients) backprop ``loss * world_size``.
     """
-    cfg = resolve_deprecated(cfg)
     old = old_logp.detach()
     adv = advantages.detach()
     valid = (weights > 0) if mask is None else mask.bool()

@@ -31,7 +31,6 @@ from slimecli.train import dist
 from slimecli.train.backend import PolicyBackend
 from slimecli.train.batch import PackedBatch, pack
 from slimecli.train.losses import kl_penalty, loss_weights, pad_sequences, policy_loss
-from slimecli.train.registry import resolve_deprecated
 
 STAGES = ("rollout", "old_logp", "ref_logp", "advantages", "update", "sync_weights", "eval", "save")
 
@@ -213,7 +212,6 @@ def old_logp(policy: PolicyBackend, batch: StepBatch, cfg: TrainerConfig, ctx: R
     versions ahead of those that sampled the batch, so the correction weighs the gap; decoupled PPO's proximal
     policy), or as the base of KL reward shaping.
     """
-    cfg = resolve_deprecated(cfg)
     if cfg.use_rollout_logprobs:
         return engine_log_probs(batch.samples, "trainer.use_rollout_logprobs")
     needed = (len(update_slices(batch.samples, cfg)) > 1 or cfg.off_policy_correction != "none"
@@ -264,7 +262,6 @@ def off_policy(batch: StepBatch, old: Tensors | None, cfg: TrainerConfig, versio
     from slimecli.train import off_policy as op
     from slimecli.train.registry import get_off_policy_correction
 
-    cfg = resolve_deprecated(cfg)
     samples = batch.samples
     masks = [torch.tensor(s.effective_loss_mask(), dtype=torch.float32) for s in samples]
     trained = [[v for v, m in zip(s.token_versions or [], mask, strict=False) if m] for s, mask in zip(
