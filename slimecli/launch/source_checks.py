@@ -28,9 +28,11 @@ def load(overrides: Sequence[str] = (), recipe_dirs: tuple[str, ...] = (), uses_
     """The config as commands read it: composed, the schema and rules checked, and the files it names read.
     ``resume``: where run.dir names a run that exists, its stored config with the overrides on top (`train`,
     `plan`, `config`: config/resume.py)."""
+    from slimecli.config.compose import Composer
     from slimecli.config.compose import load as compose_load
+    from slimecli.launch.compose_cache import compose_cached
 
-    composer = None
+    composer: Composer = compose_cached  # the same tree composed before: no Hydra at all
     if resume:
         from functools import partial
 
@@ -38,7 +40,8 @@ def load(overrides: Sequence[str] = (), recipe_dirs: tuple[str, ...] = (), uses_
         from slimecli.launch.rundir import stored_config
 
         stored = stored_config(list(overrides))
-        composer = partial(compose_onto, stored) if stored is not None else None
+        if stored is not None:
+            composer = partial(compose_onto, stored)
     return compose_load(overrides, recipe_dirs, uses_agent, checks=source_errors, composer=composer)
 
 

@@ -72,7 +72,7 @@ async def run_front(cfg: SlimeConfig, front: Front) -> None:
     if t.warmup:
         try:
             await warm_up(runner, cfg, front.vocab_size)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any warm-up failure: logged, and the rank exits
             log.error("teacher warm-up failed, not opening %s:%d: %s", host, port, exc)
             sys.stderr.flush()
             os._exit(1)  # torchrun then stops the other ranks

@@ -50,7 +50,7 @@ class TeacherSettings:
     concurrency: int = spec(8, gt=0)
     max_retries: int = spec(3, ge=0)
     request_timeout_s: float = spec(600.0, gt=0, resumable=True)
-    seed: int = 0  # sampling RNG of the server (per rank: seed + 1009 * dp_index + tp_rank)
+    seed: int = spec(0, note="any 64-bit int seeds torch")  # sampling RNG of the server (per rank: seed + 1009 * dp_index + tp_rank)
     # load line (queue / running / requests/s / tokens/s) while busy
     log_interval_s: float = spec(5.0, gt=0, resumable=True)
     dtype: Dtype | None = None  # weights' dtype on the server; None = model.dtype
