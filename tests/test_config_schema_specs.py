@@ -46,6 +46,7 @@ OPEN_STR = {
     "sandbox.extra_ro_paths": "host paths",
     "sandbox.container_runtime": "an OCI runtime installed on the host (runc, crun, runsc, ...)",
     "task.instance": "a SWE task's instance id",
+    "teacher_default": "the name of one of the run's teachers (teachers[].name)",
     "task.workdir": "a directory",
     "eval.datasets[].stop": "stop strings",
     "recipe": "a recipe name or a recipe file",
