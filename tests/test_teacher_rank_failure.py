@@ -50,8 +50,10 @@ def server(servers: list[Server], tmp_path_factory: pytest.TempPathFactory) -> S
     if not servers or servers[-1].proc.poll() is not None:
         tmp = tmp_path_factory.mktemp("teacher_rank_failure")
         ckpt = make_checkpoint(tmp / "loud", seed=1, loud_token=VOCAB - 1)  # the last token: rank 1's slice
-        srv = Server(tmp, [f"teacher.model_path={ckpt}", "teacher.tp=2", f"teacher.request_timeout_s={BOUND_S}"],
-                     env={"SLIMECLI_TEACHER_TEST_HOOKS": "1"})
+        # teacher.max_restarts=0: what the server itself does when a rank fails, not the supervisor's restart of it
+        # (tests/test_teacher_cli.py)
+        srv = Server(tmp, [f"teacher.model_path={ckpt}", "teacher.tp=2", f"teacher.request_timeout_s={BOUND_S}",
+                           "teacher.max_restarts=0"], env={"SLIMECLI_TEACHER_TEST_HOOKS": "1"})
         servers.append(srv)
         srv.wait_ready()
     return servers[-1]
