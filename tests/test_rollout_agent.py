@@ -294,6 +294,8 @@ def test_rank0_puts_the_agent_service_in_front_of_the_first_engine(monkeypatch, 
 
         def __init__(self, cfg, port=None, engine_urls=None):
             events.append(("init", engine_urls, port))
+            self.engine = SimpleNamespace(links=[SimpleNamespace(client=SimpleNamespace(recovery=None))
+                                                 for _ in engine_urls])
 
         async def start(self):
             events.append(("start",))
@@ -305,6 +307,10 @@ def test_rank0_puts_the_agent_service_in_front_of_the_first_engine(monkeypatch, 
     side = RolloutCoordinator(config("rollout.port=30100", "rollout.num_engines=2"), tmp_path, tokenizer=None)
     assert isinstance(side.collector, agent_rollout.AgentRollout) and isinstance(side.collector.service, FakeService)
     assert side.collector.archive is not None and side.collector.archive.root == tmp_path / "agent"
+    # the adapter's own engine clients wait out an engine's restart with the trainer's (train/coordinator/recovery.py)
+    recovery = side.engines[0].recovery
+    assert recovery is not None and [link.client.recovery for link in side.collector.service.engine.links] == [
+        recovery, recovery]
     side.open_records(0, None)
     assert side.collector.on_progress == side.records.progress.note  # its live status goes on the progress line
     side.close()
