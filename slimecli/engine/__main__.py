@@ -16,11 +16,13 @@ log = logging.getLogger("slimecli.engine")
 
 def main(argv: list[str] | None = None) -> None:
     from slimecli.config.layout import run_dir_of
+    from slimecli.observe import startup
     from slimecli.observe.worker import start_worker
 
     cfg, args = start_worker("python -m slimecli.engine", argv, __doc__, log_format=None,  # start() logs
                              arguments=lambda p: p.add_argument("--index", type=int, default=0,
                                                                 help="Engine index: listens on rollout.port + index."))
+    startup.name(f"engine-{args.index}")
     start(cfg, args.index, run_dir_of(args.config))
 
 
@@ -68,7 +70,9 @@ def settings_of(cfg: SlimeConfig, index: int = 0, run_dir: str | Path | None = N
 def start(cfg: SlimeConfig, index: int = 0, run_dir: str | Path | None = None) -> None:
     """Serve engine `index` of this config (blocks)."""
     from slimecli.engine.app import run
+    from slimecli.observe import startup
 
+    startup.mark("imported")
     run(settings_of(cfg, index, run_dir))
 
 

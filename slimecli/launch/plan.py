@@ -38,7 +38,7 @@ def engine_specs(cfg: SlimeConfig, config_path: str) -> list[ProcessSpec]:
                     *_lora_args(cfg, args), *args]
         specs.append(ProcessSpec(name=f"engine-{slot.index}", argv=argv, kind="server", ports=[slot.port],
                                  probe=Probe(f"{slot.url}/health_generate"), start_timeout_s=r.start_timeout_s,
-                                 env=env))
+                                 env=env, awaited_by_workers=True))
     return specs
 
 

@@ -26,6 +26,9 @@ class ProcessSpec:
     probe: Probe | None = None
     start_timeout_s: float = 300.0
     ports: list[int] = field(default_factory=list)
+    # a server the workers wait for themselves (the rollout engines): they start while it loads, and the
+    # supervisor checks its readiness probe and timeout beside them
+    awaited_by_workers: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """For plan.json and `slimecli plan --json`: secrets on the command line shown as ***."""

@@ -77,16 +77,20 @@ async def run_front(cfg: SlimeConfig, front: Front) -> None:
         log.info("warm-up request ok")
         front.reset_counters()
     await start_site(runner, host, port)  # a cap on open connections
+    startup.mark("ready")
     log.info("teacher server on http://%s:%d  model=%s vocab=%d tp=%d dp=%d", host, port, front.model_path,
              front.vocab_size, t.tp, t.dp)
     await asyncio.Event().wait()
 
 
 def main(argv: list[str] | None = None) -> None:
+    from slimecli.observe import startup
     from slimecli.observe.worker import start_worker
 
     cfg, _ = start_worker("python -m slimecli.teacher", argv, __doc__,
                           log_format=f"%(asctime)s teacher[{os.environ.get('RANK', '0')}] %(levelname)s %(message)s")
+    startup.name(f"teacher rank {os.environ.get('RANK', '0')}")
+    startup.mark("imported")
     t = cfg.teacher
     from slimecli.model.loading import set_trust_remote_code
 
@@ -104,6 +108,7 @@ def main(argv: list[str] | None = None) -> None:
                            backend=t.backend, trust_remote_code=cfg.model.trust_remote_code)
     path = teacher_model_path(cfg)
     worker.load(path)
+    startup.mark("model loaded")
     if layout.rank == 0:
         asyncio.run(run_front(cfg, Front(cfg, exchanges(layout, worker), worker.vocab_size, path)))
     else:

@@ -21,6 +21,7 @@ from typing import Any, cast
 import torch
 
 from slimecli.config.schema import SlimeConfig
+from slimecli.observe import startup
 from slimecli.train import dist, stages
 from slimecli.train.backend import PolicyBackend
 from slimecli.train.coordinator import make_coordinator
@@ -63,6 +64,7 @@ class Trainer:
         self.policy = make_policy(cfg, self.info)
         needs_ref = cfg.trainer.kl_loss_coef != 0 or cfg.trainer.kl_coef != 0
         self.ref_policy = make_reference(cfg, self.info, self.policy) if needs_ref else None
+        startup.mark("model loaded")
         self.ctx = RankContext(pad_id, cfg.trainer.micro_batch_size, cfg.rollout.temperature, self.info.device,
                                self.policy.data_rank, self.policy.data_size)
         self.scheduler = build_scheduler(self.policy.lr_optimizer(), cfg.optimizer, cfg.trainer.max_steps)
@@ -79,8 +81,12 @@ class Trainer:
         resumed = self.resume()
         self.start(resumed)
         try:
+            first = True
             while self.step < self.cfg.trainer.max_steps:
                 self.train_step()
+                if first:
+                    startup.mark("first step")
+                    first = False
             self.export_final()
         finally:
             self.cleanup()
@@ -140,6 +146,7 @@ class Trainer:
         rollouts (with async_rollout, from now on ahead of the trainer) and the evaluation of the weights it
         starts from, where one is due."""
         self.coordinator.wait_ready()
+        startup.mark("ready")
         if resumed:
             stages.sync_weights(self.policy, self.coordinator.weights, self.step, self.info.is_main)
         self.coordinator.open_records(self.step, self.restored_metrics)
