@@ -12,7 +12,7 @@ from slimecli.config.compose import load
 from slimecli.config.errors import ConfigErrors
 from slimecli.launch.controller import _restartable
 from tests.helpers import wait_until
-from tests.helpers.train_e2e import cmdline, descendants, kill_tree, metrics, start_train
+from tests.helpers.train_e2e import descendants, kill_tree, metrics, rank_pids, start_train
 
 STEPS = 6
 ARGS = ("trainer.nproc=1", f"trainer.max_steps={STEPS}", "trainer.save_interval=1", "run.max_restarts=1",
@@ -37,8 +37,7 @@ def test_a_killed_trainer_rank_is_resumed_by_the_controller_and_every_step_is_lo
     reader.start()
     try:
         wait_until(lambda: proc.poll() is not None or any(f"train step 3/{STEPS}" in x for x in lines), 300, "step 3")
-        (rank,) = [p for p in descendants(proc.pid) if b"-m\x00slimecli.train" in cmdline(p)
-                   and b"torch.distributed.run" not in cmdline(p)]
+        (rank,) = rank_pids(descendants(proc.pid))
         os.kill(rank, signal.SIGKILL)
         assert proc.wait(timeout=300) == 0, "".join(lines)[-3000:]
     finally:

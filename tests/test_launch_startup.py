@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -13,7 +15,7 @@ import pytest
 from slimecli.launch.spec import Probe, ProcessSpec
 from slimecli.launch.supervisor import Supervisor
 from slimecli.observe import startup
-from tests.helpers import ROOT, free_port
+from tests.helpers import ROOT, free_port, wait_dead, wait_until
 
 PY = sys.executable
 
@@ -122,3 +124,77 @@ def test_profile_startup_reports_every_process_and_the_controller_never_imports_
         assert f"\n{name} " in table
     first_step = next(line for line in table.splitlines() if line.startswith("trainer rank 0"))
     assert first_step.split()[-1] != "-"  # rank 0 reached its first step
+
+
+# A rank module for slimecli.launch.ranks: records what it was given, joins the gloo group, rank 1 fails on demand.
+RANK_MODULE = textwrap.dedent("""
+    import json, os, sys, time
+    preloaded = "torch" in sys.modules  # before this module's own imports: what the launcher loaded
+    out = os.path.join(sys.argv[1], f"rank{os.environ['RANK']}.json")
+    keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS")
+    record = {k: os.environ.get(k) for k in keys}
+    record.update(pid=os.getpid(), ppid=os.getppid(), preloaded=preloaded, argv=sys.argv[1:])
+    if sys.argv[2] in ("fail", "sleep"):
+        with open(out, "w") as f:
+            json.dump(record, f)
+        if os.environ["RANK"] == "1" and sys.argv[2] == "fail":
+            raise ValueError("rank one gives up")
+        time.sleep(120)
+    import torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    total = torch.tensor([int(os.environ["RANK"]) + 1])
+    dist.all_reduce(total)
+    record["sum"] = int(total)
+    dist.destroy_process_group()
+    with open(out, "w") as f:
+        json.dump(record, f)
+""")
+
+
+def rank_spec(tmp_path, mode: str, **env: str) -> ProcessSpec:
+    package = tmp_path / "pkg" / "fakerank"
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text(RANK_MODULE)
+    return ProcessSpec(name="trainer", kind="worker", env={"PYTHONPATH": str(tmp_path / "pkg"), **env},
+                       argv=[PY, "-m", "slimecli.launch.ranks", "--nproc", "2", "-m", "fakerank", str(tmp_path), mode])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fork", ["1", "0"])
+def test_ranks_get_what_torchrun_gives_and_form_a_group(tmp_path, fork):
+    env = {"SLIMECLI_FORK_RANKS": fork}
+    assert Supervisor([rank_spec(tmp_path, "ok", **env)], tmp_path / "logs", grace_s=2).run() == 0
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for r, got in enumerate(ranks):
+        assert (got["RANK"], got["LOCAL_RANK"], got["WORLD_SIZE"], got["LOCAL_WORLD_SIZE"]) == (str(r), str(r), "2", "2")
+        assert got["MASTER_ADDR"] == "127.0.0.1" and got["MASTER_PORT"] == ranks[0]["MASTER_PORT"]
+        assert got["OMP_NUM_THREADS"] == "1" and got["argv"] == [str(tmp_path), "ok"] and got["sum"] == 3
+        assert got["preloaded"] is (fork == "1")  # forked from the launcher, torch already imported
+    assert ranks[0]["ppid"] == ranks[1]["ppid"]  # both the launcher's children
+
+
+def test_a_failing_rank_stops_the_other_and_is_named_in_one_line(tmp_path, capsys):
+    code = Supervisor([rank_spec(tmp_path, "fail")], tmp_path / "logs", grace_s=2).run()
+    out = capsys.readouterr().out.rstrip().splitlines()
+    assert code == 1
+    assert out[-1] == ("trainer failed: rank 1: ValueError: rank one gives up (exit code 1; full log: "
+                       f"{tmp_path / 'logs' / 'trainer.log'})"), out[-20:]
+    survivor = json.loads((tmp_path / "rank0.json").read_text())["pid"]
+    assert wait_dead([survivor]) == []
+
+
+def test_a_terminated_launcher_takes_its_ranks_down(tmp_path):
+    spec = rank_spec(tmp_path, "sleep")
+    proc = subprocess.Popen(spec.argv, env={**os.environ, **spec.env}, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        files = [tmp_path / f"rank{r}.json" for r in (0, 1)]
+        wait_until(lambda: all(f.exists() for f in files) or proc.poll() is not None, 120, "both ranks to start")
+        pids = [json.loads(f.read_text())["pid"] for f in files]
+        proc.send_signal(signal.SIGTERM)  # the launcher alone, as the kernel's parent-death signal does
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+        assert wait_dead(pids) == []
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)

@@ -18,6 +18,7 @@ from tests.helpers.train_e2e import (
     kill_tree,
     metrics,
     quickstart_run,
+    rank_pids,
     run_train,
     start_train,
 )
@@ -112,8 +113,7 @@ def killed(run, victim: str, after: int) -> tuple[int, str, int]:
         if victim == "controller":
             proc.kill()  # SIGKILL: the children must notice and go on their own
         elif victim == "trainer rank":
-            ranks = [p for p in children if b"-m\x00slimecli.train" in cmdline(p)
-                     and b"torch.distributed.run" not in cmdline(p)]
+            ranks = rank_pids(children)
             assert len(ranks) == 2, [cmdline(p) for p in children]
             os.kill(ranks[1], signal.SIGKILL)
         else:

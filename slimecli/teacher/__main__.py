@@ -20,6 +20,7 @@ from aiohttp import web
 
 from slimecli.config.schema import SlimeConfig
 from slimecli.net.listen import app_runner, start_site
+from slimecli.observe import startup
 from slimecli.teacher.ranks import exchanges, make_layout, serve_peer
 from slimecli.teacher.server import Front
 from slimecli.teacher.worker import TeacherWorker
@@ -84,7 +85,6 @@ async def run_front(cfg: SlimeConfig, front: Front) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from slimecli.observe import startup
     from slimecli.observe.worker import start_worker
 
     cfg, _ = start_worker("python -m slimecli.teacher", argv, __doc__,
