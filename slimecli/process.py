@@ -20,6 +20,10 @@ Leader: TypeAlias = "subprocess.Popen[Any] | None"  # a group's leader, reaped w
 POLL_S = 0.05
 # the attempt a run's processes belong to: 0, then 1, 2, .. after each of run.max_restarts restarts
 RESTART_ENV = "SLIMECLI_RESTART"
+# a server the supervisor restarted (launch/restarts.py): which restart it is; and, for an engine of a training run,
+# that it must not generate until the trainer has given it the current weights
+SERVER_RESTART_ENV = "SLIMECLI_SERVER_RESTART"
+AWAIT_WEIGHTS_ENV = "SLIMECLI_AWAIT_WEIGHTS"
 
 
 def signal_group(pgid: int, sig: int) -> bool:
@@ -72,13 +76,17 @@ def alive(pid: int) -> bool:
     return True
 
 
+def state(pid: int) -> str | None:
+    """The process's state letter in /proc (R, S, D, T: stopped, Z: zombie, ...); None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
 def gone(pid: int) -> bool:
     """Exited (a zombie counts: it runs nothing)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state in ("Z", "X")
+    return state(pid) in (None, "Z", "X")
 
 
 def wait_gone(pids: list[int], timeout_s: float) -> list[int]:
@@ -107,6 +115,24 @@ def children(pid: int) -> list[int]:
             except (OSError, IndexError, ValueError):
                 continue
         return found
+
+
+def descendants(roots: list[int]) -> list[int]:
+    """The roots and every process below them (the children of every thread, as torchrun's ranks are)."""
+    out, todo = [], list(roots)
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            tasks = []
+        for task in tasks:
+            try:
+                todo += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+            except OSError:
+                continue
+    return out
 
 
 def exit_status(returncode: int) -> int:

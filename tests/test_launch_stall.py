@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from slimecli.launch.stall import StallWatch, _state, dump_stacks
+from slimecli.launch.stall import StallWatch, dump_stacks
+from slimecli.process import state
 from tests.helpers import wait_until
 
 
@@ -33,6 +34,16 @@ def test_the_watch_counts_from_the_last_change_of_the_progress_file(tmp_path: Pa
     resumed = StallWatch(progress, timeout_s=0.1, start_grace_s=0.5)  # a resumed run's file is there already
     time.sleep(0.2)
     assert resumed.stalled_for() is None  # the grace holds until the file changes
+    fresh = tmp_path / "fresh.jsonl"
+    first = StallWatch(fresh, timeout_s=0.1, start_grace_s=0.6)
+    fresh.touch()  # the trainer opened its records: the first step (its warm-up) still has the grace
+    assert first.stalled_for() is None
+    time.sleep(0.3)
+    assert first.stalled_for() is None
+    fresh.write_text('{"step": 1}\n')  # the first row: from now on timeout_s alone
+    assert first.stalled_for() is None
+    time.sleep(0.15)
+    assert first.stalled_for() is not None
 
 
 def test_stacks_are_asked_of_python_workers_and_a_stopped_one_is_named(tmp_path: Path):
@@ -46,7 +57,7 @@ def test_stacks_are_asked_of_python_workers_and_a_stopped_one_is_named(tmp_path:
     try:
         time.sleep(1.0)
         os.kill(procs[1][0].pid, signal.SIGSTOP)
-        wait_until(lambda: _state(procs[1][0].pid) == "T", 10, "the process to stop")
+        wait_until(lambda: state(procs[1][0].pid) == "T", 10, "the process to stop")
         said = dump_stacks([p.pid for p, _ in procs])
         assert any(f"pid {procs[0][0].pid}" in s and "stacks written" in s for s in said), said
         assert any(f"pid {procs[1][0].pid}" in s and "could not be taken" in s for s in said), said

@@ -66,7 +66,7 @@ def test_remote_reward_needs_a_url_and_sane_limits():
 def test_unknown_reward_name_lists_names_and_suggests():
     [msg] = errors_of(["reward.name=mathh"])
     assert msg == ("reward.name: unknown reward (got 'mathh')\n    hint: did you mean 'math'? allowed: env, exact_match, "
-                   "f1, math, python, quickstart, remote, swe_tests")  # no test leaves a registration behind
+                   "f1, judge, math, python, quickstart, remote, swe_tests")  # no test leaves a registration behind
     [msg] = errors_of(["reward.on_invalid=skip"])
     assert msg.startswith("reward.on_invalid:")
 
@@ -102,3 +102,37 @@ def test_the_function_is_looked_for_in_pre_flight_not_by_the_config_layer(tmp_pa
             "exist") in out.stderr
     assert "eval.datasets[1]" not in out.stderr  # the run's own reward: reported once
     assert out.stderr.count("hint: use package.module:function or /path/to/file.py:function") == 2
+
+
+def test_judge_config_errors_name_their_field(tmp_path):
+    """reward=judge: where the judge is, a rubric with the answer in it, and one verdict form that structured
+    outputs can enforce."""
+    assert load(["reward=judge"]).reward.judge_url == "embedded"
+    assert load(["reward=judge", "reward.judge_url=http://127.0.0.1:30000", "reward.verdict=score"]).reward.verdict
+    assert errors_of(["reward=judge", "reward.judge_url=null"]) == [
+        "reward.judge_url: reward=judge needs the judge's URL (got None)\n    hint: an SGLang server "
+        "(http://host:30000), an OpenAI-compatible base URL (https://host/v1), or embedded (the run starts one)"]
+    [msg] = errors_of(["reward=judge", "reward.judge_url=ftp://x"])
+    assert msg.startswith("reward.judge_url: must be an http:// or https:// URL with a host, or embedded")
+    [msg] = errors_of(["reward=judge", "reward.judge_api=openai"])
+    assert msg.startswith("reward.judge_api: the embedded judge serves SGLang's /generate, not the OpenAI API")
+    [msg] = errors_of(["reward=judge", "reward.rubric='Grade {prompt}'"])
+    assert msg.startswith("reward.rubric: must contain {response}")
+    [msg] = errors_of(["reward=judge", "reward.verdict_regex='(PASS'"])
+    assert msg.startswith("reward.verdict_regex: not a regular expression: missing ), unterminated subpattern")
+    [msg] = errors_of(["reward=judge", "reward.verdict_regex='P?'"])
+    assert msg.startswith("reward.verdict_regex: matches the empty text")
+    [msg] = errors_of(["reward=judge", "reward.verdict_regex='(?=P)PASS'"])
+    assert msg.startswith("reward.verdict_regex: not a constraint structured outputs compile:")
+    assert "look-around" in msg and "reward.judge_grammar=false" in msg
+    assert load(["reward=judge", "reward.verdict_regex='(?=P)PASS'", "reward.judge_grammar=false"]).reward.verdict_regex
+    [msg] = errors_of(["reward=judge", "reward.verdict_regex=PASS", "reward.verdict_schema='{}'"])
+    assert msg.startswith("reward.verdict_schema: give reward.verdict_regex or reward.verdict_schema, not both")
+    [msg] = errors_of(["reward=judge", "reward.verdict_schema='{\"type\": \"object\"}'"])
+    assert msg.startswith("reward.verdict_schema: must be an object schema with a 'verdict' property")
+    [msg] = errors_of(["reward=judge", "reward.verdict_schema='{\"properties\": {\"verdict\": {}}}'"])
+    assert msg.startswith("reward.verdict_schema: must list 'verdict' in \"required\"")
+    [msg] = errors_of(["reward=judge", "reward.verdict_schema='{not json'"])
+    assert msg.startswith("reward.verdict_schema: not JSON")
+    [msg] = errors_of(["reward=judge", "cluster.nnodes=2", "cluster.node_hosts=[a,b]", f"run.dir={tmp_path}"])
+    assert msg.startswith("reward.judge_port: a multi-node run's embedded judge needs a port every node agrees on")

@@ -217,7 +217,7 @@ def test_a_train_run_under_local_says_so_when_it_starts_and_in_its_summary(tmp_p
                      f"run.dir={tmp_path / 'run'}")
     assert out.returncode == 0 and started == ["run"], out.stdout + out.stderr
     lines = out.stdout.splitlines()
-    warned = [i for i, line in enumerate(lines) if line.startswith("warning sandbox=local does not isolate: ")]
+    warned = [i for i, line in enumerate(lines) if line.startswith("warning: sandbox=local does not isolate: ")]
     directory = next(i for i, line in enumerate(lines) if line.startswith("run directory"))
     summary = next(i for i, line in enumerate(lines) if line.startswith("run summary"))
     assert len(warned) == 1 and warned[0] < directory, out.stdout  # before the run directory is even made

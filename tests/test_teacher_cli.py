@@ -76,16 +76,26 @@ def test_serve_is_supervised_and_stops_with_its_ranks(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_rank_that_dies_ends_serve_with_one_clear_message(tmp_path):
-    srv = Server(tmp_path, [])
+def test_a_rank_that_dies_is_restarted_then_past_the_budget_ends_serve_with_one_clear_message(tmp_path):
+    """teacher.max_restarts=1: the first death is restarted (serve goes on, /healthz answers again), the second ends
+    serve naming the teacher, the spent budget and its log."""
+    srv = Server(tmp_path, ["teacher.max_restarts=1"])
+
+    def rank() -> int:
+        return next(p for p in _descendants(srv.proc.pid) if "slimecli.teacher" in Path(f"/proc/{p}/cmdline")
+                    .read_bytes().decode(errors="replace") and not children(p))
+
     try:
         srv.wait_ready()
-        rank = next(p for p in _descendants(srv.proc.pid) if "slimecli.teacher" in Path(f"/proc/{p}/cmdline")
-                    .read_bytes().decode(errors="replace") and not children(p))
-        os.kill(rank, signal.SIGKILL)
+        first = rank()
+        os.kill(first, signal.SIGKILL)  # one rank runs without torchrun (tp=1): its own death is the teacher's
+        wait_until(lambda: "restarting it (restart 1 of teacher.max_restarts=1)" in srv.read_log(), 60, "a restart")
+        srv.wait_ready()
+        assert rank() != first and srv.proc.poll() is None
+        os.kill(rank(), signal.SIGKILL)
         assert srv.proc.wait(60) == 1
         log = srv.read_log()
-        # one rank runs without torchrun (tp=1): its own death is the teacher's
         assert "teacher failed (killed by SIGKILL" in log and "logs/teacher.log" in log, log[-2000:]
+        assert "after 1 restart (teacher.max_restarts=1 spent)" in log, log[-2000:]
     finally:
         srv.stop()

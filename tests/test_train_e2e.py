@@ -99,9 +99,9 @@ def read_lines(proc, lines: list[str]) -> None:
 
 def killed(run, victim: str, after: int) -> tuple[int, str, int]:
     """Start the run's command, wait until it reports the step after `after` (checkpointed before it is reported),
-    kill -9 the victim (controller, a trainer rank or the engine); return the controller's exit code, its
-    output, and the step checkpointed by then."""
-    proc = start_train(run, *CHAIN)
+    kill -9 the victim (controller, a trainer rank or the engine: with rollout.max_restarts=0, which stops the run
+    instead of restarting it); return the controller's exit code, its output, and the step checkpointed by then."""
+    proc = start_train(run, *CHAIN, *(["rollout.max_restarts=0"] if victim == "engine" else []))
     lines: list[str] = []
     reader = threading.Thread(target=read_lines, args=(proc, lines), daemon=True)
     reader.start()
@@ -152,6 +152,7 @@ def test_fsdp_run_killed_three_ways_resumes_each_time_without_losing_a_step(tmp_
 
     code, output, after_engine = killed(run, "engine", after_rank)
     assert code != 0 and "engine-0 was killed by SIGKILL" in output, output[-3000:]
+    assert "rollout.max_restarts=0: not restarted" in output, output[-3000:]
     assert_continues(output, after_rank)
 
     out = run_train(run, *CHAIN, timeout=900)  # the same command: resumes and finishes

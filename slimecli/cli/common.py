@@ -74,11 +74,11 @@ def preflight_or_exit(cfg: SlimeConfig) -> None:
 def say_sandbox(cfg: SlimeConfig) -> None:
     """Where the config's agent commands run (stderr): what sandbox=local leaves open, or the kind auto picked.
     Nothing for a config that runs no model-written code."""
-    from slimecli.launch.agent_checks import sandbox_notice
+    from rich.console import Console
 
-    said = sandbox_notice(cfg)
-    if said is not None:
-        echo_err(f"warning: {said[1]}" if said[0] == "warning" else said[1])
+    from slimecli.launch.agent_checks import say_sandbox_notice
+
+    say_sandbox_notice(cfg, Console(stderr=True, highlight=False, soft_wrap=True))
 
 
 def load_frozen_or_exit(path: str) -> SlimeConfig:

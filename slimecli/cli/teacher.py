@@ -63,4 +63,6 @@ def register(app: typer.Typer) -> None:
                    f"http://{host}:{port}", err=True)
         specs = teacher_plan(cfg, run.path)
         write_plan(run, specs)
-        raise typer.Exit(Supervisor(specs, run.log_dir).run())
+        from slimecli.observe.restarts import RESTARTS_FILE
+
+        raise typer.Exit(Supervisor(specs, run.log_dir, restart_log=run.path / RESTARTS_FILE).run())

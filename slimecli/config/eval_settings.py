@@ -12,7 +12,11 @@ from slimecli.config.groups.rollout import RolloutConfig
 from slimecli.config.groups.task import TaskConfig
 
 REWARD_FIELDS = ("name", "key", "path", "group", "url", "timeout_s", "max_retries", "backoff_s", "concurrency",
-                 "on_invalid", "partial")
+                 "on_invalid", "partial", "rubric", "verdict", "verdict_regex", "verdict_schema", "score_max")
+# reward=judge on a dataset takes these from the run's reward: where an embedded judge listens always (the run
+# starts one judge), and the rest when the run's reward names a judge (reward.judge_url)
+JUDGE_PLACE = ("judge_host", "judge_port")
+JUDGE_SERVER_FIELDS = ("judge_url", "judge_api", "judge_model", "judge_api_key", *JUDGE_PLACE)
 SAMPLING_FIELDS = ("n_samples_per_prompt", "max_new_tokens", "temperature", "top_p", "top_k", "max_prompt_len")
 TASK_REWARD = {"swe": "swe_tests", "quickstart": "quickstart"}  # a task kind and the reward member that grades it
 
@@ -38,6 +42,8 @@ def dataset_reward(ds: EvalDatasetConfig, run: RewardConfig) -> RewardConfig:
     name = override.name or TASK_REWARD.get(ds.task) or run.name
     base = run if name == run.name else member_reward(name)
     changes = {k: getattr(override, k) for k in REWARD_FIELDS if getattr(override, k) is not None}
+    if name == "judge" and base is not run:  # the run's judge: where it listens, and which it is when the run names one
+        changes = {**{k: getattr(run, k) for k in JUDGE_SERVER_FIELDS if run.judge_url or k in JUDGE_PLACE}, **changes}
     return replace(base, **changes)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from slimecli.config.groups.reward import JUDGE_EMBEDDED, RewardConfig
 from slimecli.config.port import Port
 from slimecli.config.schema import SlimeConfig
 
@@ -105,6 +106,19 @@ def teacher_urls(cfg: SlimeConfig) -> list[str]:
         return [cfg.teacher.url.rstrip("/")]
     addresses = [teacher_address(cfg, n) for n in teacher_nodes(cfg) or [0]]
     return [f"http://{reachable_host(host)}:{port}" for host, port in addresses]
+
+
+def embedded_judge(cfg: SlimeConfig) -> RewardConfig | None:
+    """The reward settings of the judge the run starts itself (reward.judge_url=embedded), on node 0, when the
+    run's reward or an eval dataset's is reward=judge with it; else None."""
+    from slimecli.config.eval_settings import dataset_reward
+
+    if cfg.cluster.node_rank != 0:
+        return None
+    for reward in (cfg.reward, *(dataset_reward(ds, cfg.reward) for ds in cfg.eval.datasets if ds.env is None)):
+        if reward.name == "judge" and reward.judge_url == JUDGE_EMBEDDED:
+            return reward
+    return None
 
 
 def reachable_host(host: str) -> str:

@@ -216,7 +216,7 @@ class Registry:
             yield self
 
 
-REWARDS = Registry("reward", "reward.name", reserved=("python", "remote"))
+REWARDS = Registry("reward", "reward.name", reserved=("python", "remote", "judge"))
 ADVANTAGE_ESTIMATORS = Registry("advantage estimator", "trainer.advantage_estimator", paths=True,
                                 aliases={"gspo": "grpo"})  # gspo: grpo with trainer.importance_level=sequence
 POLICY_LOSSES = Registry("policy loss", "trainer.policy_loss", paths=True)

@@ -1,11 +1,12 @@
-"""`python -m slimecli.engine --config RUN/config.yaml [--index i]`: engine i of a run."""
+"""`python -m slimecli.engine --config RUN/config.yaml [--index i | --judge]`: engine i of a run, or its
+embedded judge."""
 
 from __future__ import annotations
 
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from slimecli.config.schema import SlimeConfig
@@ -19,10 +20,19 @@ def main(argv: list[str] | None = None) -> None:
     from slimecli.observe import startup
     from slimecli.observe.worker import start_worker
 
+    def arguments(p: Any) -> None:
+        p.add_argument("--index", type=int, default=0, help="Engine index: listens on rollout.port + index.")
+        p.add_argument("--judge", action="store_true", help="Serve the run's embedded judge (reward.judge_url="
+                       "embedded) on reward.judge_port instead of a rollout engine.")
+
     cfg, args = start_worker("python -m slimecli.engine", argv, __doc__, log_format=None,  # start() logs
-                             arguments=lambda p: p.add_argument("--index", type=int, default=0,
-                                                                help="Engine index: listens on rollout.port + index."))
-    startup.name(f"engine-{args.index}")
+                             arguments=arguments)
+    startup.name("judge" if args.judge else f"engine-{args.index}")
+    if args.judge:
+        from slimecli.engine.app import run
+
+        run(judge_settings(cfg))
+        return
     start(cfg, args.index, run_dir_of(args.config))
 
 
@@ -65,6 +75,36 @@ def settings_of(cfg: SlimeConfig, index: int = 0, run_dir: str | Path | None = N
         trust_remote_code=cfg.model.trust_remote_code, log_level=cfg.run.log_level,
         api_key=engine_api_key(r.api_key), weight_roots=tuple(map(str, weight_roots(cfg, run_dir, model_path))),
         read_timeout_s=r.read_timeout_s, max_connections=r.max_connections, loopback_loads_anywhere=not r.weight_roots)
+
+
+def judge_settings(cfg: SlimeConfig) -> EngineSettings:
+    """The embedded judge's settings: reward.judge_model (default: the run's model) on reward.judge_port, on the
+    rollout engines' device (rollout.device) and dtype, behind reward.judge_api_key (the key its clients send). It
+    loads no weight updates (no weight roots): it judges as it started."""
+    from pathlib import Path
+
+    from slimecli.config.groups.rollout import engine_dtype
+    from slimecli.config.layout import embedded_judge, picked
+    from slimecli.engine.settings import EngineSettings
+    from slimecli.model.loading import resolve_model_path, resolve_tokenizer_path
+    from slimecli.net.auth import judge_api_key
+
+    judge = embedded_judge(cfg)
+    if judge is None:
+        raise SystemExit("python -m slimecli.engine --judge: this config has no embedded judge "
+                         "(reward=judge reward.judge_url=embedded)")
+    r = cfg.rollout
+    if judge.judge_model:
+        model_path = tokenizer_path = Path(judge.judge_model)
+    else:
+        model_path, tokenizer_path = resolve_model_path(cfg.model), resolve_tokenizer_path(cfg.model)
+    return EngineSettings(
+        str(model_path), tokenizer_path=str(tokenizer_path), host=judge.judge_host,
+        port=picked(judge.judge_port, "reward.judge_port"), dtype=engine_dtype(r, cfg.model.dtype, on_gpu(r.device)),
+        device=r.device, max_running=r.max_running_requests, seed=cfg.run.seed, prefix_cache_mb=r.prefix_cache_mb,
+        trust_remote_code=cfg.model.trust_remote_code, log_level=cfg.run.log_level,
+        api_key=judge_api_key(judge.judge_api_key), weight_roots=(),
+        read_timeout_s=r.read_timeout_s, max_connections=r.max_connections, loopback_loads_anywhere=False)
 
 
 def start(cfg: SlimeConfig, index: int = 0, run_dir: str | Path | None = None) -> None:

@@ -46,6 +46,8 @@ PauseMode = Literal["abort", "retract", "in_place"]
 PAUSE_MODES: tuple[PauseMode, ...] = typing.get_args(PauseMode)
 Selector = Literal["all", "target", "draft"]  # which model's weights (SGLang: the served one, its draft, both)
 GROUP = "weight_update_group"  # SGLang's default group_name
+# the 503 of /generate on an engine the supervisor restarted mid-run, until the trainer's weights arrive
+AWAITING_WEIGHTS = "this engine was restarted and waits for the trainer's current weights"
 MAX_DIM = 1 << 40  # one dimension of a tensor's shape
 
 

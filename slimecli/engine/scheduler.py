@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import logging
+import os
 import threading
 import time
 import traceback
@@ -23,6 +24,7 @@ from slimecli.engine.prefix_cache import PrefixCache
 from slimecli.engine.runner import Runner
 from slimecli.engine.sampling import NEG_INF, sample
 from slimecli.engine.seq import FinishReason, Seq
+from slimecli.process import AWAIT_WEIGHTS_ENV
 
 if TYPE_CHECKING:
     from slimecli.engine.bodies import PauseMode
@@ -46,6 +48,8 @@ class Scheduler:
         self.jump_forward = jump_forward  # append grammar-forced tokens without decode steps
         self.dispatch = dispatch or (lambda seqs: None)
         self.weight_version = "default"
+        # restarted by the supervisor mid-run: no generation until the trainer's weights (any update) arrive
+        self.awaiting_weights = os.environ.get(AWAIT_WEIGHTS_ENV) == "1"
         self.paused = False
         self.generator = torch.Generator(device=self.runner.device)
         if seed is not None:
@@ -156,6 +160,7 @@ class Scheduler:
             s.version_events.append((self.weight_version, len(s.output_ids)))
         if version is not None:
             self.weight_version = version
+        self.awaiting_weights = False
 
     # ---- the loop ---------------------------------------------------------------------------
     def _loop(self) -> None:

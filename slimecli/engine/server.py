@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -13,6 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
+from slimecli.engine.bodies import AWAITING_WEIGHTS
 from slimecli.engine.compat import stream_due
 from slimecli.engine.control import ControlRoutes
 from slimecli.engine.core import readiness
@@ -42,6 +44,20 @@ def default_device(device: str = "auto") -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+# a test hook: with SLIMECLI_TEST_ENGINE_HANG=PATH, the first /generate after PATH appears removes it and blocks the
+# scheduler thread for good (a hung engine: its HTTP face answers, no generation finishes)
+HANG_MARKER = os.environ.get("SLIMECLI_TEST_ENGINE_HANG", "")
+
+
+def hang_scheduler_for_tests(sched: Any) -> None:
+    try:
+        os.unlink(HANG_MARKER)
+    except FileNotFoundError:
+        return  # another request took it
+    log.warning("SLIMECLI_TEST_ENGINE_HANG: blocking the scheduler thread")
+    sched.call(lambda: time.sleep(1e9))
 
 
 def error(message: str, status: int = 400) -> web.Response:
@@ -259,6 +275,10 @@ class EngineServer:
     # ---- /generate ---------------------------------------------------------------------------
     async def generate(self, request: web.Request) -> web.StreamResponse:
         req: GenerateRequest = parse_generate(await read_json(request), self.vocab_size)
+        if self._sched.awaiting_weights:  # restarted mid-run: the trainer re-sends its weights first
+            return error(AWAITING_WEIGHTS, 503)
+        if HANG_MARKER and os.path.exists(HANG_MARKER):
+            hang_scheduler_for_tests(self._sched)
         if len(req.items) > MAX_SEQS:
             raise BadRequest(f"input / n: {len(req.items)} sequences in one request, at most {MAX_SEQS}")
         await self._encode(req)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slimecli.eval.passk import mean_pass_at_k, powers_of_two
+from slimecli.reward.stats import JUDGE_KEY, judge_metrics
 from slimecli.rollout.sample import Sample
 
 
@@ -40,7 +41,8 @@ def _mean(values: list[float]) -> float:
 
 def dataset_metrics(outcomes: list[Outcome], n: int, threshold: float, swe: bool = False) -> dict[str, float]:
     """reward_mean (over valid attempts), pass@k for every power of two k <= n, response_len_mean, invalid
-    (the fraction of attempts without a value); for SWE tasks also resolved_rate (over graded runs)."""
+    (the fraction of attempts without a value); judge_errors and the judge's other counts where a judge graded;
+    for SWE tasks also resolved_rate (over graded runs)."""
     valid = [o for o in outcomes if o.value is not None]
     out: dict[str, float] = {
         "reward_mean": _mean([float(o.value) for o in valid if o.value is not None]),
@@ -58,6 +60,7 @@ def dataset_metrics(outcomes: list[Outcome], n: int, threshold: float, swe: bool
         value = mean_pass_at_k([(a, b) for a, b in counts.values()], k)
         if value is not None:
             out[f"pass@{k}"] = value
+    out.update({k.split("/", 1)[1]: v for k, v in judge_metrics(s for o in outcomes for s in o.samples).items()})  # judge_*
     if swe:
         graded = [o.grade for o in valid if o.grade is not None]
         out["resolved_rate"] = _mean([float(bool(g.get("resolved"))) for g in graded])
@@ -91,4 +94,6 @@ def sample_row(o: Outcome, threshold: float) -> dict[str, Any]:
                    drop_reason=first.metadata.get("drop_reason"))
     if "instance_id" in (o.record.get("metadata") or {}):
         row["instance_id"] = o.record["metadata"]["instance_id"]
+    if isinstance(first.metadata.get(JUDGE_KEY), Mapping):  # reward=judge: its verdict, or why there is none
+        row["judge"] = dict(first.metadata[JUDGE_KEY])
     return dict(to_json_value(row))

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from slimecli.config.errors import ConfigError, ConfigErrors
@@ -78,6 +77,7 @@ def from_run(run_dir: Path, overrides: list[str]) -> tuple[SlimeConfig, int]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from slimecli.config.convert import build, to_plain
+    from slimecli.config.groups.reward import JUDGE_EMBEDDED
     from slimecli.config.io import load_frozen
     from slimecli.config.port import AUTO
     from slimecli.config.rules import check_all
@@ -102,6 +102,12 @@ def from_run(run_dir: Path, overrides: list[str]) -> tuple[SlimeConfig, int]:
         (ov,) = parser.parse_overrides([text])
         _set(data, key, ov.value(), errors)
         given.add(key)
+    reward = data.get("reward")
+    if isinstance(reward, dict):  # reward=judge: the run's embedded judge again, on a free port unless given
+        if reward.get("judge_url") == JUDGE_EMBEDDED and not reward.get("judge_model") and data["model"].get("path"):
+            reward["judge_model"] = data["model"]["path"]  # it served the run's starting model, not the final one
+        if "reward.judge_port" not in given:
+            reward["judge_port"] = AUTO
     if "model.path" not in given:
         final = run_dir / FINAL_DIR
         if (final / "adapter_config.json").is_file():
@@ -142,9 +148,9 @@ def evaluate(cfg: SlimeConfig, step: int, argv: list[str], overrides: list[str],
     """Launch the engines and the evaluator, supervise them, print the table. 0 only when every dataset
     was evaluated."""
     from slimecli.eval.runner import read_summary
-    from slimecli.launch.agent_checks import agent_cli_errors, sandbox_errors, sandbox_notice
-    from slimecli.launch.free_ports import with_free_rollout_port
-    from slimecli.launch.plan import engine_specs, in_run
+    from slimecli.launch.agent_checks import agent_cli_errors, sandbox_errors, say_sandbox_notice
+    from slimecli.launch.free_ports import with_free_judge_port, with_free_rollout_port
+    from slimecli.launch.plan import engine_specs, in_run, judge_spec
     from slimecli.launch.preflight import engine_errors, materialize
     from slimecli.launch.rundir import prepare, write_plan
     from slimecli.launch.spec import ProcessSpec
@@ -155,22 +161,21 @@ def evaluate(cfg: SlimeConfig, step: int, argv: list[str], overrides: list[str],
         raise ConfigErrors([ConfigError("eval.datasets", [], "nothing to evaluate",
                                         "eval.datasets=[{name: NAME, task: jsonl, path: FILE}], an environment "
                                         "(env=native env.id=lookup) or +recipe=NAME")])
-    cfg = with_free_rollout_port(materialize(cfg))  # rollout.port=auto: free ports, recorded in the plan
+    cfg = with_free_judge_port(with_free_rollout_port(materialize(cfg)))  # "auto" ports: free ones, in the plan
     errors = engine_errors(cfg, [slot.port for slot in engine_slots(cfg)])
     agents = any(ds.task == "swe" for ds in cfg.eval.datasets)  # SWE tasks are worked by the agent CLI in sandboxes
     if agents:
         errors += agent_cli_errors(cfg) + sandbox_errors(cfg)
     if errors:
         raise ConfigErrors(errors)
-    said = sandbox_notice(cfg) if agents else None  # where the agent's commands run (local: what is left open)
-    if said is not None:
-        console.print(f"[yellow]warning[/] {escape(said[1])}" if said[0] == "warning" else escape(said[1]))
+    say_sandbox_notice(cfg, console, runs_code=agents)  # where the agent's commands run (local: what is left open)
     run = prepare(cfg, argv, overrides)
     console.print(f"[bold]eval directory[/] {run.path}")
     config_path = str(run.config_path)
     evaluator = ProcessSpec(name="evaluator", kind="worker",
                             argv=[sys.executable, "-m", "slimecli.eval", "--config", config_path, "--step", str(step)])
-    specs = in_run([*engine_specs(cfg, config_path), evaluator], run.path)
+    judge = judge_spec(cfg, config_path)  # reward.judge_url=embedded: the judge next to the engines
+    specs = in_run([*engine_specs(cfg, config_path), *([judge] if judge else []), evaluator], run.path)
     write_plan(run, specs)
     code = Supervisor(specs, run.log_dir, console=console).run()
     summary = read_summary(run.path, step)
@@ -178,8 +183,7 @@ def evaluate(cfg: SlimeConfig, step: int, argv: list[str], overrides: list[str],
         console.print("[red]no evaluation summary was written[/]")
         return code or 1
     console.print(table(summary, f"eval of {cfg.model.path} (step {step})"))
-    if said is not None and said[0] == "warning":
-        console.print(f"[yellow]warning[/] {escape(said[1])}")
+    say_sandbox_notice(cfg, console, runs_code=agents, warnings_only=True)  # sandbox=local: again, at the end
     failed = [d["name"] for d in summary.get("datasets", []) if d.get("error")]
     if failed:
         console.print(f"[red]failed:[/] {', '.join(failed)}")

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slimecli.config.errors import ConfigError, allowed_hint
 from slimecli.config.schema import SlimeConfig
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # No tokenizer packs more than this many characters into one token on average (English prose and code run
 # 3-4): the bound turns a CLI's measured prompt size into a token count that is never an over-estimate.
@@ -107,8 +111,25 @@ def runs_model_code(cfg: SlimeConfig) -> bool:
 def sandbox_notice(cfg: SlimeConfig) -> tuple[str, str] | None:
     """(level, text) a command says when it starts, where `cfg` runs model-written code (sandbox.factory.notice):
     a warning with what sandbox=local leaves open, or the kind sandbox=auto picked."""
-    if not runs_model_code(cfg):
-        return None
+    return _notice(cfg) if runs_model_code(cfg) else None
+
+
+def say_sandbox_notice(cfg: SlimeConfig, console: Console, runs_code: bool | None = None,
+                       warnings_only: bool = False) -> None:
+    """What every command that runs model-written code says when it starts (sandbox_notice): ``warning: ...`` for
+    sandbox=local. ``runs_code``: whether it does, where the command knows better than the config (eval's SWE
+    datasets)."""
+    if runs_code is False:
+        return
+    from rich.markup import escape
+
+    said = sandbox_notice(cfg) if runs_code is None else _notice(cfg)
+    if said is not None and (said[0] == "warning" or not warnings_only):
+        level, text = said
+        console.print(f"[yellow]warning:[/] {escape(text)}" if level == "warning" else escape(text))
+
+
+def _notice(cfg: SlimeConfig) -> tuple[str, str] | None:
     from slimecli.sandbox.factory import notice
 
     return notice(cfg.sandbox)

@@ -12,6 +12,7 @@ from rich.markup import escape
 from slimecli.config.errors import NO_VALUE, ConfigError, ConfigErrors
 from slimecli.config.layout import run_dir_of
 from slimecli.config.schema import SlimeConfig
+from slimecli.launch.agent_checks import say_sandbox_notice
 from slimecli.launch.free_ports import with_free_ports
 from slimecli.launch.plan import build_plan
 from slimecli.launch.preflight import check, materialize
@@ -19,6 +20,7 @@ from slimecli.launch.rundir import prepare, resume_command, write_plan
 from slimecli.launch.stall import StallWatch
 from slimecli.launch.supervisor import Supervisor
 from slimecli.observe.metrics import METRICS_FILE
+from slimecli.observe.restarts import RESTARTS_FILE
 from slimecli.process import RESTART_ENV
 
 
@@ -29,7 +31,7 @@ def run(cfg: SlimeConfig, argv: list[str], overrides: list[str], console: Consol
     console = console or Console(highlight=False, soft_wrap=True)
     cfg = with_free_ports(materialize(cfg))  # "auto" ports: free ones now, written to config.yaml and plan.json
     check(cfg)
-    _say_sandbox(cfg, console)
+    say_sandbox_notice(cfg, console)
     run_dir = prepare(cfg, argv, overrides)
     if run_dir.resumed:
         console.print(f"[bold]resuming[/] the run in {run_dir.path}")
@@ -56,7 +58,7 @@ def run(cfg: SlimeConfig, argv: list[str], overrides: list[str], console: Consol
         stall = StallWatch(run_dir.path / METRICS_FILE, cfg.run.stall_timeout_s, cfg.rollout.start_timeout_s)
         env = {RESTART_ENV: str(attempt)}
         supervisor = Supervisor([replace(s, env={**s.env, **env}) for s in specs], run_dir.log_dir, console=console,
-                                verbose=cfg.observe.verbose, stall=stall)
+                                verbose=cfg.observe.verbose, stall=stall, restart_log=run_dir.path / RESTARTS_FILE)
         code = supervisor.run()
         if code == 0 or attempt >= cfg.run.max_restarts or not _restartable(cfg, supervisor.failed):
             return code
@@ -83,15 +85,6 @@ def _keep_logs(log_dir: Path, attempt: int) -> Path:
     for log in log_dir.glob("*.log"):
         log.rename(kept / log.name)
     return kept
-
-
-def _say_sandbox(cfg: SlimeConfig, console: Console) -> None:
-    """A run whose agent commands run under sandbox=local says what that leaves open; auto, the kind it picked."""
-    from slimecli.launch.agent_checks import sandbox_notice
-
-    said = sandbox_notice(cfg)
-    if said is not None:
-        console.print(f"[yellow]warning[/] {escape(said[1])}" if said[0] == "warning" else f"[bold]{escape(said[1])}[/]")
 
 
 def _checkpointed_step(path: Path, console: Console) -> int | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from slimecli.config.errors import ConfigError, ConfigErrors
-from slimecli.config.layout import engine_count, teacher_nodes
+from slimecli.config.layout import embedded_judge, engine_count, teacher_nodes
 from slimecli.config.port import is_auto
 from slimecli.config.schema import SlimeConfig
 from slimecli.net.ports import free_port, free_ports
@@ -20,7 +20,7 @@ from slimecli.net.ports import free_port, free_ports
 
 def with_free_ports(cfg: SlimeConfig) -> SlimeConfig:
     """The run's engines' and launched teacher's "auto" ports picked (`slimecli train`, `slimecli plan`)."""
-    return with_free_teacher_port(with_free_rollout_port(cfg))
+    return with_free_judge_port(with_free_teacher_port(with_free_rollout_port(cfg)))
 
 
 def with_free_rollout_port(cfg: SlimeConfig, engines: int | None = None) -> SlimeConfig:
@@ -45,6 +45,18 @@ def with_free_teacher_port(cfg: SlimeConfig) -> SlimeConfig:
     except OSError as exc:
         raise _cannot_pick("teacher.port", "teacher.host", exc) from None
     return replace(cfg, teacher=replace(t, port=port))
+
+
+def with_free_judge_port(cfg: SlimeConfig) -> SlimeConfig:
+    """reward.judge_port "auto" -> a free port, when the run starts an embedded judge (layout.embedded_judge)."""
+    r = cfg.reward
+    if not is_auto(r.judge_port) or embedded_judge(cfg) is None:
+        return cfg
+    try:
+        port = free_port(r.judge_host)
+    except OSError as exc:
+        raise _cannot_pick("reward.judge_port", "reward.judge_host", exc) from None
+    return replace(cfg, reward=replace(r, judge_port=port))
 
 
 def _cannot_pick(key: str, host_key: str, exc: OSError) -> ConfigErrors:

@@ -8,19 +8,32 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from slimecli.config.groups.reward import RewardConfig
 from slimecli.config.groups.rollout import RolloutConfig
-from slimecli.config.layout import node_engines, run_dir_of, teacher_address, teacher_nodes
+from slimecli.config.layout import (
+    embedded_judge,
+    node_engines,
+    picked,
+    reachable_host,
+    run_dir_of,
+    teacher_address,
+    teacher_nodes,
+)
 from slimecli.config.schema import SlimeConfig
-from slimecli.launch.spec import Probe, ProcessSpec
+from slimecli.launch.spec import Health, Probe, ProcessSpec
 from slimecli.launch.torchrun import rank_command
 
 CONFIG_FILE = "config.yaml"
 
 
-def engine_specs(cfg: SlimeConfig, config_path: str) -> list[ProcessSpec]:
-    """The engines this node starts (cluster.node_rank; see config/layout.py), each on its own GPUs."""
+def engine_specs(cfg: SlimeConfig, config_path: str, training: bool = False) -> list[ProcessSpec]:
+    """The engines this node starts (cluster.node_rank; see config/layout.py), each on its own GPUs. ``training``:
+    the trainer pushes weights to them, so a restarted one waits for the current weights before it generates."""
     r = cfg.rollout
     specs = []
+    # trainer.weight_sync=nccl: the weight-update group cannot take a new member mid-run, so an engine that dies
+    # stops the run (docs/reliability.md)
+    restarts = 0 if training and cfg.trainer.weight_sync == "nccl" else r.max_restarts
     gpus = engine_gpus(cfg)
     for slot in node_engines(cfg):
         env = _overlap_env(cfg, share_cores=r.name == "local")
@@ -36,9 +49,11 @@ def engine_specs(cfg: SlimeConfig, config_path: str) -> list[ProcessSpec]:
                     *(["--trust-remote-code"] if cfg.model.trust_remote_code else []),
                     "--skip-server-warmup", *_api_key_args(r), *placed, *_grammar_args(cfg, args),
                     *_lora_args(cfg, args), *args]
+        health = Health(f"{slot.url}/health_generate", r.health_interval_s, r.health_timeout_s,
+                        r.health_start_grace_s, restarts, await_weights=training, setting="rollout.max_restarts")
         specs.append(ProcessSpec(name=f"engine-{slot.index}", argv=argv, kind="server", ports=[slot.port],
                                  probe=Probe(f"{slot.url}/health_generate"), start_timeout_s=r.start_timeout_s,
-                                 env=env, awaited_by_workers=True))
+                                 env=env, health=health, awaited_by_workers=True))
     return specs
 
 
@@ -152,9 +167,28 @@ def teacher_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec | None:
         return None
     host, port = teacher_address(cfg, cfg.cluster.node_rank)
     argv, env = rank_command("slimecli.teacher", ["--config", config_path], t.tp * t.dp)
-    return ProcessSpec(name="teacher", kind="server", ports=[port], argv=argv, env=env,
-                       probe=Probe(f"http://{host}:{port}/healthz"),
+    url = f"http://{host}:{port}/healthz"
+    health = Health(url, t.health_interval_s, t.health_timeout_s, t.health_start_grace_s, t.max_restarts,
+                    setting="teacher.max_restarts")
+    return ProcessSpec(name="teacher", kind="server", ports=[port], argv=argv, env=env, probe=Probe(url), health=health,
                        start_timeout_s=t.start_timeout_s + (t.warmup_timeout_s if t.warmup else 0.0))
+
+
+def judge_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec | None:
+    """The embedded engine the run starts as its judge (reward.judge_url=embedded; layout.embedded_judge), on the
+    rollout engines' device, restarted like them. It serves reward.judge_model (default: the run's model) and never
+    takes a weight update: the judge stays the model it started as."""
+    judge: RewardConfig | None = embedded_judge(cfg)
+    if judge is None:
+        return None
+    port = picked(judge.judge_port, "reward.judge_port")
+    argv = [sys.executable, "-m", "slimecli.engine", "--config", config_path, "--judge"]
+    url = f"http://{reachable_host(judge.judge_host)}:{port}/health_generate"
+    r = cfg.rollout  # an embedded engine: kept alive like the rollout engines (its verdicts wait in retries meanwhile)
+    health = Health(url, r.health_interval_s, r.health_timeout_s, r.health_start_grace_s, r.max_restarts,
+                    setting="rollout.max_restarts")
+    return ProcessSpec(name="judge", kind="server", ports=[port], argv=argv, env=_overlap_env(cfg, share_cores=True),
+                       probe=Probe(url), start_timeout_s=judge.judge_start_timeout_s, health=health)
 
 
 def trainer_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec:
@@ -164,16 +198,19 @@ def trainer_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec:
 
 
 def build_plan(cfg: SlimeConfig, run_dir: str | Path) -> list[ProcessSpec]:
-    """Servers first (engines, teacher; none for rollout.replay), then the trainer. Every process reads
-    RUN/config.yaml."""
+    """Servers first (engines, teacher, an embedded judge; none for rollout.replay), then the trainer. Every process
+    reads RUN/config.yaml."""
     run_dir = Path(run_dir).resolve()
     config_path = str(run_dir / CONFIG_FILE)
     specs: list[ProcessSpec] = []
     if not cfg.rollout.replay:  # a replay trains on dumped samples: no engine, no teacher
-        specs += engine_specs(cfg, config_path)
+        specs += engine_specs(cfg, config_path, training=True)
         teacher = teacher_spec(cfg, config_path)  # on the first node, or on every node (teacher.every_node)
         if teacher is not None:
             specs.append(teacher)
+        judge = judge_spec(cfg, config_path)  # reward.judge_url=embedded
+        if judge is not None:
+            specs.append(judge)
     specs.append(trainer_spec(cfg, config_path))
     return in_run(specs, run_dir_of(config_path))  # a node's own directory is inside the shared one
 

@@ -17,6 +17,22 @@ class Probe:
 
 
 @dataclass(frozen=True)
+class Health:
+    """A server the supervisor keeps alive: probed every ``interval_s``; dead, or no probe answered ``url`` for
+    ``timeout_s`` (not counted in the first ``start_grace_s`` after a start), it is restarted, at most
+    ``max_restarts`` times. ``await_weights``: a restarted engine serves no generation until the trainer gives
+    it the current weights."""
+
+    url: str
+    interval_s: float
+    timeout_s: float
+    start_grace_s: float
+    max_restarts: int
+    await_weights: bool = False
+    setting: str = ""  # the config key of max_restarts, for the messages (rollout.max_restarts)
+
+
+@dataclass(frozen=True)
 class ProcessSpec:
     name: str
     argv: list[str]
@@ -26,6 +42,7 @@ class ProcessSpec:
     probe: Probe | None = None
     start_timeout_s: float = 300.0
     ports: list[int] = field(default_factory=list)
+    health: Health | None = None  # a server restarted when it dies or hangs (launch/restarts.py)
     # a server the workers wait for themselves (the rollout engines): they start while it loads, and the
     # supervisor checks its readiness probe and timeout beside them
     awaited_by_workers: bool = False

@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slimecli.process import descendants, state
+
 STACKS_SIGNAL = signal.SIGUSR1
 _WORKER_MODULES = (b"slimecli.train", b"slimecli.engine", b"slimecli.teacher", b"slimecli.eval")
 
@@ -19,9 +21,9 @@ _WORKER_MODULES = (b"slimecli.train", b"slimecli.engine", b"slimecli.teacher", b
 @dataclass
 class StallWatch:
     """No step for ``timeout_s``: the progress file (RUN/metrics.jsonl, opened once the trainer is up, then a
-    row a step) unchanged since its last change; until its first change after the watch starts (a new run's
-    creates it, a resumed run's rewrites it), ``start_grace_s`` more are allowed (loading a model may take that
-    long)."""
+    row a step) unchanged since its last change; until it first grows after the watch starts (the first step's
+    row: a new run's file is created empty, a resumed run's rewritten), ``start_grace_s`` more are allowed
+    (loading a model, and a first step's warm-up, may take that long)."""
 
     progress: Path
     timeout_s: float
@@ -39,7 +41,8 @@ class StallWatch:
             return None
         seen, now = self._look(), time.monotonic()
         if seen != self._seen:
-            self._started, self._seen, self._since = True, seen, now
+            grew = seen is not None and self._seen is not None and seen[1] > self._seen[1]
+            self._started, self._seen, self._since = self._started or grew, seen, now
         quiet = now - self._since
         allowed = self.timeout_s + (0.0 if self._started else self.start_grace_s)
         return quiet if quiet >= allowed else None
@@ -56,12 +59,12 @@ def dump_stacks(roots: list[int]) -> list[str]:
     """Ask every slimecli worker process under ``roots`` (the children the supervisor started) for its Python
     stacks; one line per process: what was asked of whom, or why its stacks could not be taken."""
     said = []
-    for pid in _descendants(roots):
+    for pid in descendants(roots):
         cmdline = _read(f"/proc/{pid}/cmdline")
         if not any(m in cmdline for m in _WORKER_MODULES) or b"torch.distributed.run" in cmdline:
             continue
         name = " ".join(part.decode(errors="replace") for part in cmdline.split(b"\0")[1:4] if part)
-        if _state(pid) == "T":
+        if state(pid) == "T":
             said.append(f"pid {pid} ({name}): stopped (SIGSTOP): its stacks could not be taken")
             continue
         try:
@@ -70,28 +73,6 @@ def dump_stacks(roots: list[int]) -> list[str]:
         except OSError as exc:
             said.append(f"pid {pid} ({name}): its stacks could not be taken ({exc.strerror})")
     return said
-
-
-def _descendants(roots: list[int]) -> list[int]:
-    out, todo = [], list(roots)
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        for task in _tasks(pid):
-            todo += [int(c) for c in _read(f"/proc/{pid}/task/{task}/children").split()]
-    return out
-
-
-def _tasks(pid: int) -> list[str]:
-    try:
-        return os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return []
-
-
-def _state(pid: int) -> str:
-    stat = _read(f"/proc/{pid}/stat").decode(errors="replace")
-    return stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else "?"
 
 
 def _read(path: str) -> bytes:

@@ -2,8 +2,9 @@
 
 Servers start first and must answer their readiness probe; then the workers. The run
 succeeds when every worker exits 0; a plan of servers alone (`slimecli teacher serve`) runs
-until it is stopped or a server dies. Any other exit, a readiness timeout, Ctrl-C or
-SIGTERM stops every child's process group (TERM, then KILL after a grace period).
+until it is stopped or a server fails. A server that dies or hangs is restarted within its
+budget (launch/restarts.py). Any other exit, a readiness timeout, Ctrl-C or SIGTERM stops
+every child's process group (TERM, then KILL after a grace period).
 """
 
 from __future__ import annotations
@@ -14,10 +15,8 @@ import signal
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -26,10 +25,13 @@ from rich.markup import escape
 from slimecli.launch import pdeathsig
 from slimecli.launch.failure import strip_prefix, summary
 from slimecli.launch.quiet import ConsoleFilter
+from slimecli.launch.restarts import AWAIT_WEIGHTS_ENV, SERVER_RESTART_ENV, HealthProbe, keep_log
 from slimecli.launch.spec import ProcessSpec
 from slimecli.launch.stall import StallWatch, dump_stacks
 from slimecli.launch.watchdog import PARENT_ENV
-from slimecli.process import terminate_groups
+from slimecli.net.probe import probe_ok
+from slimecli.observe.restarts import record_restart
+from slimecli.process import kill_group, terminate_groups
 
 COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "bright_cyan", "bright_magenta", "bright_green"]
 
@@ -74,8 +76,12 @@ _NOTABLE = re.compile(r"\b(WARNING|ERROR|CRITICAL|FATAL)\b|Traceback|Error:")
 
 class Supervisor:
     def __init__(self, specs: list[ProcessSpec], log_dir: str | Path, console: Console | None = None,
-                 grace_s: float = 10.0, poll_s: float = 0.2, verbose: bool = True, stall: StallWatch | None = None):
+                 grace_s: float = 10.0, poll_s: float = 0.2, verbose: bool = True, stall: StallWatch | None = None,
+                 restart_log: Path | None = None):
         self.specs = specs
+        self.probes: dict[str, HealthProbe] = {}  # the servers kept alive, by name (launch/restarts.py)
+        self.restarts: dict[str, int] = {}  # restarts so far, by server name
+        self.restart_log = restart_log  # RUN/restarts.jsonl (observe/restarts.py); None: not recorded
         self.stall = stall  # the progress watchdog (launch/stall.py), armed once the workers start
         self.verbose = verbose  # False: servers' routine lines go to their logs only (warnings still print)
         self.log_dir = Path(log_dir)
@@ -99,10 +105,16 @@ class Supervisor:
             workers = [s for s in self.specs if s.kind == "worker"]
             for child in list(self.children):
                 if workers and child.spec.awaited_by_workers and child.spec.probe is not None:
+                    # the workers wait for it themselves: they start now, beside its loading (_check_loading)
                     self._loading[child.proc.pid] = (child, time.monotonic() + child.spec.start_timeout_s)
-                else:
-                    self._wait_ready(child)
-            for spec in workers:  # beside the servers still loading, which they wait for themselves
+                    if child.spec.health is not None and child.spec.name not in self.probes:
+                        self.probes[child.spec.name] = HealthProbe(child.spec.health, child.spec.start_timeout_s,
+                                                                   False)
+                    continue
+                self._wait_ready(child)
+                if child.spec.health is not None and child.spec.name not in self.probes:
+                    self.probes[child.spec.name] = HealthProbe(child.spec.health, child.spec.start_timeout_s, True)
+            for spec in workers:  # beside the servers still loading
                 self._start(spec)
             self._watch()
             self._say("[bold green]run finished[/]")
@@ -123,6 +135,8 @@ class Supervisor:
     def shutdown(self) -> None:
         """TERM every child's process group, then KILL whatever outlives the grace period."""
         self._tearing_down = True  # shutdown noise (e.g. torchrun's SIGTERM traceback) stays in the logs
+        for probe in self.probes.values():
+            probe.stop()
         by_group = {c.proc.pid: c for c in self.children}  # each child leads its own session's group
         stubborn = terminate_groups({pgid: c.proc for pgid, c in by_group.items()}, self.grace_s)
         for pgid in stubborn:
@@ -137,17 +151,22 @@ class Supervisor:
         self._stop_signal = signum
         raise _Interrupted(signum)
 
-    def _start(self, spec: ProcessSpec) -> Child:
+    def _start(self, spec: ProcessSpec, at: int | None = None) -> Child:
+        """Start ``spec``; ``at``: in place of the child at that index (a restart), keeping its colour."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **spec.env, PARENT_ENV: str(os.getpid())}
         # No preexec_fn (unsafe with the log pumps' threads): a new session in C, and the
         # parent-death signal set by a small exec wrapper (slimecli.launch.pdeathsig).
         proc = subprocess.Popen(pdeathsig.command(spec.argv), env=env, cwd=spec.cwd, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-        child = Child(spec, proc, self.log_dir / f"{spec.name}.log", COLOURS[len(self.children) % len(COLOURS)])
+        colour = COLOURS[(len(self.children) if at is None else at) % len(COLOURS)]
+        child = Child(spec, proc, self.log_dir / f"{spec.name}.log", colour)
         child.pump = threading.Thread(target=self._pump, args=(child,), daemon=True, name=f"log-{spec.name}")
         child.pump.start()
-        self.children.append(child)
+        if at is None:
+            self.children.append(child)
+        else:
+            self.children[at] = child
         self._say(f"started [bold]{spec.name}[/] (pid {proc.pid})")
         return child
 
@@ -178,7 +197,7 @@ class Supervisor:
         deadline = time.monotonic() + child.spec.start_timeout_s
         while time.monotonic() < deadline:
             self._check_alive()
-            if _probe_ok(probe.url, probe.status):
+            if probe_ok(probe.url, probe.status):
                 self._say(f"[bold]{child.spec.name}[/] is ready ({probe.url})")
                 return
             time.sleep(0.5)
@@ -191,18 +210,21 @@ class Supervisor:
                            f"{child.log_path}:\n" + child.failure(f"not ready within {child.spec.start_timeout_s:.0f}s"))
 
     def _check_loading(self) -> None:
-        """The servers the workers started beside: say when each is ready; fail the run past its timeout."""
+        """The servers the workers started beside: say when each is ready; past its start timeout, fail the run
+        (a server kept alive by a health probe is restarted by _check_health instead, within its budget)."""
         for pid, (child, deadline) in list(self._loading.items()):
             assert child.spec.probe is not None
-            if _probe_ok(child.spec.probe.url, child.spec.probe.status):
+            if child not in self.children:  # restarted: its health probe watches the new process
+                del self._loading[pid]
+            elif probe_ok(child.spec.probe.url, child.spec.probe.status):
                 del self._loading[pid]
                 self._say(f"[bold]{child.spec.name}[/] is ready ({child.spec.probe.url})")
-            elif time.monotonic() > deadline:
+            elif time.monotonic() > deadline and child.spec.health is None:
                 self.failed = "server"
                 raise self._not_ready(child)
 
     def _check_alive(self) -> None:
-        for child in self.children:
+        for child in list(self.children):
             code = child.proc.poll()
             if code is None:
                 continue
@@ -210,11 +232,69 @@ class Supervisor:
                 continue
             if child.pump is not None:
                 child.pump.join(timeout=2)
-            self.failed = child.spec.kind
             what = "exited" if code >= 0 else f"was killed by {signal.Signals(-code).name}"
             short = f"exit code {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
-            raise LaunchError(f"{child.spec.name} {what} (exit code {code}); last lines of {child.log_path}:\n"
-                              + child.failure(short))
+            if self._restartable(child):
+                self._restart(child, f"{what} (exit code {code})")
+                continue
+            self.failed = child.spec.kind
+            raise LaunchError(f"{child.spec.name} {what} (exit code {code}){self._spent(child)}; last lines of "
+                              f"{child.log_path}:\n" + child.failure(short))
+
+    def _check_health(self) -> None:
+        """A kept server that hangs: its stacks to its log (where it is a slimecli process), then a restart."""
+        for child in list(self.children):
+            probe = self.probes.get(child.spec.name)
+            why = probe.trouble() if probe is not None else None
+            if why is None:
+                continue
+            self._say(f"[bold red]{child.spec.name} is {why}[/]: asking it for its Python stacks")
+            said = dump_stacks([child.proc.pid]) or ["not a slimecli process: its stacks could not be taken"]
+            if any("stacks written" in line for line in said):
+                time.sleep(2.0)  # faulthandler writes at once; the log pump needs a moment
+            with open(child.log_path, "a", encoding="utf-8") as log:
+                for line in said:
+                    log.write(f"slimecli | {line}\n")
+                    self._say(f"{child.spec.name}: {escape(line)}")
+            if not self._restartable(child):
+                self.failed = "server"
+                raise LaunchError(f"{child.spec.name} is {why}{self._spent(child)}; last lines of {child.log_path}:\n"
+                                  + child.failure(why))
+            self._restart(child, why)
+
+    def _restartable(self, child: Child) -> bool:
+        h = child.spec.health
+        return (child.spec.kind == "server" and h is not None and not self._tearing_down
+                and self.restarts.get(child.spec.name, 0) < h.max_restarts)
+
+    def _spent(self, child: Child) -> str:
+        h, used = child.spec.health, self.restarts.get(child.spec.name, 0)
+        if h is None or child.spec.kind != "server":
+            return ""
+        if h.max_restarts == 0:
+            return f" ({h.setting}=0: not restarted)" if h.setting else ""
+        return f" after {used} restart{'s' if used != 1 else ''} ({h.setting}={h.max_restarts} spent)"
+
+    def _restart(self, child: Child, why: str) -> None:
+        """Kill what is left of the server's process group, keep its log, start the same command again."""
+        name, h = child.spec.name, child.spec.health
+        assert h is not None
+        probe = self.probes.pop(name, None)
+        if probe is not None:
+            probe.stop()
+        kill_group(child.proc.pid, grace_s=2.0, leader=child.proc)
+        child.proc.wait()
+        if child.pump is not None:
+            child.pump.join(timeout=2)
+        kept = keep_log(child.log_path)
+        used = self.restarts[name] = self.restarts.get(name, 0) + 1
+        if self.restart_log is not None:
+            record_restart(self.restart_log, name, used, why)
+        self._say(f"[bold yellow]{name} {escape(why)}: restarting it[/] (restart {used} of {h.setting}="
+                  f"{h.max_restarts}); its log until now: {kept}")
+        env = {**child.spec.env, SERVER_RESTART_ENV: str(used), **({AWAIT_WEIGHTS_ENV: "1"} if h.await_weights else {})}
+        fresh = self._start(replace(child.spec, env=env), at=next(i for i, c in enumerate(self.children) if c is child))
+        self.probes[name] = HealthProbe(h, fresh.spec.start_timeout_s, ready=False)
 
     def _watch(self) -> None:
         workers = [c for c in self.children if c.spec.kind == "worker"]
@@ -228,6 +308,7 @@ class Supervisor:
             if self._loading and time.monotonic() - probed >= 0.5:
                 self._check_loading()
                 probed = time.monotonic()
+            self._check_health()
             self._check_progress()
             time.sleep(self.poll_s)
 
@@ -253,14 +334,3 @@ class Supervisor:
 class _Interrupted(BaseException):
     def __init__(self, signum: int):
         self.signum = signum
-
-
-def _probe_ok(url: str, status: int) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            code: int = resp.status  # urlopen's result is untyped in the stubs
-            return code == status
-    except urllib.error.HTTPError as exc:
-        return exc.code == status
-    except (OSError, ValueError):
-        return False

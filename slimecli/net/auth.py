@@ -19,11 +19,18 @@ from slimecli.net.server import HttpError
 
 SGLANG_OPEN_PREFIXES = ("/health", "/ready", "/metrics")
 API_KEY_ENV = "SLIMECLI_ENGINE_API_KEY"
+JUDGE_API_KEY_ENV = "SLIMECLI_JUDGE_API_KEY"
 
 
 def engine_api_key(configured: str | None = None) -> str | None:
     """The engines' api key: the configured one (rollout.api_key), else $SLIMECLI_ENGINE_API_KEY, else None."""
     return configured or os.environ.get(API_KEY_ENV) or None
+
+
+def judge_api_key(configured: str | None = None) -> str | None:
+    """reward=judge's api key, sent to the judge and required by an embedded one: reward.judge_api_key, else
+    $SLIMECLI_JUDGE_API_KEY, else None."""
+    return configured or os.environ.get(JUDGE_API_KEY_ENV) or None
 
 
 def sglang_open_path(path: str) -> bool:

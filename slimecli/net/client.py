@@ -1,7 +1,9 @@
 """What slimecli's retrying JSON clients share (the teacher client, the remote reward): one aiohttp session opened
 on first use, at most `concurrency` requests in flight, and calls retried per a RetryPolicy (slimecli.net.retry)
 whose last failure becomes the client's own error, worded alike: "rejected the request" for what is not worth
-another try (a 4xx but 408/429), "failed after N attempts" for what kept failing."""
+another try (a 4xx but 408/429), "failed after N attempts" for what kept failing. A client whose server is
+restarted by the supervisor sets `recover`: a call whose retries all failed to connect waits for it, then
+starts over, `recoveries` times at most."""
 
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ class RetryingClient:
         self.concurrency = max(1, int(concurrency))
         self.limit = asyncio.Semaphore(self.concurrency)
         self._session: aiohttp.ClientSession | None = None
+        self.recover: Callable[[], Awaitable[None]] | None = None  # wait until the server is back after a restart
+        self.recoveries = 0
 
     async def __aenter__(self) -> Self:
         return self
@@ -48,11 +52,20 @@ class RetryingClient:
 
     async def call(self, attempt: Callable[[], Awaitable[T]], where: str) -> T:
         """`await attempt()` with retries; `self.error` naming `where` (a server, a URL) when it never succeeds."""
-        try:
-            return await with_retries(attempt, self.retry)
-        except (HttpStatusError, TransientError, aiohttp.ClientError, TimeoutError) as exc:
-            if not is_retryable(exc):
-                raise self.error(f"{where} rejected the request ({exc}); not retried") from None
-            attempts = self.retry.attempts
-            raise self.error(f"{where} failed after {attempts} attempt{'s' if attempts != 1 else ''}: "
-                             f"{describe(exc)}") from exc
+        rounds = 0
+        while True:
+            try:
+                return await with_retries(attempt, self.retry)
+            except aiohttp.ClientConnectionError as exc:
+                if self.recover is None or rounds >= self.recoveries:
+                    raise self._failure(exc, where) from exc
+            except (HttpStatusError, TransientError, aiohttp.ClientError, TimeoutError) as exc:
+                raise self._failure(exc, where) from exc
+            rounds += 1
+            await self.recover()
+
+    def _failure(self, exc: BaseException, where: str) -> Exception:
+        if not is_retryable(exc):
+            return self.error(f"{where} rejected the request ({exc}); not retried")
+        attempts = self.retry.attempts
+        return self.error(f"{where} failed after {attempts} attempt{'s' if attempts != 1 else ''}: {describe(exc)}")

@@ -29,6 +29,7 @@ from slimecli.config.import_path import load as load_reward_fn
 from slimecli.reward.registry import get_reward
 
 if TYPE_CHECKING:
+    from slimecli.reward.judge import Judge
     from slimecli.reward.remote import RemoteReward
 
 ERROR_KEY = "reward_error"
@@ -95,6 +96,7 @@ class _Resolver:
     def __init__(self, cfg: RewardConfig):
         self.cfg = cfg
         self.remote: RemoteReward | None = None
+        self.judge: Judge | None = None
 
     def source(self, sample: Any) -> _Source:
         metadata = sample.metadata if isinstance(sample.metadata, Mapping) else {}
@@ -116,6 +118,12 @@ class _Resolver:
                 c = self.cfg
                 self.remote = RemoteReward(url, c.timeout_s, c.max_retries, c.concurrency, backoff_s=c.backoff_s)
             return _Source("remote", f"remote {self.cfg.url}", self.remote, bounded=True)
+        if name == "judge":
+            if self.judge is None:
+                from slimecli.reward.judge import Judge
+
+                self.judge = Judge(self.cfg)
+            return _Source("judge", f"judge {self.judge.url}", self.judge, bounded=True)
         if name == "python":
             raise ValueError("reward=python needs reward.path (package.module:function or /path/file.py:function)")
         spec = get_reward(name)
@@ -124,9 +132,18 @@ class _Resolver:
     async def close(self) -> None:
         if self.remote is not None:
             await self.remote.close()
+        if self.judge is not None:
+            await self.judge.close()
 
 
 def _log_once(log: logging.Logger, name: str, exc: BaseException, timeout_s: float) -> None:
+    if getattr(exc, "expected", False):  # a failure the reward reports itself (a judge's verdict): no traceback
+        key0: tuple[str, ...] = (name, type(exc).__name__)
+        if key0 not in _LOGGED:
+            _LOGGED.add(key0)
+            log.error("reward %s: %s; affected samples get metadata.%s=%r (logged once)", name, exc, ERROR_KEY,
+                      type(exc).__name__)
+        return
     if isinstance(exc, TimeoutError) and not str(exc):
         key: tuple[str, ...] = (name, "TimeoutError")
         if key not in _LOGGED:

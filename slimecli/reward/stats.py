@@ -91,6 +91,33 @@ def _metrics(entries: list[tuple[float | Invalid, Any, Any]], prefix: str) -> di
     return out
 
 
+JUDGE_KEY = "judge"  # sample.metadata["judge"], written by reward=judge (judge.py)
+
+
+def judge_metrics(samples: Iterable[Any], prefix: str = "reward") -> dict[str, float]:
+    """For samples a judge graded (reward=judge): {prefix}/judge_calls (verdicts asked for), /judge_cached (of
+    them, answered from the cache), /judge_errors (no verdict: the judge was down or its reply did not parse)
+    and /judge_errors/<kind>. Nothing when no sample was judged."""
+    calls = cached = 0
+    errors: dict[str, int] = {}
+    for s in samples:
+        metadata = getattr(s, "metadata", None)
+        record = metadata.get(JUDGE_KEY) if isinstance(metadata, Mapping) else None
+        if not isinstance(record, Mapping):
+            continue
+        calls += 1
+        cached += bool(record.get("cached"))
+        if record.get("error"):
+            kind = _key_name(record["error"])
+            errors[kind] = errors.get(kind, 0) + 1
+    if not calls:
+        return {}
+    out = {f"{prefix}/judge_calls": float(calls), f"{prefix}/judge_cached": float(cached),
+           f"{prefix}/judge_errors": float(sum(errors.values()))}
+    out.update({f"{prefix}/judge_errors/{kind}": float(n) for kind, n in sorted(errors.items())})
+    return out
+
+
 def _filter_metrics(filter_drops: Mapping[str, Any] | None) -> dict[str, float]:
     """Dynamic-filter drop counts by reason, as passed in by the rollout loop (non-numbers are skipped)."""
     out: dict[str, float] = {}
@@ -117,9 +144,11 @@ def reward_metrics(samples: Iterable[Any], key: str | None = None, *, filter_dro
     filter/drop/<reason> + filter/drop_total from the dynamic filter's counts.
     """
     try:
+        samples = list(samples)
         entries = [(sample_reward(s, key), getattr(s, "reward", None), getattr(s, "group_index", None))
                    for s in samples]
         out = _metrics(entries, prefix)
+        out.update(judge_metrics(samples, prefix))
     except Exception:  # a broken Sample-like object: report that, never raise
         out = {f"{prefix}/metrics_error": 1.0}
     try:

@@ -7,18 +7,23 @@ use `async with EngineClient(url) as c:` or call `close()`.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 import aiohttp
 
+from slimecli.engine.bodies import AWAITING_WEIGHTS
 from slimecli.net.auth import engine_api_key
 from slimecli.net.retry import RetryPolicy, with_retries
 
-if TYPE_CHECKING:
-    pass
+T = TypeVar("T")
+Recovery = Callable[["EngineClient"], Awaitable[None]]
+# set inside a recovery: its own requests to the engine must not wait for the recovery they are part of
+_IN_RECOVERY: contextvars.ContextVar[bool] = contextvars.ContextVar("slimecli_engine_recovery", default=False)
+MAX_RECOVERIES = 8  # per request: an engine that keeps going away is not waited for forever
 
 
 class EngineError(RuntimeError):
@@ -56,6 +61,13 @@ def _message(status: int, text: str) -> str:
     return text
 
 
+def engine_lost(exc: BaseException) -> bool:
+    """The engine went away (refused, reset, closed mid-reply) or came back restarted and waits for weights."""
+    if isinstance(exc, EngineError):
+        return exc.status == 503 and AWAITING_WEIGHTS in exc.message
+    return isinstance(exc, aiohttp.ClientConnectionError) and not isinstance(exc, aiohttp.InvalidURL)
+
+
 def _engine_busy(exc: BaseException) -> bool:
     """/flush_cache answers 400 while requests are running or waiting: worth another try."""
     return isinstance(exc, EngineError) and exc.status == 400
@@ -77,6 +89,10 @@ class EngineClient:
         self.has_update_session: bool | None = None  # SGLang's /begin_weight_update: None until first asked
         self.old_server_info = False  # the server knows only /get_server_info
         self.lora_name: str | None = None  # the LoRA adapter loaded last (trainer.lora): generations name it
+        # set by the trainer (train/coordinator/recovery.py): a request that finds the engine gone waits for its
+        # restart and weights, then is sent again; None: the error is raised
+        self.recovery: Recovery | None = None
+        self._recovering: asyncio.Future[None] | None = None
 
     async def __aenter__(self) -> EngineClient:
         return self
@@ -100,8 +116,43 @@ class EngineClient:
         if self._own_session and self._session is not None and not self._session.closed:
             await self._session.close()
 
+    async def _resilient(self, send: Callable[[], Awaitable[T]]) -> T:
+        """``await send()``; where the engine is lost and a recovery is set, once it is back, again (every request
+        waits for a recovery under way, so none reaches a restarted engine before its weights)."""
+        for attempt in range(MAX_RECOVERIES + 1):
+            if self._recovering is not None and not _IN_RECOVERY.get():
+                await asyncio.shield(self._recovering)
+            try:
+                return await send()
+            except (aiohttp.ClientError, EngineError) as exc:
+                if self.recovery is None or _IN_RECOVERY.get() or not engine_lost(exc) or attempt == MAX_RECOVERIES:
+                    raise
+            await self._recover()
+        raise AssertionError("unreachable")
+
+    async def _recover(self) -> None:
+        """One recovery at a time per engine, shared by every request that found it gone."""
+        if self._recovering is None or self._recovering.done():
+            assert self.recovery is not None
+            recovery = self.recovery
+
+            async def run() -> None:
+                _IN_RECOVERY.set(True)
+                await recovery(self)
+
+            self._recovering = asyncio.ensure_future(run())
+        try:
+            await asyncio.shield(self._recovering)
+        finally:
+            if self._recovering is not None and self._recovering.done():
+                self._recovering = None
+
     async def _request(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = (200,),
                        timeout_s: float | None = None) -> Any:
+        return await self._resilient(lambda: self._request_once(method, path, body, ok, timeout_s))
+
+    async def _request_once(self, method: str, path: str, body: Any, ok: tuple[int, ...],
+                            timeout_s: float | None) -> Any:
         url = self.base_url + path
         timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s is not None else None
         async with self.session.request(method, url, json=body, timeout=timeout, headers=self.headers) as resp:
@@ -267,6 +318,9 @@ class EngineClient:
         """POST a weight-update request: the engine's {"success", "message"} whether it succeeded or not."""
         if weight_version is not None:
             body["weight_version"] = str(weight_version)
+        return await self._resilient(lambda: self._update_once(path, body))
+
+    async def _update_once(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         url = self.base_url + path
         async with self.session.post(url, json=body, headers=self.headers) as resp:
             text = await resp.text()
@@ -296,14 +350,14 @@ class EngineClient:
     # ---- status ----------------------------------------------------------------------------------
     async def health(self) -> bool:
         try:
-            await self._request("GET", "/health", timeout_s=10)
+            await self._request_once("GET", "/health", None, (200,), 10)
             return True
         except (TimeoutError, EngineError, aiohttp.ClientError):
             return False
 
     async def health_generate(self, timeout_s: float = 30.0) -> bool:
         try:
-            await self._request("GET", "/health_generate", timeout_s=timeout_s)
+            await self._request_once("GET", "/health_generate", None, (200,), timeout_s)
             return True
         except (TimeoutError, EngineError, aiohttp.ClientError):
             return False

@@ -10,6 +10,7 @@ exponential backoff on connection errors, timeouts, 408, 429 and 5xx; any other 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ from slimecli.config.groups.teacher import TeacherConfig
 from slimecli.model.loading import PROBE_TEXT as PROBE_TEXT  # the tokenizer check lives in the model layer
 from slimecli.model.loading import check_tokenizers_compatible as check_tokenizers_compatible
 from slimecli.net.client import RetryingClient
+from slimecli.net.probe import probe_ok
 from slimecli.net.retry import HttpStatusError, RetryPolicy
 from slimecli.rollout.sample import Sample
 
@@ -54,6 +56,18 @@ class TeacherClient(RetryingClient):
                              f"the temperature), not {self.temperature}: use teacher=server")
         super().__init__(RetryPolicy(max_retries=max(0, cfg.max_retries), backoff_s=backoff_s,
                                      backoff_max_s=backoff_max_s), cfg.request_timeout_s, cfg.concurrency)
+        if cfg.name == "server" and not cfg.url and cfg.max_restarts > 0:  # launched here: restarted when it dies
+            self.recover, self.recoveries = self._wait_healthy, cfg.max_restarts
+
+    async def _wait_healthy(self) -> None:
+        """The supervisor restarts a dead teacher (teacher.max_restarts): wait until /healthz answers again, at most
+        as long as noticing a hang and a start may take."""
+        t = self.cfg
+        deadline = time.monotonic() + t.health_timeout_s + t.health_interval_s + t.start_timeout_s + 30.0
+        while time.monotonic() < deadline:
+            if await asyncio.to_thread(probe_ok, self.url + "/healthz", 200, 5.0):
+                return
+            await asyncio.sleep(1.0)
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.cfg.api_key}"} if self.cfg.api_key else {}

@@ -19,6 +19,7 @@ import torch
 
 from slimecli.observe.metrics import MetricsLogger, drop_steps_after, read_metrics
 from slimecli.observe.progress import RecentRewards, StepProgress, reward_text
+from slimecli.observe.restarts import RESTARTS_FILE, count_restarts
 from slimecli.process import RESTART_ENV
 from slimecli.reward.stats import RewardMeter
 from slimecli.train.stages import StageTimer, StepBatch
@@ -40,6 +41,7 @@ class StepRecords:
         drop_steps_after(self.prompts_path, step)
         self.prompts = self.prompts_path.open("a", encoding="utf-8")
         self.attempt = int(os.environ.get(RESTART_ENV, "0") or 0)  # run.max_restarts: this attempt's number
+        self.restarts_path = run_dir / RESTARTS_FILE  # the engines and teachers the supervisor restarted
         if step > 0:  # a resume: the window goes on from the steps trained before
             self.recent.seed(read_metrics(run_dir), step)
         self.progress = StepProgress(max_steps, step)
@@ -53,7 +55,7 @@ class StepRecords:
         train_s = sum(timer.seconds[k] for k in TRAIN_STAGES)
         return {**batch.metrics, **metrics, **evaluated, "time/step_s": step_s, "time/train_s": train_s,
                 "perf/tokens_per_s": tokens / step_s, "weight_version": step, **gpu_memory(),
-                "run/restarts": self.attempt}
+                "run/restarts": self.attempt, "run/server_restarts": count_restarts(self.restarts_path)}
 
     def log(self, step: int, row: dict[str, Any], timer: StageTimer, batch: StepBatch, eval_line: str) -> None:
         """The row with every stage's time to metrics.jsonl, and the step's rewards (and ``eval_line``, the

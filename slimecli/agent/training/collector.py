@@ -175,6 +175,13 @@ class AgentRollout:
     async def stop(self) -> None:
         await self.service.stop()
 
+    def follow_restarts(self, recovery: Any) -> None:
+        """The adapter's own engine clients wait out an engine's restart as the trainer's do
+        (train/coordinator/recovery.py), so a turn is not refused while a restarted engine waits for weights."""
+        engine = self.service.engine
+        for link in getattr(engine, "links", [engine]):
+            link.client.recovery = recovery
+
 
 def agent_collector(cfg: SlimeConfig, tokenizer: Any, engines: list[Any], source: PromptSource, *,
                     run_dir: Path) -> AgentRollout:

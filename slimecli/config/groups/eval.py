@@ -12,7 +12,7 @@ class EvalRewardConfig:
     """A dataset's reward: unset keys come from the run's `reward` (or, when `name` picks another reward
     member, from that member's conf/reward/NAME.yaml)."""
 
-    name: str | None = None  # any reward member: exact_match | math | f1 | remote | python | quickstart | swe_tests
+    name: str | None = None  # any reward member: exact_match | math | f1 | remote | judge | python | quickstart | swe_tests
     key: str | None = None
     path: str | None = None
     group: bool | None = None
@@ -23,6 +23,12 @@ class EvalRewardConfig:
     concurrency: int | None = spec(None, gt=0)
     on_invalid: Literal["zero", "drop_group", "error"] | None = None
     partial: bool | None = None
+    # reward=judge: this dataset's own rubric and verdict (the judge itself is the run's: docs/judge.md)
+    rubric: str | None = None
+    verdict: Literal["score", "pass_fail"] | None = None
+    verdict_regex: str | None = None
+    verdict_schema: str | None = None
+    score_max: float | None = spec(None, gt=0)
 
 
 @dataclass(frozen=True)

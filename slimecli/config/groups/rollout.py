@@ -27,6 +27,13 @@ class RolloutConfig:
     port: Port = port_field()
     start_timeout_s: float = spec(300.0, gt=0, resumable=True)
     request_timeout_s: float = spec(600.0, resumable=True)
+    # an engine that dies, or answers no /health_generate for health_timeout_s (hung), is killed and restarted (its
+    # Python stacks dumped first), at most max_restarts times in a run; then the run stops, naming it
+    max_restarts: int = spec(2, ge=0, note="0: a dead engine stops the run", resumable=True)
+    health_interval_s: float = spec(10.0, gt=0, resumable=True)
+    health_timeout_s: float = spec(120.0, gt=0, resumable=True)
+    health_start_grace_s: float = spec(60.0, ge=0, note="after a (re)start, before a failing probe counts",
+                                       resumable=True)
     max_running_requests: int = spec(64, gt=0)  # embedded engine batch limit
     device: str = "auto"  # embedded engine: auto (the first GPU when there is one, else the CPU) | cpu | cuda | cuda:N
     # the engines' weights: auto = SGLang's own choice from the checkpoint (--dtype auto); the embedded engine

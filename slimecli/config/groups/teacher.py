@@ -31,6 +31,13 @@ class TeacherConfig:
     warmup_timeout_s: float = spec(3000.0, gt=0, resumable=True)
     update_timeout_s: float = spec(3600.0, gt=0, resumable=True)
     start_timeout_s: float = spec(600.0, gt=0, resumable=True)
+    # a launched teacher server that dies, or answers no /healthz for health_timeout_s (hung), is killed and
+    # restarted (stacks dumped first), at most max_restarts times in a run; its clients wait for it meanwhile
+    max_restarts: int = spec(2, ge=0, note="0: a dead teacher stops the run", resumable=True)
+    health_interval_s: float = spec(10.0, gt=0, resumable=True)
+    health_timeout_s: float = spec(120.0, gt=0, resumable=True)
+    health_start_grace_s: float = spec(60.0, ge=0, note="after a (re)start, before a failing probe counts",
+                                       resumable=True)
     sample_chunk_size: int = spec(4096, gt=0)
     label_chunk_size: int = spec(4096, gt=0)
     api_key: str | None = None

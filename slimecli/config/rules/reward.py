@@ -3,9 +3,12 @@ is there is a pre-flight check: slimecli/launch/source_checks.py)."""
 
 from __future__ import annotations
 
+import json
+import re
 from urllib.parse import urlparse
 
 from slimecli.config.errors import ConfigError, allowed_hint
+from slimecli.config.groups.reward import JUDGE_EMBEDDED, RUBRIC_PLACEHOLDERS, VERDICT_KEY, RewardConfig
 from slimecli.config.import_path import FORMAT_HINT
 from slimecli.config.registry import REWARDS
 from slimecli.config.schema import SlimeConfig
@@ -49,4 +52,91 @@ def key(cfg: SlimeConfig) -> list[ConfigError]:
     return errors
 
 
-RULES = [known, function, server, key]
+def judge(cfg: SlimeConfig) -> list[ConfigError]:
+    """reward=judge: where the judge is, and a rubric and verdict form that can work."""
+    r = cfg.reward
+    if r.name != "judge":
+        return []
+    errors = []
+    url = r.judge_url
+    if not url:
+        errors.append(ConfigError("reward.judge_url", url, "reward=judge needs the judge's URL",
+                                  "an SGLang server (http://host:30000), an OpenAI-compatible base URL "
+                                  f"(https://host/v1), or {JUDGE_EMBEDDED} (the run starts one)"))
+    elif url == JUDGE_EMBEDDED:
+        if r.judge_api == "openai":
+            errors.append(ConfigError("reward.judge_api", r.judge_api, "the embedded judge serves SGLang's "
+                                      "/generate, not the OpenAI API", "set reward.judge_api=auto or generate"))
+    else:
+        parsed = urlparse(str(url))
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            errors.append(ConfigError("reward.judge_url", url, f"must be an http:// or https:// URL with a host, "
+                                      f"or {JUDGE_EMBEDDED}"))
+    if r.rubric is not None and "{response}" not in r.rubric:
+        others = ", ".join(p for p in RUBRIC_PLACEHOLDERS if p != "{response}")
+        errors.append(ConfigError("reward.rubric", _short(r.rubric), "must contain {response} (where the graded "
+                                  "answer goes)", f"it may also use {others}"))
+    if url == JUDGE_EMBEDDED and cfg.cluster.nnodes > 1 and r.judge_port == "auto":
+        errors.append(ConfigError("reward.judge_port", "auto", "a multi-node run's embedded judge needs a port "
+                                  "every node agrees on", "set reward.judge_port to a free port of node 0"))
+    form = _verdict_form(r)
+    return errors + (form or _grammar(r))
+
+
+def _grammar(r: RewardConfig) -> list[ConfigError]:
+    """With reward.judge_grammar the verdict's form goes to the judge as a constraint: it must be one that
+    structured outputs (llguidance, the embedded engine's and SGLang's) compile, which Python's re may not."""
+    if not r.judge_grammar:
+        return []
+    import llguidance
+
+    field, text = ("reward.verdict_schema", r.verdict_schema) if r.verdict_schema is not None else \
+        ("reward.verdict_regex", r.verdict_regex)
+    if text is None:
+        return []
+    try:
+        grammar = (llguidance.LLMatcher.grammar_from_json_schema(text) if r.verdict_schema is not None
+                   else llguidance.LLMatcher.grammar_from_regex(text))
+        problem = llguidance.LLMatcher.validate_grammar(grammar, None)
+    except ValueError as exc:
+        problem = str(exc)
+    if problem:
+        return [ConfigError(field, _short(text), f"not a constraint structured outputs compile: "
+                            f"{' '.join(problem.split())[:200]}", "simplify it, or set reward.judge_grammar=false "
+                            "(the reply is then only parsed)")]
+    return []
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _verdict_form(r: RewardConfig) -> list[ConfigError]:
+    if r.verdict_regex is not None and r.verdict_schema is not None:
+        return [ConfigError("reward.verdict_schema", _short(r.verdict_schema), "give reward.verdict_regex or "
+                            "reward.verdict_schema, not both", "unset one of them (null)")]
+    if r.verdict_regex is not None:
+        try:
+            compiled = re.compile(r.verdict_regex)
+        except re.error as exc:
+            return [ConfigError("reward.verdict_regex", r.verdict_regex, f"not a regular expression: {exc}")]
+        if compiled.fullmatch("") is not None:
+            return [ConfigError("reward.verdict_regex", r.verdict_regex, "matches the empty text, so a reply "
+                                "without a verdict would pass", "e.g. (PASS|FAIL)")]
+    if r.verdict_schema is not None:
+        try:
+            schema = json.loads(r.verdict_schema)
+        except ValueError as exc:
+            return [ConfigError("reward.verdict_schema", _short(r.verdict_schema), f"not JSON: {exc}")]
+        props = schema.get("properties") if isinstance(schema, dict) else None
+        required = schema.get("required") if isinstance(schema, dict) else None
+        if not isinstance(props, dict) or VERDICT_KEY not in props:
+            return [ConfigError("reward.verdict_schema", _short(r.verdict_schema), "must be an object schema with "
+                                f"a {VERDICT_KEY!r} property (the verdict)")]
+        if not isinstance(required, list) or VERDICT_KEY not in required:
+            return [ConfigError("reward.verdict_schema", _short(r.verdict_schema), f"must list {VERDICT_KEY!r} in "
+                                "\"required\"")]
+    return []
+
+
+RULES = [known, function, server, key, judge]

@@ -23,6 +23,7 @@ from slimecli.config.layout import engine_slots
 from slimecli.config.schema import SlimeConfig
 from slimecli.rollout.data import PromptSource
 from slimecli.train.coordinator.evaluation import Evaluation, PinnedEvaluation
+from slimecli.train.coordinator.recovery import EngineRecovery, wants_recovery
 from slimecli.train.coordinator.rollouts import Collector, ReplayRollouts, RolloutPipeline, Rollouts
 from slimecli.train.coordinator.server_loop import ServerLoop
 from slimecli.train.coordinator.weights import EngineWeights, WeightPush
@@ -124,7 +125,14 @@ class RolloutCoordinator(Coordinator):
             from slimecli.eval.runner import Evaluator
 
             self.evaluation = PinnedEvaluation(cfg, Evaluator(cfg, tokenizer, self.engines, run_dir), self.loop)
-        self.weights = EngineWeights(cfg, run_dir, self.engines, self.loop, pipeline, self.evaluation, policy)
+        self.weights = weights = EngineWeights(cfg, run_dir, self.engines, self.loop, pipeline, self.evaluation,
+                                               policy)
+        if wants_recovery(cfg):  # an engine the supervisor restarts gets the weights before it generates again
+            recovery = EngineRecovery(cfg, weights)
+            for engine in self.engines:
+                engine.recovery = recovery
+            if hasattr(collector, "follow_restarts"):  # the agent kind's adapter has clients of its own
+                cast(Any, collector).follow_restarts(recovery)
 
     def dump(self, step: int, batch: StepBatch) -> None:
         """rollout.dump: step ``step``'s samples to RUN/rollouts, before it trains on them."""

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from slimecli.train.weight_sync.base import WeightSync
 
 log = logging.getLogger("slimecli.train")
+INITIAL_VERSION = "default"  # the weight_version an engine (SGLang's, slimecli's) reports before any update
 
 
 class WeightPush:
@@ -98,6 +99,14 @@ class EngineWeights(WeightPush):
         if self._held:
             self._held = False
             self.loop.run(self.rollouts.release())
+
+    async def resync(self, engine: Any) -> str:
+        """A restarted engine gets the weights last pushed (on the server loop); before any push, its own are the
+        run's, and it is let generate under the engines' first label. Returns the version it serves."""
+        if self.sync is not None and await self.sync.resync(engine):
+            return str(self.rollouts.version)
+        await engine.update_weight_version(INITIAL_VERSION)
+        return INITIAL_VERSION
 
     def settle(self) -> None:
         """Wait until the engines hold the weights last pushed; an error of theirs is raised here."""

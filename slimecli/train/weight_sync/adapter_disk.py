@@ -27,6 +27,7 @@ class AdapterDiskSync(DeferredDelivery):
     def __init__(self, cfg: SlimeConfig, run_dir: Path, engines: list[Any], run: Runner) -> None:
         self.cfg, self.run_dir, self.engines, self.run = cfg, run_dir, engines, run
         self.loaded: dict[str, str] = {}  # engine url -> the adapter it serves
+        self.last: tuple[str, str, int] | None = None  # (adapter name, directory, version) pushed last
         # the embedded engine serves the adapter it merged last to every request (a lora_path there must be empty)
         self.names_adapter = cfg.rollout.name == "sglang"
 
@@ -39,25 +40,34 @@ class AdapterDiskSync(DeferredDelivery):
         path, name = str(exported), f"policy-v{version}"
         engines_free()
 
-        async def one(engine: Any) -> None:
-            async def load() -> dict[str, Any]:
-                result: dict[str, Any] = await engine.load_lora_adapter(name, path)
-                if result.get("success"):
-                    previous, self.loaded[engine.base_url] = self.loaded.get(engine.base_url), name
-                    if self.names_adapter:  # SGLang serves an adapter only to requests that name it
-                        engine.lora_name = name
-                    _check(engine, await engine.update_weight_version(version), f"version {version}")
-                    if previous is not None and previous != name:
-                        _check(engine, await engine.unload_lora_adapter(previous), f"unload {previous}")
-                return result
-
-            _check(engine, await engine.sync_weights(load, str(version)), path)
-
         async def deliver() -> None:
-            await _gather(one(e) for e in self.engines)
+            self.last = (name, path, version)
+            await _gather(self._load(e, name, path, version) for e in self.engines)
             await asyncio.to_thread(prune_versions, exported, 2)
 
         return path, deliver()
+
+    async def _load(self, engine: Any, name: str, path: str, version: int) -> None:
+        """One engine loads adapter ``name`` from ``path`` and serves it as ``version``."""
+        async def load() -> dict[str, Any]:
+            result: dict[str, Any] = await engine.load_lora_adapter(name, path)
+            if result.get("success"):
+                previous, self.loaded[engine.base_url] = self.loaded.get(engine.base_url), name
+                if self.names_adapter:  # SGLang serves an adapter only to requests that name it
+                    engine.lora_name = name
+                _check(engine, await engine.update_weight_version(version), f"version {version}")
+                if previous is not None and previous != name:
+                    _check(engine, await engine.unload_lora_adapter(previous), f"unload {previous}")
+            return result
+
+        _check(engine, await engine.sync_weights(load, str(version)), path)
+
+    async def resync(self, engine: Any) -> bool:
+        if self.last is None:
+            return False
+        self.loaded.pop(engine.base_url, None)  # a restarted engine serves no adapter
+        await self._load(engine, *self.last)
+        return True
 
     def before_update(self) -> None:
         pass

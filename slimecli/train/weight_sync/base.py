@@ -34,6 +34,11 @@ class WeightSync(Protocol):
         """Called before the optimizer changes the trainer's weights."""
         ...
 
+    async def resync(self, engine: Any) -> bool:
+        """Give one engine, restarted by the supervisor, the weights last pushed, as their version (on rank 0's
+        event loop). False: nothing was pushed yet (the engine's own weights are the run's)."""
+        ...
+
     def close(self) -> None: ...
 
 

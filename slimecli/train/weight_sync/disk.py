@@ -17,6 +17,7 @@ from slimecli.train.weight_sync.base import DeferredDelivery, Runner, _check, _g
 class DiskSync(DeferredDelivery):
     def __init__(self, cfg: SlimeConfig, run_dir: Path, engines: list[Any], run: Runner) -> None:
         self.cfg, self.run_dir, self.engines, self.run = cfg, run_dir, engines, run
+        self.last: tuple[str, str] | None = None  # (directory, version) of the newest weights on disk
 
     def begin_push(self, state: dict[str, torch.Tensor], version: int,
                    engines_free: Callable[[], None] = _ready) -> tuple[str, Awaitable[None]]:
@@ -32,6 +33,7 @@ class DiskSync(DeferredDelivery):
             _check(engine, await engine.sync_weights(path, str(version)), path)
 
         async def deliver() -> None:
+            self.last = (path, str(version))  # complete on disk: a restarted engine loads these
             await _gather(one(e) for e in self.engines)
             await asyncio.to_thread(prune_versions, exported, 2)  # the engines hold this one: two are kept
 
@@ -39,6 +41,13 @@ class DiskSync(DeferredDelivery):
 
     def before_update(self) -> None:
         pass
+
+    async def resync(self, engine: Any) -> bool:
+        if self.last is None:
+            return False
+        path, version = self.last
+        _check(engine, await engine.sync_weights(path, version), path)
+        return True
 
     def close(self) -> None:
         pass

@@ -21,7 +21,8 @@ GROUP_NAME = "slimecli_weight_update"
 
 
 class GroupSync:
-    """Rank 0 of SGLang's weight-update group; every engine rank joins it at the first push."""
+    """Rank 0 of SGLang's weight-update group; every engine rank joins it at the first push. The group takes no new
+    member mid-run: an engine that dies stops the run (launch/plan.py gives engines no restarts here)."""
 
     def __init__(self, engines: list[Any], run: Runner, *, bucket_bytes: int, timeout_s: float) -> None:
         self.engines, self.run = engines, run
@@ -110,6 +111,10 @@ class GroupSync:
             self.broken = str(exc)
             raise
         return f"group {GROUP_NAME}"
+
+    async def resync(self, engine: Any) -> bool:
+        raise RuntimeError(f"engine {engine.base_url} was restarted, but trainer.weight_sync=nccl cannot give one "
+                           "engine the weights again (its weight-update group takes no new member)")
 
     def before_update(self) -> None:
         pass

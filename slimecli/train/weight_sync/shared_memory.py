@@ -44,6 +44,7 @@ class SharedMemorySync:
         self.paused = False
         self.segment: Any = None
         self.manifest: list[SlotJson] = []
+        self.version: str | None = None  # the version the segment holds, once an update of every engine took it
         removed = remove_stale_segments()
         if removed:
             log.info("removed %d shared-memory weight segments left by trainers that are gone", removed)
@@ -104,12 +105,28 @@ class SharedMemorySync:
                                         for e in self.engines)
                 for engine, result in zip(self.engines, results, strict=True):
                     _check(engine, result, segment.path.name)
+                self.version = str(version)
             finally:
                 self.paused = False
                 await _gather((e.resume() for e in self.engines), return_exceptions=True)
 
         self.run(update_all())
         return str(segment.path.name)
+
+    async def resync(self, engine: Any) -> bool:
+        """The segment's weights to a restarted engine, paused meanwhile; left paused while the others are (the
+        optimizer may be writing shared weights)."""
+        if self.segment is None or self.version is None:
+            return False
+        await engine.pause()
+        try:
+            _check(engine, await engine.update_weights_from_shared_memory(
+                self.segment.path.name, self.manifest, self.version, lora_config=self.lora_config),
+                self.segment.path.name)
+        finally:
+            if not self.paused:
+                await engine.resume()
+        return True
 
     def _share(self, segment: Any, slots: list[Any]) -> None:
         """Rebind the policy's tensors to their place in the segment (which holds their values now)."""

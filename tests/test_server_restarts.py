@@ -1,0 +1,149 @@
+"""Servers that die or hang mid-run are restarted (launch/restarts.py) and a restarted engine gets the current weights
+before it generates (train/coordinator/recovery.py): the run goes on with no command from the user."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from slimecli.launch.spec import Health
+from slimecli.launch.supervisor import Supervisor
+from slimecli.observe.restarts import RESTARTS_FILE
+from tests.helpers import ROOT, free_port, wait_dead, wait_until
+from tests.helpers.train_e2e import cmdline, descendants, kill_tree, metrics
+from tests.test_launch_supervisor import pids_of, server_spec, worker_spec
+
+STANDIN = ROOT / "tests" / "helpers" / "sglang_standin"  # `python -m sglang.launch_server` served by slimecli's engine
+
+
+def fast_health(port: int, restarts: int) -> Health:
+    return Health(f"http://127.0.0.1:{port}/", interval_s=0.2, timeout_s=1.5, start_grace_s=0.0, max_restarts=restarts,
+                  setting="srv.max_restarts")
+
+
+@pytest.mark.slow
+def test_a_killed_server_is_restarted_and_a_stopped_one_past_the_budget_ends_the_run(tmp_path, capsys):
+    """kill -9: the same command again on the same port, its log kept, the restart recorded; then SIGSTOP of the
+    new process: declared hung after the health timeout, its stacks asked for, and with the budget spent the run
+    stops naming it, the budget and its log."""
+    port = free_port()
+    sup = Supervisor([server_spec(tmp_path, "srv", port, health=fast_health(port, 1)),
+                      worker_spec("work", "import time; time.sleep(120)")], tmp_path / "logs", grace_s=3,
+                     restart_log=tmp_path / RESTARTS_FILE)
+    seen: list[int] = []
+
+    def faults() -> None:
+        wait_until(lambda: any(c.spec.name == "work" for c in sup.children), 60, "the worker to start")
+        first = pids_of(tmp_path, "srv", 2)[0]
+        seen.append(first)
+        (tmp_path / "srv.pids").unlink()
+        os.kill(first, signal.SIGKILL)
+        second = pids_of(tmp_path, "srv", 2)[0]  # the restarted server wrote its own
+        seen.append(second)
+        wait_until(lambda: "srv" in sup.probes and sup.probes["srv"].ready, 60, "the restarted server to be ready")
+        os.kill(second, signal.SIGSTOP)
+
+    threading.Thread(target=faults, daemon=True).start()
+    assert sup.run() == 1
+    out = capsys.readouterr().out
+    assert "srv was killed by SIGKILL (exit code -9): restarting it (restart 1 of srv.max_restarts=1)" in out, out
+    assert len(seen) == 2 and seen[0] != seen[1]
+    assert "srv is hung: no answer from" in out and "after 1 restart (srv.max_restarts=1 spent)" in out, out
+    assert "its stacks could not be taken" in out
+    logs = tmp_path / "logs"
+    assert (logs / "srv.0.log").is_file() and (logs / "srv.log").is_file()
+    assert "its stacks could not be taken" in (logs / "srv.log").read_text()
+    (line,) = (tmp_path / RESTARTS_FILE).read_text().splitlines()
+    assert json.loads(line)["server"] == "srv" and json.loads(line)["restart"] == 1
+    assert wait_dead(seen) == []
+
+
+def read_lines(proc: subprocess.Popen, lines: list[str]) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line)
+
+
+def server_pid(proc: subprocess.Popen, marker: bytes) -> int:
+    (pid,) = [p for p in descendants(proc.pid) if marker in cmdline(p)]
+    return pid
+
+
+def at_step(run: Path, step: int, proc: subprocess.Popen, lines: list[str]) -> None:
+    """Once the run has logged ``step`` (or the command ended, which the assertion then shows)."""
+    def reached() -> bool:
+        return proc.poll() is not None or (run / "metrics.jsonl").exists() and len(metrics(run)) >= step
+
+    wait_until(reached, 300, f"step {step}")
+    assert proc.poll() is None, "".join(lines)[-3000:]
+
+
+@pytest.mark.slow
+def test_engine_hung_then_stopped_mid_run_is_restarted_each_time_and_the_run_completes(tmp_path):
+    """The quickstart's engine, two hangs in one run: its scheduler thread blocked at step 2 (a test hook), then the
+    restarted engine SIGSTOPped at step 4. Each is detected by its health probe and restarted; the blocked one's
+    stacks are in its kept log, the stopped one's log says they could not be taken. Every step completes once,
+    the metrics count 2 restarts, and each restarted engine got the current weights before it generated."""
+    run, marker = tmp_path / "run", tmp_path / "hang-now"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "slimecli", "train", f"run.dir={run}", "observe.report=false", "trainer.nproc=1",
+         "trainer.max_steps=6", "rollout.health_interval_s=1", "rollout.health_timeout_s=15",
+         "rollout.health_start_grace_s=0"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        env={**os.environ, "SLIMECLI_TEST_ENGINE_HANG": str(marker)})
+    lines: list[str] = []
+    threading.Thread(target=read_lines, args=(proc, lines), daemon=True).start()
+    try:
+        at_step(run, 2, proc, lines)
+        marker.touch()  # the next /generate blocks the scheduler thread for good
+        at_step(run, 4, proc, lines)
+        os.kill(server_pid(proc, b"-m\x00slimecli.engine"), signal.SIGSTOP)
+        assert proc.wait(timeout=400) == 0, "".join(lines)[-4000:]
+    finally:
+        if proc.poll() is None:
+            kill_tree(proc)
+    output = "".join(lines)
+    rows = metrics(run)
+    assert [r["step"] for r in rows] == list(range(1, 7)), output[-3000:]
+    assert rows[-1]["run/server_restarts"] == 2 and rows[0]["run/server_restarts"] == 0
+    assert output.count("engine-0 is hung") == 2 and output.count("is back, serving weight version") == 2, output[-4000:]
+    logs = run / "logs"
+    hung = (logs / "engine-0.0.log").read_text()
+    assert "SLIMECLI_TEST_ENGINE_HANG: blocking" in hung and "stacks written to its log" in hung
+    assert "slimecli/engine/scheduler.py" in hung  # faulthandler's dump: the blocked scheduler thread
+    assert "stopped (SIGSTOP): its stacks could not be taken" in (logs / "engine-0.1.log").read_text()
+    assert [json.loads(x)["server"] for x in (run / RESTARTS_FILE).read_text().splitlines()] == ["engine-0"] * 2
+
+
+@pytest.mark.slow
+def test_sglang_engine_killed_mid_run_is_restarted_and_given_the_weights(tmp_path):
+    """rollout=sglang's argv path (`python -m sglang.launch_server`, a stand-in served by slimecli's engine, which
+    like SGLang serves its --model-path at once after a restart): kill -9 at step 2 of 5; the trainer notices from
+    the lost connections, waits for the restart and re-sends the weights; every step completes once."""
+    run = tmp_path / "run"
+    env_path = os.pathsep.join([str(STANDIN), os.environ.get("PYTHONPATH", "")])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "slimecli", "train", f"run.dir={run}", "observe.report=false",
+         "rollout=sglang", "trainer.nproc=1", "trainer.max_steps=5"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        env={**os.environ, "PYTHONPATH": env_path})
+    lines: list[str] = []
+    threading.Thread(target=read_lines, args=(proc, lines), daemon=True).start()
+    try:
+        at_step(run, 2, proc, lines)
+        os.kill(server_pid(proc, b"rollout\x00serve"), signal.SIGKILL)  # the stand-in, exec'd
+        assert proc.wait(timeout=300) == 0, "".join(lines)[-4000:]
+    finally:
+        if proc.poll() is None:
+            kill_tree(proc)
+    output = "".join(lines)
+    rows = metrics(run)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5] and rows[-1]["run/server_restarts"] == 1, output[-3000:]
+    assert "engine-0 was killed by SIGKILL" in output and "is back, serving weight version" in output, output[-3000:]
