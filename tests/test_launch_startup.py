@@ -198,3 +198,12 @@ def test_a_terminated_launcher_takes_its_ranks_down(tmp_path):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_the_launchers_report_names_a_killed_rank_as_torchruns_does():
+    from slimecli.launch.failure import reason
+
+    lines = ["train step 4/6 [1s, ETA 2s] step reward 0.007",
+             "slimecli.launch.ranks: rank 1 failed (exitcode: -9) local_rank: 1; stopping the 1 other rank(s)",
+             "Root Cause (first observed failure):", "  rank      : 1", "  exitcode  : -9"]
+    assert reason(lines) == "rank 1 was killed by SIGKILL"

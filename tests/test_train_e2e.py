@@ -133,7 +133,8 @@ def killed(run, victim: str, after: int) -> tuple[int, str, int]:
 def assert_continues(output: str, done: int) -> None:
     """A resumed command: it says so, and its first trained step is the one after its checkpoint's."""
     assert "resuming" in output, output[-3000:]
-    printed = [int(k) for k in re.findall(rf"train step (\d+)/{CHAIN_STEPS}", output)]
+    # the trainer's own step lines as they streamed ("trainer | ..."), not their copy in a failure's log tail
+    printed = [int(k) for k in re.findall(rf"\| train step (\d+)/{CHAIN_STEPS}", output)]
     assert printed and printed[0] == done + 1 and sorted(set(printed)) == printed, (done, printed)
 
 

@@ -12,7 +12,8 @@ MASTER_ADDR and MASTER_PORT (a free local port: rank 0 hosts the store), and OMP
 ranks unless the environment sets it (set here before torch loads, so a forked rank's OpenMP reads it as an
 exec'd one's does). The ranks stay in this process's group and die with it (parent-death signal); when a rank
 fails, the others get SIGTERM, then SIGKILL after a grace period, and the launcher exits 1 after a line naming
-the rank as torchrun does ("failed (exitcode: N) local_rank: K", read by launch/failure.py).
+the rank as torchrun does ("failed (exitcode: N) local_rank: K" and its "Root Cause" entry, which
+launch/failure.py reads).
 """
 
 from __future__ import annotations
@@ -150,7 +151,8 @@ def supervise(pids: dict[int, int], grace_s: float = GRACE_S) -> int:
             for rank, code in _reap(pids):
                 if code != 0:
                     print(f"{PROG}: rank {rank} failed (exitcode: {code}) local_rank: {rank}; stopping the "
-                          f"{len(pids)} other rank(s)", file=sys.stderr, flush=True)
+                          f"{len(pids)} other rank(s)\nRoot Cause (first observed failure):\n  rank      : {rank}\n"
+                          f"  exitcode  : {code}", file=sys.stderr, flush=True)
                     signal.signal(signal.SIGTERM, signal.SIG_IGN)
                     stop(pids, grace_s)
                     return 1
