@@ -58,14 +58,14 @@ def proc_cpu(pid: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def timed(tokens: int, fn, pid: int | None = None) -> Rate:  # noqa: ANN001
+def timed(tokens: int, fn, pid: int | None = None) -> Rate:
     cpu0, t0 = proc_cpu(pid), time.perf_counter()
     fn()
     wall, cpu = time.perf_counter() - t0, proc_cpu(pid) - cpu0
     return Rate(tokens / wall, tokens / max(cpu, 1e-9))
 
 
-def hf_sequential(model, prompts: list[list[int]], new_tokens: int) -> Rate:  # noqa: ANN001
+def hf_sequential(model, prompts: list[list[int]], new_tokens: int) -> Rate:
     import torch
 
     def go() -> None:
@@ -78,7 +78,7 @@ def hf_sequential(model, prompts: list[list[int]], new_tokens: int) -> Rate:  # 
     return timed(len(prompts) * new_tokens, go)
 
 
-def hf_batched(model, prompts: list[list[int]], new_tokens: int, pad: int) -> Rate:  # noqa: ANN001
+def hf_batched(model, prompts: list[list[int]], new_tokens: int, pad: int) -> Rate:
     import torch
 
     longest = max(len(p) for p in prompts)

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from slimecli.train.optim.stateless_adam import StatelessAdam  # noqa: E402
+from slimecli.train.optim.stateless_adam import StatelessAdam
 
 
 def make_model(width: int, depth: int, dtype: torch.dtype, seed: int = 0) -> torch.nn.Module:

@@ -38,9 +38,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_train_step import ROOT, check_imports, checkout_env, export_ref, git  # noqa: E402
+from bench_train_step import ROOT, check_imports, checkout_env, export_ref, git
 
-from tests.helpers.scripted_claude import scripted_claude  # noqa: E402
+from tests.helpers.scripted_claude import scripted_claude
 
 BASELINE_REF = "d3b0cd85753aaa0882368adf5f44b363cd2fe1c5"  # main when the start-up work began
 TICK = os.sysconf("SC_CLK_TCK")

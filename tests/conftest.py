@@ -17,6 +17,9 @@ FILE_COSTS = ROOT / "tests" / "file_costs.json"  # seconds per test file, commit
 # projects the tests use as data (tests/data/tinystats-0.1.0: what `tasks synth` makes tasks from) carry their
 # own tests, which run in their task's environment, not here
 collect_ignore_glob = ["data/*"]
+# the compose cache stays out of the suite (and the user's home): each command composes afresh, as it did;
+# tests/test_compose_cache.py turns it on in a directory of its own
+os.environ.setdefault("SLIMECLI_COMPOSE_CACHE", "off")
 SLOW_S = 10.0  # a test whose call takes longer (its shared fixtures' set-up aside) should be marked slow
 _durations: dict[str, float] = {}
 _call_durations: dict[str, float] = {}

@@ -27,7 +27,7 @@ from slimecli.agent.api.responses import tool_choice as responses_choice
 from slimecli.agent.trajectory.manager import TrajectoryManager
 from slimecli.config.compose import load
 from slimecli.config.errors import ConfigErrors
-from slimecli.config.rules import agent as agent_rules
+from slimecli.config.groups.agent import AgentConfig
 from slimecli.model import tool_grammar as constrain
 from slimecli.model.tool_calls import HermesToolParser, ParsedOutput
 from slimecli.model.tool_grammar import GrammarError, ToolChoice
@@ -90,7 +90,7 @@ class Stack:
         self.manager = TrajectoryManager(self.renderer.stop_ids, self.renderer.decode_all, max_turns=1000)
         self.link = EngineLink(eng.url)
         self.adapter = adapter_cls(self.renderer, self.link, self.manager, HermesToolParser(),
-                                   AdapterSettings(max_new_tokens=256, **settings))
+                                   AdapterSettings(AgentConfig(max_new_tokens=256, **settings)))
 
     async def __aenter__(self) -> Stack:
         self.runner = web.AppRunner(self.adapter.app(), access_log=None, handler_cancellation=True)
@@ -161,7 +161,7 @@ def run(coro: Any) -> Any:
 
 def test_anthropic_tool_calls_every_turn_parses_and_honours_tool_choice(engine: Engine) -> None:
     async def main() -> None:
-        async with Stack(engine, AnthropicAdapter, constrain="tool_calls", max_string_len=12) as st:
+        async with Stack(engine, AnthropicAdapter, constrain="tool_calls", constrain_max_string_len=12) as st:
             cases = [("any", {"type": "any"}), ("named", {"type": "tool", "name": "Edit"}),
                      ("single", {"type": "any", "disable_parallel_tool_use": True}), ("none", {"type": "none"}),
                      ("auto", None)]
@@ -191,7 +191,7 @@ def test_anthropic_tool_calls_every_turn_parses_and_honours_tool_choice(engine: 
 
 def test_responses_tool_calls_every_turn_parses_and_honours_tool_choice(engine: Engine) -> None:
     async def main() -> None:
-        async with Stack(engine, ResponsesAdapter, constrain="tool_calls", max_string_len=12) as st:
+        async with Stack(engine, ResponsesAdapter, constrain="tool_calls", constrain_max_string_len=12) as st:
             cases = [("required", "required", {}), ("named", {"type": "function", "name": "Bash"}, {}),
                      ("single", "required", {"parallel_tool_calls": False}), ("none", "none", {}),
                      ("allowed", {"type": "allowed_tools", "mode": "required",
@@ -221,7 +221,7 @@ def test_tool_call_turn_round_trips_into_the_next_prompt(engine: Engine) -> None
     """The sampled call (markers as their added tokens, compact JSON) is what the template renders back, up to
     the BPE split of the JSON: the next turn extends the same branch (realigned at most), it does not fork."""
     async def main() -> None:
-        async with Stack(engine, AnthropicAdapter, constrain="tool_calls", max_string_len=8) as st:
+        async with Stack(engine, AnthropicAdapter, constrain="tool_calls", constrain_max_string_len=8) as st:
             msgs: list = [{"role": "user", "content": "go"}]
             status, reply = await st.post("/v1/messages", anthropic_body({"type": "tool", "name": "Bash",
                                                                           "disable_parallel_tool_use": True}, msgs))
@@ -321,7 +321,7 @@ def test_choices_file_and_choices_then_for_responses(engine: Engine, tmp_path) -
 
     async def main() -> None:
         async with Stack(engine, ResponsesAdapter, constrain="choices", choices_file=str(path),
-                         choices_then="tool_calls", max_string_len=8) as st:
+                         choices_then="tool_calls", constrain_max_string_len=8) as st:
             status, reply = await st.post("/v1/responses", responses_body())
             assert status == 200
             out = reply["output"]
@@ -408,12 +408,10 @@ def test_adapter_refuses_settings_that_cannot_work(tmp_path) -> None:
 
     def make(parser: Any = None, **kw: Any) -> AnthropicAdapter:
         return AnthropicAdapter(renderer, EngineLink("http://127.0.0.1:1"), manager, parser or HermesToolParser(),
-                                AdapterSettings(**kw))
+                                AdapterSettings(AgentConfig(**kw)))
 
     with pytest.raises(ValueError, match="call_format"):
         make(PlainParser(), constrain="tool_calls")
-    with pytest.raises(ValueError, match="agent.constrain"):
-        make(constrain="grammar")
     with pytest.raises(ValueError, match="choices file"):
         make(constrain="choices", choices_file=str(tmp_path / "missing.json"))
     make(PlainParser(), constrain="choices", choices_then="none")  # text choices need no call format
@@ -425,7 +423,6 @@ def test_adapter_refuses_settings_that_cannot_work(tmp_path) -> None:
 
 
 def test_config_rules() -> None:
-    assert agent_rules.CONSTRAIN_MODES == constrain.MODES and agent_rules.CHOICES_THEN == constrain.CHOICES_THEN
     cfg = load(["agent.constrain=choices", "agent.choices_then=none", "agent.constrain_max_string_len=32"])
     assert (cfg.agent.constrain, cfg.agent.choices_then, cfg.agent.constrain_max_string_len) == ("choices", "none", 32)
     cases = {"agent.constrain=choice": "did you mean 'choices'?",

@@ -16,6 +16,8 @@ from test_agent_adapters import anthropic_body, call, post, responses_body, sse,
 from slimecli.agent.api.anthropic import AnthropicAdapter
 from slimecli.agent.api.responses import ResponsesAdapter
 from slimecli.agent.api.streaming import LiveText
+from slimecli.config.groups.agent import AgentConfig
+from slimecli.config.groups.rollout import RolloutConfig
 from slimecli.model.tool_calls import HermesToolParser
 from slimecli.rollout.sample import Sample
 from tests.helpers.scripted_engine import Stack
@@ -253,7 +255,7 @@ def test_responses_cut_by_max_output_tokens_is_incomplete():
             _, _, raw = await post(http, url, responses_body("hi"))
             events = sse(raw)
             assert events[-1][0] == "response.completed"
-            assert events[-1][1]["response"]["usage"]["output_tokens"] == st.adapter.settings.max_new_tokens
+            assert events[-1][1]["response"]["usage"]["output_tokens"] == st.adapter.settings.agent.max_new_tokens
     asyncio.run(main())
 
 
@@ -309,7 +311,7 @@ def test_real_engine_streamed_and_plain_turns_record_the_same_tokens(tmp_path_fa
         for cls, path in ((AnthropicAdapter, "/v1/messages"), (ResponsesAdapter, "/v1/responses")):
             manager = TrajectoryManager(renderer.stop_ids, renderer.decode_all)
             adapter = cls(renderer, link, manager, get_parser("qwen"),
-                          AdapterSettings(temperature=0.0, max_new_tokens=48))
+                          AdapterSettings(AgentConfig(max_new_tokens=48), RolloutConfig(temperature=0.0)))
             runner = web.AppRunner(adapter.app(), handler_cancellation=True)
             await runner.setup()
             await web.TCPSite(runner, "127.0.0.1", 0).start()

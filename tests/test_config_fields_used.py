@@ -24,7 +24,11 @@ PKG = Path(__file__).resolve().parent.parent / "slimecli"
 NOT_USES = (PKG / "config" / "schema.py", PKG / "config" / "groups", PKG / "config" / "rules")
 
 # Fields with no reader in slimecli on purpose, each with the reason. Keep this short.
-ALLOWED_UNREAD: dict[str, str] = {}
+ALLOWED_UNREAD: dict[str, str] = {
+    # the deprecated spelling of trainer.off_policy_correction=tis: rewritten where the config enters
+    # (config/canonical.py), so only the config layer reads it
+    "trainer.use_tis": "rewritten into trainer.off_policy_correction=tis when the config is composed",
+}
 
 
 @cache
@@ -179,9 +183,18 @@ def all_reads() -> set[tuple[type, str]]:
     return reads
 
 
+def definer(cls: type, name: str) -> type:
+    """The class whose body declares a field: the shared base of two groups that hold the same settings
+    (teacher and each teachers entry share TeacherSettings'), where a read through either reads the setting."""
+    return next((c for c in cls.__mro__ if name in vars(c).get("__annotations__", {})), cls)
+
+
 def test_every_schema_field_is_read_somewhere() -> None:
     reads = all_reads()
-    unread = [key for key, cls, name in schema_fields() if (cls, name) not in reads and key not in ALLOWED_UNREAD]
+    read_fields = {(definer(cls, name), name) for cls, name in reads if dataclasses.is_dataclass(cls)}
+    unread = [key for key, cls, name in schema_fields()
+              if (cls, name) not in reads and (definer(cls, name), name) not in read_fields
+              and key not in ALLOWED_UNREAD]
     assert not unread, ("config fields that nothing in slimecli reads (outside the schema and the rules): wire "
                         "them where they apply or remove them: " + ", ".join(unread))
 

@@ -52,7 +52,7 @@ def test_stacks_are_asked_of_python_workers_and_a_stopped_one_is_named(tmp_path:
             "print('up', flush=True); time.sleep(60)")
     procs = []
     for name in ("slimecli.engine", "slimecli.teacher"):  # what dump_stacks looks for in a command line
-        log = open(tmp_path / f"{name}.log", "wb")  # noqa: SIM115 - closed below
+        log = open(tmp_path / f"{name}.log", "wb")  # closed below
         procs.append((subprocess.Popen([sys.executable, "-c", code, "-m", name], stdout=log, stderr=log), log))
     try:
         time.sleep(1.0)

@@ -25,8 +25,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("slimecli",),  # __version__
     ("config", "net", "process", "checkpoint"),  # the schema and its rules; HTTP plumbing; process groups;
     # checkpoint directories (the controller checks them, the trainer writes and loads them)
-    ("model", "observe", "reward", "sandbox"),
-    ("swe", "engine"),  # SWE tasks, workspaces and grading (in sandboxes); the embedded inference server
+    ("model", "observe", "sandbox"),
+    ("swe", "engine", "reward"),  # SWE tasks, workspaces and grading (in sandboxes); the embedded inference server;
+    # rewards (a judge renders its prompt with the model layer's tokenizer)
     ("rollout",),  # samples, the engine client, the collect loop and the single-turn driver
     ("teacher", "agent", "env"),  # the teacher server and client; agent CLIs, adapters, trajectories; RL environments
     ("launch",),  # the process plan, preflight checks (agent, teacher, sandbox) and the supervisor

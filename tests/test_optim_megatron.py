@@ -22,11 +22,11 @@ from slimecli.train.optim.stateless_adam import StatelessAdam
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # "Transformer Engine and Apex are not installed"
     mco = pytest.importorskip("megatron.core.optimizer")
-from megatron.core.optimizer import OptimizerConfig  # noqa: E402
-from megatron.core.optimizer import distrib_optimizer as mdo  # noqa: E402
-from megatron.core.optimizer.optimizer import MegatronOptimizer  # noqa: E402
+from megatron.core.optimizer import OptimizerConfig
+from megatron.core.optimizer import distrib_optimizer as mdo
+from megatron.core.optimizer.optimizer import MegatronOptimizer
 
-from slimecli.train.optim.megatron_patch import (  # noqa: E402
+from slimecli.train.optim.megatron_patch import (
     megatron_optimizer_context,
     megatron_optimizer_kwargs,
     stateless_adam_in_megatron,

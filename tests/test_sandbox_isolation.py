@@ -65,7 +65,7 @@ def test_a_run_directory_of_the_host_is_not_readable(make, tmp_path_factory):
 
 
 class _Hello(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - the http.server API
+    def do_GET(self) -> None:  # the http.server API
         body = f"hello from {self.server.server_port}".encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))

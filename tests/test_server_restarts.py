@@ -86,16 +86,18 @@ def at_step(run: Path, step: int, proc: subprocess.Popen, lines: list[str]) -> N
 
 
 @pytest.mark.slow
-def test_engine_hung_then_stopped_mid_run_is_restarted_each_time_and_the_run_completes(tmp_path):
-    """The quickstart's engine, two hangs in one run: its scheduler thread blocked at step 2 (a test hook), then the
-    restarted engine SIGSTOPped at step 4. Each is detected by its health probe and restarted; the blocked one's
-    stacks are in its kept log, the stopped one's log says they could not be taken. Every step completes once,
-    the metrics count 2 restarts, and each restarted engine got the current weights before it generated."""
+def test_engine_hung_then_stopped_then_a_trainer_rank_killed_the_run_completes(tmp_path):
+    """The quickstart, three faults in one run: the engine's scheduler thread blocked at step 2 (a test hook), the
+    restarted engine SIGSTOPped at step 4, then the trainer rank killed at step 5. Each hang is detected by the
+    engine's health probe and restarted: the blocked one's stacks are in its kept log, the stopped one's log says
+    they could not be taken, and each restarted engine got the current weights before it generated. The dead rank
+    is resumed from its checkpoint by the controller (run.max_restarts=1), its attempt's logs kept apart. Every
+    step completes once; the metrics count 2 server restarts and 1 run restart."""
     run, marker = tmp_path / "run", tmp_path / "hang-now"
     proc = subprocess.Popen(
         [sys.executable, "-m", "slimecli", "train", f"run.dir={run}", "observe.report=false", "trainer.nproc=1",
-         "trainer.max_steps=6", "rollout.health_interval_s=1", "rollout.health_timeout_s=15",
-         "rollout.health_start_grace_s=0"],
+         "trainer.max_steps=6", "trainer.save_interval=1", "run.max_restarts=1", "rollout.health_interval_s=1",
+         "rollout.health_timeout_s=15", "rollout.health_start_grace_s=0"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         env={**os.environ, "SLIMECLI_TEST_ENGINE_HANG": str(marker)})
     lines: list[str] = []
@@ -105,6 +107,8 @@ def test_engine_hung_then_stopped_mid_run_is_restarted_each_time_and_the_run_com
         marker.touch()  # the next /generate blocks the scheduler thread for good
         at_step(run, 4, proc, lines)
         os.kill(server_pid(proc, b"-m\x00slimecli.engine"), signal.SIGSTOP)
+        at_step(run, 5, proc, lines)
+        os.kill(server_pid(proc, b"-m\x00slimecli.train"), signal.SIGKILL)
         assert proc.wait(timeout=400) == 0, "".join(lines)[-4000:]
     finally:
         if proc.poll() is None:
@@ -112,13 +116,16 @@ def test_engine_hung_then_stopped_mid_run_is_restarted_each_time_and_the_run_com
     output = "".join(lines)
     rows = metrics(run)
     assert [r["step"] for r in rows] == list(range(1, 7)), output[-3000:]
-    assert rows[-1]["run/server_restarts"] == 2 and rows[0]["run/server_restarts"] == 0
+    assert rows[0]["run/server_restarts"] == 0 and rows[-1]["run/server_restarts"] == 2
+    assert rows[0]["run/restarts"] == 0 and rows[-1]["run/restarts"] == 1
     assert output.count("engine-0 is hung") == 2 and output.count("is back, serving weight version") == 2, output[-4000:]
-    logs = run / "logs"
-    hung = (logs / "engine-0.0.log").read_text()
+    assert "restarting the run (restart 1 of run.max_restarts=1) from step" in output, output[-4000:]
+    failed_attempt = run / "logs" / "attempt-0"  # the engine's logs of the attempt the dead rank ended
+    hung = (failed_attempt / "engine-0.0.log").read_text()
     assert "SLIMECLI_TEST_ENGINE_HANG: blocking" in hung and "stacks written to its log" in hung
     assert "slimecli/engine/scheduler.py" in hung  # faulthandler's dump: the blocked scheduler thread
-    assert "stopped (SIGSTOP): its stacks could not be taken" in (logs / "engine-0.1.log").read_text()
+    assert "stopped (SIGSTOP): its stacks could not be taken" in (failed_attempt / "engine-0.1.log").read_text()
+    assert (failed_attempt / "trainer.log").is_file() and (run / "logs" / "trainer.log").is_file()
     assert [json.loads(x)["server"] for x in (run / RESTARTS_FILE).read_text().splitlines()] == ["engine-0"] * 2
 
 

@@ -52,7 +52,7 @@ def test_grpo_without_std_and_gspo_same_advantages():
     plain = A.compute_advantages(samples, rewards, cfg(scale_by_std=False), 2)
     assert_close(values(plain.advantages), [[0.5], [-0.5], [0.0], [0.0]])  # group means 0.5 and 0.5
     grpo = A.compute_advantages(samples, rewards, cfg(advantage_estimator="grpo"), 2)
-    gspo = A.compute_advantages(samples, rewards, cfg(advantage_estimator="gspo"), 2)
+    gspo = A.compute_advantages(samples, rewards, cfg(importance_level="sequence"), 2)  # what gspo is read as
     # group 0: centred +-0.5, unbiased std of (1, 0) = sqrt(0.5)
     assert grpo.advantages[0].item() == pytest.approx(0.5 / (math.sqrt(0.5) + 1e-6), abs=1e-6)
     assert grpo.advantages[2].item() == 0.0  # a group that agrees: 0 / (0 + 1e-6)

@@ -183,7 +183,7 @@ def test_policy_loss_importance_weights_multiply_pg():
 
 
 def test_policy_loss_gspo_sequence_ratio_and_gradient():
-    c = cfg(advantage_estimator="gspo", eps_clip=0.2)
+    c = cfg(importance_level="sequence", eps_clip=0.2)  # what advantage_estimator=gspo is read as
     logp = torch.tensor([[0.1, 0.3, 0.0]], requires_grad=True)
     weights = torch.tensor([[0.5, 0.5, 0.0]])
     loss, _ = L.policy_loss(logp, torch.zeros(1, 3), -torch.ones(1, 3), weights, c)

@@ -14,7 +14,7 @@ from slimecli.config.groups.trainer import TrainerConfig
 from slimecli.rollout.sample import Sample, token_versions, version_number
 from slimecli.train import off_policy as op
 from slimecli.train import stages
-from slimecli.train.registry import get_off_policy_correction, resolve_deprecated
+from slimecli.train.registry import get_off_policy_correction
 
 CFG = TrainerConfig(tis_clip_low=0.5, tis_clip_high=2.0, is_mask_low=0.5, is_mask_high=2.0)
 # two sequences of three tokens; the last token of the second is padding
@@ -107,7 +107,7 @@ def test_versions_of_the_engine_replies():
 
 
 def test_use_tis_is_the_deprecated_spelling_of_tis_and_names_are_checked():
-    assert resolve_deprecated(TrainerConfig(use_tis=True)).off_policy_correction == "tis"
+    assert load(["trainer.use_tis=true"]).trainer.off_policy_correction == "tis"
     assert get_off_policy_correction("icepop").fn is op.icepop
     assert load(["trainer.off_policy_correction=decoupled_ppo"]).trainer.off_policy_correction == "decoupled_ppo"
     with pytest.raises(ConfigErrors) as exc:

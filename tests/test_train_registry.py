@@ -13,6 +13,7 @@ import torch
 from slimecli.config.compose import load
 from slimecli.config.errors import ConfigErrors
 from slimecli.config.groups.trainer import TrainerConfig
+from slimecli.config.registry import UnknownPluginError
 from slimecli.launch.source_checks import load as preflight_load
 from slimecli.rollout.sample import Sample
 from slimecli.train import advantages as A
@@ -23,7 +24,6 @@ from slimecli.train.registry import (
     get_advantage_estimator,
     get_policy_loss,
     register_advantage_estimator,
-    resolve_deprecated,
 )
 from tests.helpers import ROOT
 from tests.helpers.config_errors import errors_of
@@ -129,16 +129,17 @@ def test_custom_policy_loss_gets_the_ratio_and_its_metrics_are_reduced():
 
 
 def test_gspo_alias_is_grpo_with_a_sequence_ratio():
-    assert resolve_deprecated(cfg(advantage_estimator="gspo")) == cfg(advantage_estimator="grpo",
-                                                                      importance_level="sequence")
-    assert resolve_deprecated(cfg()) == cfg()
+    old = load(["trainer.advantage_estimator=gspo"]).trainer  # rewritten where the config is composed
+    assert (old.advantage_estimator, old.importance_level) == ("grpo", "sequence")
+    with pytest.raises(UnknownPluginError, match="unknown advantage estimator 'gspo'"):
+        get_advantage_estimator("gspo")  # the trainer's registry never meets the old spelling
     rewards = [1.0, 0.0, 0.5, 0.5]
-    gspo = A.compute_advantages(samples(), rewards, cfg(advantage_estimator="gspo"), 2)
+    gspo = A.compute_advantages(samples(), rewards, old, 2)
     grpo = A.compute_advantages(samples(), rewards, cfg(), 2)
     assert [t.tolist() for t in gspo.advantages] == [t.tolist() for t in grpo.advantages]
     logp = torch.tensor([[0.1, 0.3, 0.0]])
     weights = torch.tensor([[0.5, 0.5, 0.0]])
-    old_spelling, _ = L.policy_loss(logp, torch.zeros(1, 3), -torch.ones(1, 3), weights, cfg(advantage_estimator="gspo"))
+    old_spelling, _ = L.policy_loss(logp, torch.zeros(1, 3), -torch.ones(1, 3), weights, old)
     new_spelling, _ = L.policy_loss(logp, torch.zeros(1, 3), -torch.ones(1, 3), weights, cfg(importance_level="sequence"))
     assert old_spelling.item() == new_spelling.item() == pytest.approx(math.exp(0.2), abs=1e-6)
     token, _ = L.policy_loss(logp, torch.zeros(1, 3), -torch.ones(1, 3), weights, cfg())
@@ -147,7 +148,7 @@ def test_gspo_alias_is_grpo_with_a_sequence_ratio():
 
 # ---- the config rule ----------------------------------------------------------------------------------------
 def test_config_accepts_registered_names_aliases_and_import_paths():
-    assert load(["trainer.advantage_estimator=gspo"]).trainer.advantage_estimator == "gspo"
+    assert load(["trainer.advantage_estimator=gspo"]).trainer.advantage_estimator == "grpo"
     assert load(["trainer.importance_level=sequence"]).trainer.importance_level == "sequence"
     spec = "slimecli.train.advantages:reinforce_plus_plus"
     assert load([f"trainer.advantage_estimator={spec}"]).trainer.advantage_estimator == spec

@@ -152,7 +152,7 @@ def test_old_logp_none_on_policy_engine_values_when_asked():
     assert stages.old_logp(torch_policy(model), batch, make_cfg().trainer, CTX, has_ref=False) is None  # one update
     # KL reward shaping needs a base even with one update; TIS needs the recompute to compare with the engine
     close(flat(stages.old_logp(torch_policy(model), batch, make_cfg(kl_coef=0.1).trainer, CTX, has_ref=True)), OLD_LOGP)
-    close(flat(stages.old_logp(torch_policy(model), batch, make_cfg(use_tis=True).trainer, CTX, has_ref=False)), OLD_LOGP)
+    close(flat(stages.old_logp(torch_policy(model), batch, make_cfg(off_policy_correction="tis").trainer, CTX, has_ref=False)), OLD_LOGP)
     engine = stages.old_logp(torch_policy(model), batch, make_cfg(use_rollout_logprobs=True).trainer, CTX, has_ref=False)
     assert flat(engine) == pytest.approx([v for s in batch.samples for v in s.rollout_log_probs])
 
@@ -324,7 +324,7 @@ def test_update_two_updates_off_policy_second():
 
 def test_off_policy_stage_without_engine_logprobs_is_an_error():
     model, batch = TinyLM(0), make_batch(s3={"rollout_log_probs": None})
-    cfg = make_cfg(use_tis=True)  # the deprecated spelling of off_policy_correction=tis
+    cfg = make_cfg(off_policy_correction="tis")
     old = stages.old_logp(torch_policy(model), batch, cfg.trainer, CTX, has_ref=False)
     with pytest.raises(ValueError, match=r"sample 3 \(index 3\) has no engine log-probs.*off_policy_correction=tis"):
         stages.off_policy(batch, old, cfg.trainer, version=1)

@@ -60,6 +60,7 @@ class Checkpoint:
     data_position: Any = None
     metadata: dict[str, Any] = field(default_factory=dict)
     sharded: Path | None = None  # a back-end's own sharded checkpoint (trainer=megatron: megatron-core's format)
+    critic_state: dict[str, Any] | None = None  # trainer.critic's weights and optimizer state (critic.pt)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -99,7 +100,8 @@ def latest_complete(run_dir: str | Path) -> Path | None:
 def save(run_dir: str | Path, step: int, model_state: dict[str, torch.Tensor], *,
          optimizer_state: dict[str, Any] | None = None, scheduler_state: dict[str, Any] | None = None,
          data_position: Any = None, metadata: dict[str, Any] | None = None, keep: int = 2,
-         rng: dict[str, Any] | None = None, sharded: Path | None = None) -> Path:
+         rng: dict[str, Any] | None = None, sharded: Path | None = None,
+         critic_state: dict[str, Any] | None = None) -> Path:
     """Write RUN/checkpoints/step_<step>/ atomically and keep only the newest ``keep`` (<= 0: keep all).
 
     ``data_position`` and ``metadata`` must be JSON-serialisable. ``rng`` defaults to the current states.
@@ -122,6 +124,8 @@ def save(run_dir: str | Path, step: int, model_state: dict[str, torch.Tensor], *
         if scheduler_state is not None:
             _torch_save(scheduler_state, tmp / "scheduler.pt")
         _torch_save(rng if rng is not None else rng_state(), tmp / "rng.pt")
+        if critic_state is not None:
+            _torch_save(critic_state, tmp / "critic.pt")
         if sharded is not None:
             os.rename(sharded, tmp / SHARDED)
         meta = {"step": step, "data_position": data_position, "metadata": metadata or {}}
@@ -222,6 +226,7 @@ def _load_one(path: Path, map_location: str | torch.device) -> Checkpoint:
         raise _Unloadable(f"{META_FILE}: {exc}") from None
     return Checkpoint(path=path, step=step, model_state=model_state,
                       optimizer_state=optional("optimizer.pt"), scheduler_state=optional("scheduler.pt"),
-                      rng=optional("rng.pt"), data_position=meta.get("data_position"),
+                      rng=optional("rng.pt"), critic_state=optional("critic.pt"),
+                      data_position=meta.get("data_position"),
                       metadata=meta.get("metadata") or {},
                       sharded=path / SHARDED if (path / SHARDED).is_dir() else None)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
 from slimecli.cli.common import (
@@ -12,6 +14,9 @@ from slimecli.cli.common import (
     say_sandbox,
     split_overrides,
 )
+
+if TYPE_CHECKING:
+    from slimecli.config.schema import SlimeConfig
 
 config_app = typer.Typer(help="Inspect and validate a composed run config.", no_args_is_help=True,
                          rich_markup_mode="rich")
@@ -41,8 +46,13 @@ def validate(ctx: typer.Context, recipe_dir: list[str] = RecipeDirOption) -> Non
     preflight_or_exit(cfg)
     say_sandbox(cfg)
     typer.echo(f"OK: recipe={cfg.recipe} trainer={cfg.trainer.name} rollout={cfg.rollout.name} "
-               f"optimizer={cfg.optimizer.name} reward={cfg.reward.name} teacher={cfg.teacher.name} agent={cfg.agent.name}")
+               f"optimizer={cfg.optimizer.name} reward={cfg.reward.name} {_teachers(cfg)} agent={cfg.agent.name}")
 
 
 def register(app: typer.Typer) -> None:
     app.add_typer(config_app, name="config")
+
+
+def _teachers(cfg: SlimeConfig) -> str:
+    """teacher=server, or the listed teachers by name: teachers=math,code."""
+    return f"teachers={','.join(t.name for t in cfg.teachers)}" if cfg.teachers else f"teacher={cfg.teacher.name}"

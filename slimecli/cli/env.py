@@ -5,7 +5,6 @@ Not a SWE task's environment (task.environment, `slimecli tasks env`)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -74,7 +73,7 @@ def list_kind(kind: str) -> tuple[str, list[tuple[str, str]] | None]:
         heading = f"{kind} ({dist} {version})"
     try:
         rows = adapter(kind).available()
-    except Exception as exc:  # a library that is there but cannot list its environments
+    except Exception as exc:  # noqa: BLE001 - a library that is there but cannot list its environments: said below
         return f"{heading}: cannot list its environments: {type(exc).__name__}: {shorten(str(exc))}", None
     return heading, [(str(name), str(origin)) for name, origin in rows]
 
@@ -120,6 +119,8 @@ def register(app: typer.Typer) -> None:
         observation and tools are shown, then one step with an empty reply (its reward, done and info).
 
         Exits 1 when the environment fails (the stage is named), 2 on a config error."""
+        import asyncio  # here, not at the top: every command imports this module
+
         from slimecli.env.probe import StageFailed, probe_source
         from slimecli.env.render import SHORT
         from slimecli.env.sources import source_specs
@@ -197,6 +198,7 @@ def register(app: typer.Typer) -> None:
 def _play(cfg: SlimeConfig, tokenizer: Any, url: str | None, episodes: int
           ) -> list[tuple[dict[str, Any], Any, list[dict[str, Any]]]]:
     """The episodes against the embedded engine (started and stopped here) or `url`, through EnvRollout."""
+    import asyncio
     import tempfile
 
     from slimecli.agent.api.service import EngineProcess, wait_engine
@@ -209,7 +211,7 @@ def _play(cfg: SlimeConfig, tokenizer: Any, url: str | None, episodes: int
 
     try:
         sources = open_sources(cfg.env, cfg.task, cfg.env.split)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any load failure is reported, exit 1
         fail(f"env run: load failed: {type(exc).__name__}: {exc}", code=1)
     for source in sources:
         source.provider = RecordingProvider(source.provider)  # type: ignore[assignment]

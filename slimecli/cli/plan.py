@@ -83,6 +83,8 @@ def auto_port_keys(cfg: SlimeConfig) -> list[str]:
     """The port keys left "auto" whose ports this plan shows (the servers it starts)."""
     from slimecli.config.layout import teacher_nodes
     from slimecli.config.port import is_auto
+    from slimecli.config.teachers import run_teachers, teacher_view
 
     keys = ["rollout.port"] if is_auto(cfg.rollout.port) else []
-    return keys + (["teacher.port"] if is_auto(cfg.teacher.port) and teacher_nodes(cfg) else [])
+    return keys + [f"{t.key}.port" for t in run_teachers(cfg)
+                   if is_auto(t.settings.port) and teacher_nodes(teacher_view(cfg, t))]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from slimecli.config import recipes as recipe_lib
+from slimecli.config.canonical import announce, as_written, canonicalize
 from slimecli.config.convert import MAX_DEPTH, nesting_depth, schema_paths
 from slimecli.config.errors import NO_VALUE, ConfigError, ConfigErrors, allowed_hint
 from slimecli.config.paths import conf_dir, group_members
@@ -159,7 +160,7 @@ def _hydra_compose(groups: dict[str, str], recipe: recipe_lib.Recipe | None, rec
         with initialize_config_dir(config_dir=str(conf_dir()), version_base=None, job_name="slimecli"):
             cfg = compose(config_name="config", overrides=overrides)
         data = OmegaConf.to_container(cfg, resolve=True)
-    except Exception as exc:  # noqa: BLE001 - Hydra and OmegaConf raise many kinds; each is a config error
+    except Exception as exc:  # Hydra and OmegaConf raise many kinds; each is a config error
         if recipe is None:
             raise
         errors.append(_composition_error(exc, recipe))
@@ -349,12 +350,15 @@ def load(overrides: Sequence[str] = (), recipe_dirs: tuple[str, ...] = (), uses_
     from slimecli.config.rules import check_all
 
     data, errors = (composer or compose_dict)(list(overrides), tuple(recipe_dirs), uses_agent)
+    rewrites = canonicalize(data)
     cfg = build(SlimeConfig, data, "", errors)
     errors = [_with_leaf_hint(e) for e in errors]
     if cfg is not None:
         errors.extend(check_all(cfg))
         if checks is not None:
             errors.extend(checks(cfg))
+    errors = as_written(errors, rewrites)
+    announce(rewrites)
     if errors or cfg is None:
         raise ConfigErrors(errors)
     return cfg

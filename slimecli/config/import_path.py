@@ -14,11 +14,14 @@ import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
+import logging
 import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 FORMAT_HINT = "use package.module:function or /path/to/file.py:function"
 # The hint after the allowed names of a registry-backed field (trainer.advantage_estimator, ...).
@@ -64,7 +67,8 @@ def find_module_spec(name: str) -> importlib.machinery.ModuleSpec | None:
             continue
         try:
             spec = find(parts[0], None)
-        except Exception:  # a third-party finder misbehaving is not the user's problem
+        except Exception as exc:  # noqa: BLE001 - a third-party finder misbehaving is not the user's problem
+            log.debug("meta path finder %r failed on %r: %s", find, parts[0], exc)
             spec = None
         if spec is not None:
             break

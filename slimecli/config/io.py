@@ -7,6 +7,7 @@ from pathlib import Path
 
 import yaml
 
+from slimecli.config.canonical import announce, as_written, canonicalize
 from slimecli.config.convert import MAX_DEPTH, build, nesting_depth, to_plain
 from slimecli.config.errors import NO_VALUE, ConfigError, ConfigErrors
 from slimecli.config.schema import SlimeConfig
@@ -39,9 +40,11 @@ def load_frozen(path: str | Path) -> SlimeConfig:
     if not isinstance(data, dict):
         raise ConfigErrors([ConfigError(str(path), data, "the run config must be a mapping")])
     errors: list[ConfigError] = []
+    rewrites = canonicalize(data)  # a run frozen before a spelling was deprecated
     cfg = build(SlimeConfig, data, "", errors)
     if errors or cfg is None:
-        raise ConfigErrors(errors)
+        raise ConfigErrors(as_written(errors, rewrites))
+    announce(rewrites)
     return cfg
 
 

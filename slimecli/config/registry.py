@@ -4,7 +4,8 @@ an agent, a rollout generate kind, a sandbox) -> the object that implements it.
 Each package declares its built-ins in its own `plugins.py` as lazy ``package.module:attr`` strings, importing
 nothing but this module, so config validation learns every name (`names()`) without importing torch or the
 implementations; the first `get()` of a name imports its module. User code registers objects at run time
-(`register`), and a kind that allows it also takes an import path (``pkg.mod:attr`` or ``/path/file.py:attr``),
+(`register`; a name bound to another object is refused, the same object again is a no-op: a module imported
+twice, or once by name and once as an entry point), and a kind that allows it also takes an import path (``pkg.mod:attr`` or ``/path/file.py:attr``),
 loaded by the one loader, `slimecli.config.import_path.load`. The layer test checks that every built-in points
 to a module its declaring package may import.
 """
@@ -16,16 +17,17 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from slimecli.config.errors import ConfigError, allowed_hint
+from slimecli.config.groups.trainer import TrainerConfig
 from slimecli.config.import_path import PATH_HINT, is_import_path, load, syntax_error
 
 # The packages whose plugins.py declares built-ins, imported before the first lookup (each imports only this
 # module: declaring stays cheap and torch-free). The layer test keeps this list equal to the files.
 DECLARED_IN = ("slimecli.reward.plugins", "slimecli.sandbox.plugins", "slimecli.swe.plugins",
                "slimecli.rollout.plugins", "slimecli.agent.plugins", "slimecli.env.plugins", "slimecli.train.plugins")
-F = TypeVar("F")  # what is registered: a function or class, handed back unchanged
+P = TypeVar("P")  # what a registry holds: the signature of its functions, or the base of its classes
 _discovery = threading.RLock()
 _discovered = False
 
@@ -45,15 +47,44 @@ class UnknownPluginError(KeyError):
         return str(self.args[0]) if self.args else "unknown name"
 
 
+class AdvantageFn(Protocol):
+    """trainer.advantage_estimator: (train.advantages.AdvantageBatch, cfg) -> advantages [B, T], or (advantages,
+    returns). Tensors are Any here: the config layer never imports torch."""
+
+    def __call__(self, batch: Any, cfg: TrainerConfig, /) -> Any: ...
+
+
+class PolicyLossFn(Protocol):
+    """trainer.policy_loss: (log_ratio, advantages, cfg) -> (per-token loss, {metric: per-token values})."""
+
+    def __call__(self, log_ratio: Any, advantages: Any, cfg: TrainerConfig, /) -> tuple[Any, dict[str, Any]]: ...
+
+
+class OffPolicyFn(Protocol):
+    """trainer.off_policy_correction: (old_logp, behaviour_logp, mask, cfg) -> train.off_policy.Correction."""
+
+    def __call__(self, old_logp: Any, behaviour_logp: Any, mask: Any, cfg: TrainerConfig, /) -> Any: ...
+
+
+RewardFn = Callable[..., Any]  # reward.name: (sample, label, ...) -> a reward (reward/registry.py says which form)
+GenerateFactory = Callable[..., Any]  # rollout.generate: a collector factory or driver class (train/coordinator)
+EnvFactory = Callable[..., Any]  # env.id: an environment class or factory (env/adapters/native.py)
+
+
 @dataclass(frozen=True)
-class Entry:
+class Entry(Generic[P]):
     name: str
-    obj: Any  # the function or class
+    obj: P  # the function or class
     options: dict[str, Any] = field(default_factory=dict)  # e.g. whiten=True for an advantage estimator
 
     @property
-    def fn(self) -> Any:
+    def fn(self) -> P:
         return self.obj
+
+
+def qualified_name(obj: Any) -> str:
+    """``module:qualname`` of a function or class: the same object, imported twice, has the same one."""
+    return f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', type(obj).__qualname__)}"
 
 
 @dataclass(frozen=True)
@@ -62,24 +93,23 @@ class _Lazy:
     options: dict[str, Any]
 
 
-class Registry:
+class Registry(Generic[P]):
     """One kind of plugin: built-ins declared lazily, objects registered at run time, import paths if allowed.
 
     reserved: names a config may use that are built elsewhere from the config (reward=remote), never registered.
-    aliases: deprecated names, accepted and resolved but not listed (gspo -> grpo).
+    Deprecated names are rewritten where the config enters (config/canonical.py), so no registry knows them.
     entry_points: a packaging entry-point group whose entries (name = "pkg.module:attr") installed packages
     declare: `pip install` of such a package is enough to name its objects (read at the first lookup).
     """
 
     def __init__(self, kind: str, config_key: str, *, paths: bool = False, reserved: tuple[str, ...] = (),
-                 aliases: dict[str, str] | None = None, entry_points: str | None = None):
+                 entry_points: str | None = None):
         self.kind = kind
         self.config_key = config_key
         self.paths = paths
         self.reserved = reserved
-        self.aliases = dict(aliases or {})
         self.entry_points = entry_points
-        self._entries: dict[str, Entry | _Lazy] = {}
+        self._entries: dict[str, Entry[P] | _Lazy] = {}
         self._declared: dict[str, _Lazy] = {}  # the built-ins as declared, for the layer test
         self._origins: dict[str, str] = {}  # name -> the package that declared it by entry point
         self._scanned = False
@@ -92,19 +122,37 @@ class Registry:
             raise ValueError(f"{self.kind} {name!r}: a built-in is a 'slimecli.module:attr' string, got {target!r}")
         self._entries[name] = self._declared[name] = _Lazy(target, dict(options))
 
-    def register(self, name: str, obj: F, **options: Any) -> F:
-        """Make ``name`` resolve to ``obj`` (a later call replaces it); returns obj, so it can decorate."""
+    def register(self, name: str, obj: P, **options: Any) -> P:
+        """Make ``name`` resolve to ``obj``; returns obj, so it can decorate. A name already bound to another
+        object is refused (ValueError: two plugins would silently shadow each other; tests swap entries with
+        `override`); the same object again (the same module:qualname: a module imported twice, or a built-in or
+        entry point whose module registers itself on import) is a no-op."""
+        return self._bind(name, obj, options, replace=False)
+
+    def _bind(self, name: str, obj: P, options: dict[str, Any], *, replace: bool) -> P:
         self._check_name(name)
         if not callable(obj):
             raise TypeError(f"{self.kind} {name!r}: {obj!r} is not callable")
-        self._entries[name] = Entry(name, obj, dict(options))
-        self._origins[name] = "registered at run time"
+        with _discovery:
+            bound = self._entries.get(name)
+            if bound is not None and not replace:
+                target = bound.target if isinstance(bound, _Lazy) else qualified_name(bound.obj)
+                if target == qualified_name(obj) and (not options or options == bound.options):
+                    if not (isinstance(bound, Entry) and bound.obj is obj):  # re-imported, or the lazy target
+                        self._entries[name] = Entry(name, obj, dict(bound.options))
+                    return obj
+                theirs = f"{target} {bound.options}" if bound.options else target
+                ours = f"{qualified_name(obj)} {options}" if options else qualified_name(obj)
+                raise ValueError(f"{self.kind} {name!r} is already registered to {theirs}; cannot register "
+                                 f"{ours} under the same name (choose another name)")
+            self._entries[name] = Entry(name, obj, dict(options))
+            self._origins[name] = "registered at run time"
         return obj
 
-    def decorator(self, name: str, **options: Any) -> Callable[[F], F]:
+    def decorator(self, name: str, **options: Any) -> Callable[[P], P]:
         self._check_name(name)
 
-        def register(obj: F) -> F:
+        def register(obj: P) -> P:
             return self.register(name, obj, **options)
         return register
 
@@ -153,18 +201,17 @@ class Registry:
         return {name: (lazy.target, dict(lazy.options)) for name, lazy in self._declared.items()}
 
     def knows(self, name: str) -> bool:
-        return name in self.names() or name in self.aliases
+        return name in self.names()
 
-    def get(self, name: str) -> Entry:
+    def get(self, name: str) -> Entry[P]:
         """The entry for a name (or an import path, where the kind takes one); unknown names get a did-you-mean."""
         if is_import_path(name) and self.paths:
             try:
-                return Entry(name, load(name))
+                return Entry(name, cast(P, load(name)))
             except (ImportError, AttributeError, TypeError, ValueError) as exc:
                 raise ValueError(f"{self.config_key}={name!r}: cannot load the {self.kind}: {exc}") from exc
         discover()
         self._scan_entry_points()
-        name = self.aliases.get(name, name)
         found = self._entries.get(name)
         if isinstance(found, _Lazy):  # imported outside any lock: the module may itself look names up
             lazy, (module, _, attr) = found, found.target.partition(":")
@@ -191,7 +238,7 @@ class Registry:
 
     # ---- tests ------------------------------------------------------------------------------------------------
     @contextmanager
-    def scoped(self) -> Iterator[Registry]:
+    def scoped(self) -> Iterator[Registry[P]]:
         """What is registered inside the with-block is gone after it, and what it replaced comes back."""
         discover()
         saved, declared, origins = dict(self._entries), dict(self._declared), dict(self._origins)
@@ -208,24 +255,24 @@ class Registry:
             self._scanned = False  # packages installed inside the block are forgotten with it
 
     @contextmanager
-    def override(self, **objs: Any) -> Iterator[Registry]:
-        """``name=obj`` entries for the duration of a with-block."""
+    def override(self, **objs: P) -> Iterator[Registry[P]]:
+        """``name=obj`` entries for the duration of a with-block, replacing what those names are bound to."""
         with self.scoped():
             for name, obj in objs.items():
-                self.register(name, obj)
+                self._bind(name, obj, {}, replace=True)
             yield self
 
 
-REWARDS = Registry("reward", "reward.name", reserved=("python", "remote", "judge"))
-ADVANTAGE_ESTIMATORS = Registry("advantage estimator", "trainer.advantage_estimator", paths=True,
-                                aliases={"gspo": "grpo"})  # gspo: grpo with trainer.importance_level=sequence
-POLICY_LOSSES = Registry("policy loss", "trainer.policy_loss", paths=True)
-OFF_POLICY_CORRECTIONS = Registry("off-policy correction", "trainer.off_policy_correction", paths=True,
-                                  reserved=("none",))
-GENERATE_KINDS = Registry("rollout function", "rollout.generate", paths=True)
-AGENTS = Registry("agent", "agent.name")  # a harness class, with its adapter class as the option `adapter`
-SANDBOXES = Registry("sandbox", "sandbox.name")  # a Sandbox class
+REWARDS: Registry[RewardFn] = Registry("reward", "reward.name", reserved=("python", "remote", "judge"))
+ADVANTAGE_ESTIMATORS: Registry[AdvantageFn] = Registry("advantage estimator", "trainer.advantage_estimator", paths=True)
+POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss", "trainer.policy_loss", paths=True)
+OFF_POLICY_CORRECTIONS: Registry[OffPolicyFn] = Registry("off-policy correction", "trainer.off_policy_correction",
+                                                         paths=True, reserved=("none",))
+GENERATE_KINDS: Registry[GenerateFactory] = Registry("rollout function", "rollout.generate", paths=True)
+# a harness class, with its adapter class as the option `adapter`
+AGENTS: Registry[type[Any]] = Registry("agent", "agent.name")
+SANDBOXES: Registry[type[Any]] = Registry("sandbox", "sandbox.name")  # a Sandbox class
 # env.id of env=native: slimecli's built-in environments, those installed packages declare in the entry-point
 # group slimecli.environments, and import paths
-ENVIRONMENTS = Registry("environment", "env.id", paths=True, entry_points="slimecli.environments")
-KINDS = (REWARDS, ADVANTAGE_ESTIMATORS, POLICY_LOSSES, OFF_POLICY_CORRECTIONS, GENERATE_KINDS, AGENTS, SANDBOXES, ENVIRONMENTS)
+ENVIRONMENTS: Registry[EnvFactory] = Registry("environment", "env.id", paths=True, entry_points="slimecli.environments")
+KINDS: tuple[Registry[Any], ...] = (REWARDS, ADVANTAGE_ESTIMATORS, POLICY_LOSSES, OFF_POLICY_CORRECTIONS, GENERATE_KINDS, AGENTS, SANDBOXES, ENVIRONMENTS)

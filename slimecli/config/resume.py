@@ -31,11 +31,11 @@ PER_COMMAND = ("run.resume", "observe.verbose")
 def override_value(overrides: list[str], key: str) -> str | None:
     """The value the last override of ``key`` gives (quotes removed), as a string; None when none gives it or
     it cannot be parsed (composition reports that)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     for text in reversed(overrides):
         if text.partition("=")[0].lstrip("+~") != key:
             continue
+        from hydra.core.override_parser.overrides_parser import OverridesParser  # only then: Hydra is slow to import
+
         try:
             (ov,) = OverridesParser.create().parse_overrides([text])
             value = ov.value()
@@ -120,3 +120,7 @@ def _reset_per_command(data: dict[str, Any], given: set[str]) -> None:
         except (KeyError, TypeError):
             continue
         put(data, path, value)
+    if "teachers" not in given and isinstance(data.get("teachers"), list):  # each listed teacher's port too
+        for entry in data["teachers"]:
+            if isinstance(entry, dict) and "port" in entry:
+                entry["port"] = defaults["teacher"]["port"]

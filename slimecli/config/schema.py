@@ -17,7 +17,7 @@ from slimecli.config.groups.rollout import RolloutConfig
 from slimecli.config.groups.run import RunConfig
 from slimecli.config.groups.sandbox import SandboxConfig
 from slimecli.config.groups.task import TaskConfig
-from slimecli.config.groups.teacher import TeacherConfig
+from slimecli.config.groups.teacher import TeacherConfig, TeacherEntry
 from slimecli.config.groups.trainer import TrainerConfig
 
 
@@ -37,6 +37,10 @@ class SlimeConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    # several teachers, each scoring the samples routed to it (config/teachers.py); `teacher` is a list of one
+    teachers: tuple[TeacherEntry, ...] = ()
+    teacher_routes: dict[str, str] = field(default_factory=dict)  # a source's label -> the name of its teacher
+    teacher_default: str | None = spec(None, nonempty=True)  # the teacher of unrouted samples; null: the first
     agent: AgentConfig = field(default_factory=AgentConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     env: EnvConfig = field(default_factory=EnvConfig)

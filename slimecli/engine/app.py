@@ -42,7 +42,7 @@ async def serve(server: EngineServer, stop: asyncio.Event | None = None) -> None
     try:
         try:
             await asyncio.to_thread(server.load)
-        except Exception as exc:  # noqa: BLE001 - say what failed, exit non-zero
+        except Exception as exc:  # say what failed, exit non-zero
             raise EngineStartError(f"cannot load the model from {server.model_path}: {type(exc).__name__}: {exc}"
                                    ) from exc
         startup.mark("model loaded")

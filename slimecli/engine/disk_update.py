@@ -141,7 +141,7 @@ def _in_place(self: EngineCore, path: str) -> Install | None:
     device = self._sched.runner.device
     for file in files:
         with safe_open(str(file), framework="pt", device=str(device)) as f:
-            for name in f.keys():  # noqa: SIM118 - safe_open is not a mapping
+            for name in f.keys():  # safe_open is not a mapping
                 target = targets.get(name)
                 if target is None or name in sources:
                     return None

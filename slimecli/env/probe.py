@@ -31,7 +31,7 @@ async def _stage(stage: str, call: Awaitable[T], timeout_s: float, timings: dict
         return await asyncio.wait_for(call, timeout_s)
     except TimeoutError:
         raise StageFailed(stage, f"took longer than env.timeout_s={timeout_s:g}") from None
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure fails the stage, named with its message
         raise StageFailed(stage, f"{type(exc).__name__}: {exc}") from None
     finally:
         timings[stage] = time.perf_counter() - started
@@ -55,7 +55,7 @@ async def probe_source(cfg: SlimeConfig, spec: SourceSpec, limit: int | None, sh
     started = time.perf_counter()
     try:
         provider = load_provider(spec, cfg.env)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure fails the stage, named with its message
         raise StageFailed("load", f"{type(exc).__name__}: {exc}") from None
     finally:
         timings["load"] = time.perf_counter() - started
@@ -67,13 +67,13 @@ async def probe_source(cfg: SlimeConfig, spec: SourceSpec, limit: int | None, sh
         try:
             own = provider.tasks(cfg.env.split)
             rows = list(own) if own else read_rows(cfg.task)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure fails the stage, named with its message
             raise StageFailed("tasks", f"{type(exc).__name__}: {exc}") from None
         where = f"its own, split {cfg.env.split}" if own else f"rows of task.path={cfg.task.path}"
         show(f"tasks: {len(rows)} ({where}); the first: {shorten(rows[0], limit)}")
         try:
             env = provider.episode()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure fails the stage, named with its message
             raise StageFailed("episode", f"{type(exc).__name__}: {exc}") from None
         obs: Observation = await _stage("reset", env.reset(rows[0]), timeout, timings)
         try:

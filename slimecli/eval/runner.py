@@ -120,7 +120,7 @@ class Evaluator:
                     for o in outcomes:
                         f.write(json.dumps(sample_row(o, ds.pass_threshold), allow_nan=False) + "\n")
                 result.path = str(path)
-            except Exception as exc:  # noqa: BLE001 - one dataset failing is a result, the others still run
+            except Exception as exc:  # one dataset failing is a result, the others still run
                 log.warning("eval %s failed", ds.name, exc_info=True)
                 result.error = f"{type(exc).__name__}: {exc}"
             result.seconds = time.perf_counter() - started

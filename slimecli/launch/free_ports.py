@@ -15,12 +15,29 @@ from slimecli.config.errors import ConfigError, ConfigErrors
 from slimecli.config.layout import embedded_judge, engine_count, teacher_nodes
 from slimecli.config.port import is_auto
 from slimecli.config.schema import SlimeConfig
+from slimecli.config.teachers import run_teachers, teacher_view, with_teacher_settings
 from slimecli.net.ports import free_port, free_ports
 
 
 def with_free_ports(cfg: SlimeConfig) -> SlimeConfig:
-    """The run's engines' and launched teacher's "auto" ports picked (`slimecli train`, `slimecli plan`)."""
-    return with_free_judge_port(with_free_teacher_port(with_free_rollout_port(cfg)))
+    """The run's engines' and launched teachers' "auto" ports picked (`slimecli train`, `slimecli plan`)."""
+    return with_free_judge_port(with_free_teacher_ports(with_free_rollout_port(cfg)))
+
+
+def with_free_teacher_ports(cfg: SlimeConfig) -> SlimeConfig:
+    """Each launched teacher's "auto" port picked (config/teachers.py), no two alike."""
+    taken: set[int] = set()
+    for teacher in run_teachers(cfg):
+        view = teacher_view(cfg, teacher)
+        for _ in range(8):  # the OS may hand out a port twice in a row
+            picked = with_free_teacher_port(view).teacher
+            if picked is view.teacher or picked.port not in taken:
+                break
+        if isinstance(picked.port, int):
+            taken.add(picked.port)
+        if picked is not view.teacher:
+            cfg = with_teacher_settings(cfg, teacher, picked)
+    return cfg
 
 
 def with_free_rollout_port(cfg: SlimeConfig, engines: int | None = None) -> SlimeConfig:

@@ -20,6 +20,7 @@ from slimecli.config.layout import (
     teacher_nodes,
 )
 from slimecli.config.schema import SlimeConfig
+from slimecli.config.teachers import GROUP_PROCESS, RunTeacher, run_teachers, teacher_view
 from slimecli.launch.spec import Health, Probe, ProcessSpec
 from slimecli.launch.torchrun import rank_command
 
@@ -160,18 +161,30 @@ def _api_key_args(r: RolloutConfig) -> list[str]:
     return ["--api-key", key] if key else []
 
 
-def teacher_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec | None:
-    """This node's teacher server, if it starts one (config/layout.py: teacher_nodes)."""
+def teacher_spec(cfg: SlimeConfig, config_path: str, teacher: RunTeacher | None = None) -> ProcessSpec | None:
+    """This node's server of one teacher (the `teacher` group's unless named), if it starts one
+    (config/layout.py: teacher_nodes). A listed teacher's ranks are told its name (--teacher)."""
+    if teacher is not None:
+        cfg = teacher_view(cfg, teacher)
     t = cfg.teacher
     if cfg.cluster.node_rank not in teacher_nodes(cfg):
         return None
     host, port = teacher_address(cfg, cfg.cluster.node_rank)
-    argv, env = rank_command("slimecli.teacher", ["--config", config_path], t.tp * t.dp)
+    named = ["--teacher", teacher.name] if teacher is not None and teacher.key != "teacher" else []
+    argv, env = rank_command("slimecli.teacher", ["--config", config_path, *named], t.tp * t.dp)
     url = f"http://{host}:{port}/healthz"
+    key = teacher.key if teacher is not None else "teacher"
     health = Health(url, t.health_interval_s, t.health_timeout_s, t.health_start_grace_s, t.max_restarts,
-                    setting="teacher.max_restarts")
-    return ProcessSpec(name="teacher", kind="server", ports=[port], argv=argv, env=env, probe=Probe(url), health=health,
+                    setting=f"{key}.max_restarts")
+    return ProcessSpec(name=teacher.process if teacher is not None else GROUP_PROCESS, kind="server", ports=[port],
+                       argv=argv, env=env, probe=Probe(url), health=health,
                        start_timeout_s=t.start_timeout_s + (t.warmup_timeout_s if t.warmup else 0.0))
+
+
+def teacher_specs(cfg: SlimeConfig, config_path: str) -> list[ProcessSpec]:
+    """This node's server of every teacher it launches (config/teachers.py), in the list's order."""
+    specs = [teacher_spec(cfg, config_path, t) for t in run_teachers(cfg)]
+    return [s for s in specs if s is not None]
 
 
 def judge_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec | None:
@@ -205,9 +218,7 @@ def build_plan(cfg: SlimeConfig, run_dir: str | Path) -> list[ProcessSpec]:
     specs: list[ProcessSpec] = []
     if not cfg.rollout.replay:  # a replay trains on dumped samples: no engine, no teacher
         specs += engine_specs(cfg, config_path, training=True)
-        teacher = teacher_spec(cfg, config_path)  # on the first node, or on every node (teacher.every_node)
-        if teacher is not None:
-            specs.append(teacher)
+        specs += teacher_specs(cfg, config_path)  # on the first node, or on every node (teacher.every_node)
         judge = judge_spec(cfg, config_path)  # reward.judge_url=embedded
         if judge is not None:
             specs.append(judge)

@@ -30,6 +30,7 @@ from slimecli.config.groups.trainer import MEGATRON_ARCHITECTURES
 from slimecli.config.layout import layout_port, node_engines, teacher_address, teacher_nodes
 from slimecli.config.port import AUTO, Port
 from slimecli.config.schema import SlimeConfig
+from slimecli.config.teachers import RunTeacher, run_teachers, scoped, teacher_view
 from slimecli.launch.agent_checks import agent_cli_errors, agent_errors, context_errors, sandbox_errors, task_env_errors
 from slimecli.launch.replay_checks import replay_errors
 from slimecli.launch.rundir_checks import run_dir_errors
@@ -107,15 +108,19 @@ def model_errors(cfg: SlimeConfig) -> list[ConfigError]:
         errors = megatron_model_errors(cfg)
         if errors:
             return errors
-    teacher = cfg.teacher.model_path
-    if cfg.teacher.name == "server" and teacher and not cfg.teacher.url:
-        from slimecli.model.loading import check_tokenizers_compatible
+    return [e for t in run_teachers(cfg) for e in teacher_tokenizer_errors(teacher_view(cfg, t), t)]
 
-        cfg = materialize(cfg)
-        problem = check_tokenizers_compatible(cfg.model.resolved_tokenizer_path, teacher)
-        if problem:
-            return [ConfigError("teacher.model_path", teacher, problem)]
-    return []
+
+def teacher_tokenizer_errors(cfg: SlimeConfig, teacher: RunTeacher) -> list[ConfigError]:
+    """A launched teacher (``cfg``: its view) must share the student's tokenizer; a teacher that runs already
+    (teacher.url) is asked for its vocabulary when the trainer starts (train/coordinator/teacher.py)."""
+    t = cfg.teacher
+    if t.name != "server" or not t.model_path or t.url:
+        return []
+    from slimecli.model.loading import check_tokenizers_compatible
+
+    problem = check_tokenizers_compatible(materialize(cfg).model.resolved_tokenizer_path, t.model_path)
+    return scoped([ConfigError("teacher.model_path", t.model_path, problem)], teacher) if problem else []
 
 
 def megatron_model_errors(cfg: SlimeConfig) -> list[ConfigError]:
@@ -265,16 +270,20 @@ def teacher_errors(t: TeacherConfig, path_key: str = "teacher.model_path",
 def server_errors(cfg: SlimeConfig) -> list[ConfigError]:
     """The servers `train` starts on this node (config/layout.py): its engines, and its teacher server (node 0's,
     or every node's with teacher.every_node; none with teacher.url)."""
-    t, node = cfg.teacher, cfg.cluster.node_rank
+    node = cfg.cluster.node_rank
     if cfg.rollout.replay:
         return replay_errors(cfg)  # no server: the dumped samples instead
     engines_here = len(node_engines(with_port(cfg, 0)))  # how many, whatever their ports
     known = isinstance(layout_port(cfg, "rollout.port"), int)  # given, or agreed (multi-node)
     on_node: list[Port] = [slot.port for slot in node_engines(cfg)] if known else [AUTO] * engines_here
     errors = engine_errors(cfg, on_node) if on_node else []
-    if node in teacher_nodes(cfg):
-        address = teacher_address(cfg, node) if isinstance(layout_port(cfg, "teacher.port"), int) else (t.host, AUTO)
-        errors += teacher_errors(t, address=address)
+    for teacher in run_teachers(cfg):
+        view = teacher_view(cfg, teacher)
+        t = view.teacher
+        if node in teacher_nodes(view):
+            address = teacher_address(view, node) if isinstance(layout_port(view, "teacher.port"), int) else \
+                (t.host, AUTO)
+            errors += scoped(teacher_errors(t, address=address), teacher)
     return errors
 
 

@@ -79,6 +79,8 @@ def _diff(old: object, new: object, prefix: str = "") -> list[tuple[str, Any, An
         for key in sorted(set(old) | set(new)):
             out += _diff(old.get(key), new.get(key), f"{prefix}.{key}" if prefix else str(key))
         return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):  # teachers.1.port
+        return [d for i, (a, b) in enumerate(zip(old, new, strict=True)) for d in _diff(a, b, f"{prefix}.{i}")]
     return [(prefix, old, new)] if old != new else []
 
 

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import logging
 import shlex
 from typing import Any
 
 from slimecli.config.errors import ConfigError, did_you_mean
 from slimecli.config.schema import SlimeConfig
+
+log = logging.getLogger(__name__)
 
 
 class _Refused(Exception):
@@ -36,7 +39,9 @@ def sglang_parser() -> argparse.ArgumentParser | None:
         return None
     try:
         from sglang.srt.server_args import ServerArgs
-    except Exception:  # noqa: BLE001 - an SGLang that cannot import here is the launch's problem, not the config's
+    except Exception as exc:  # noqa: BLE001 - an SGLang that cannot import here is the launch's problem; say so
+        log.warning("rollout.sglang_args not checked: sglang is installed but does not import here (%s: %s); "
+                    "the server will check them when it starts", type(exc).__name__, exc)
         return None
     parser = _Parser(prog="sglang.launch_server", add_help=False)
     ServerArgs.add_cli_args(parser)

@@ -18,6 +18,7 @@ from slimecli.config.groups.task import TaskConfig
 from slimecli.config.import_path import FORMAT_HINT, check_import_path, is_import_path, syntax_error
 from slimecli.config.registry import ADVANTAGE_ESTIMATORS, GENERATE_KINDS, POLICY_LOSSES
 from slimecli.config.schema import SlimeConfig
+from slimecli.config.teachers import run_teachers
 
 MAX_LISTED = 20  # row errors shown in full; the rest are counted
 
@@ -27,9 +28,11 @@ def load(overrides: Sequence[str] = (), recipe_dirs: tuple[str, ...] = (), uses_
     """The config as commands read it: composed, the schema and rules checked, and the files it names read.
     ``resume``: where run.dir names a run that exists, its stored config with the overrides on top (`train`,
     `plan`, `config`: config/resume.py)."""
+    from slimecli.config.compose import Composer
     from slimecli.config.compose import load as compose_load
+    from slimecli.launch.compose_cache import compose_cached
 
-    composer = None
+    composer: Composer = compose_cached  # the same tree composed before: no Hydra at all
     if resume:
         from functools import partial
 
@@ -37,7 +40,8 @@ def load(overrides: Sequence[str] = (), recipe_dirs: tuple[str, ...] = (), uses_
         from slimecli.launch.rundir import stored_config
 
         stored = stored_config(list(overrides))
-        composer = partial(compose_onto, stored) if stored is not None else None
+        if stored is not None:
+            composer = partial(compose_onto, stored)
     return compose_load(overrides, recipe_dirs, uses_agent, checks=source_errors, composer=composer)
 
 
@@ -119,10 +123,13 @@ def model_dirs(cfg: SlimeConfig) -> list[ConfigError]:
 
 
 def teacher_dir(cfg: SlimeConfig) -> list[ConfigError]:
-    t = cfg.teacher
-    if t.name != "server" or t.url or t.model_path is None:
-        return []
-    return _checkpoint(t.model_path, "teacher.model_path")
+    """Each launched teacher's checkpoint directory (config/teachers.py)."""
+    errors = []
+    for teacher in run_teachers(cfg):
+        t = teacher.settings
+        if t.name == "server" and not t.url and t.model_path is not None:
+            errors += _checkpoint(t.model_path, f"{teacher.key}.model_path")
+    return errors
 
 
 def task_errors(t: TaskConfig) -> list[ConfigError]:

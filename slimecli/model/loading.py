@@ -127,7 +127,7 @@ def check_tokenizers_compatible(student_path: str | Path, teacher_path: str | Pa
     """None if both tokenizers have the same vocabulary size and encode a probe text to the same ids."""
     try:
         student, teacher = load_tokenizer(student_path), load_tokenizer(teacher_path)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure to load one is the answer, with its message
         return f"cannot compare the tokenizers of student {student_path} and teacher {teacher_path}: {exc}"
     if len(student) != len(teacher):
         return (f"teacher and student tokenizers differ: student {student_path} has {len(student)} tokens, "

@@ -27,8 +27,6 @@ from typing import Any
 
 from slimecli.model.tool_calls import ToolCallFormat
 
-MODES = ("none", "tool_calls", "choices")
-CHOICES_THEN = ("final", "none", "tool_calls")
 TOOL_CHOICE_MODES = ("auto", "required", "none")
 # Compact JSON like the chat template's tojson; unsupported schema keywords (propertyNames, if/then, ...) are
 # ignored rather than failing every turn of a CLI whose tool list has one of them.

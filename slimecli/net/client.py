@@ -8,8 +8,9 @@ starts over, `recoveries` times at most."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
-from typing import Self, TypeVar
+from typing import Any, Self, TypeVar
 
 import aiohttp
 
@@ -49,6 +50,24 @@ class RetryingClient:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s),
                                                   connector=aiohttp.TCPConnector(limit=self.concurrency))
         return self._session
+
+    async def post_json(self, url: str, body: bytes, headers: dict[str, str], timeout_setting: str) -> Any:
+        """One POST of a JSON body within the concurrency limit: the reply's JSON. A status >= 400 raises
+        HttpStatusError, a timeout (``timeout_setting`` names its bound) or a reply that is not JSON TransientError:
+        what ``call`` retries or refuses."""
+        async with self.limit:
+            try:
+                async with self.session.post(url, data=body, headers=headers) as resp:
+                    text = await resp.text(errors="replace")
+                    status = resp.status
+            except TimeoutError:
+                raise TransientError(f"no reply within {timeout_setting}") from None
+        if status >= 400:
+            raise HttpStatusError(status, f"{text[:200]!r}")
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise TransientError(f"reply is not JSON: {text[:80]!r}") from None
 
     async def call(self, attempt: Callable[[], Awaitable[T]], where: str) -> T:
         """`await attempt()` with retries; `self.error` naming `where` (a server, a URL) when it never succeeds."""

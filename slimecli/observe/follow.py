@@ -9,6 +9,7 @@ not print the same steps as lines too.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -20,6 +21,8 @@ from rich.text import Text
 
 from slimecli.observe.metrics import METRICS_FILE
 from slimecli.observe.progress import RecentRewards, eval_text, reward_text
+
+log = logging.getLogger(__name__)
 
 
 class _BarAndInfo(Progress):
@@ -73,7 +76,8 @@ class MetricsFollower:
         while not self._stop.wait(self.poll_s):
             try:
                 self.poll()
-            except Exception:  # noqa: BLE001 - a bar that fails must not stop the run; the logs have everything
+            except Exception as exc:  # noqa: BLE001 - a bar that fails must not stop the run; the logs have everything
+                log.warning("progress display stopped: %s: %s", type(exc).__name__, exc)
                 return
 
     def poll(self) -> None:

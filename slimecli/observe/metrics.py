@@ -93,7 +93,7 @@ class MetricsLogger:
         self.path = self.run_dir / METRICS_FILE
         if resume_step is not None:
             drop_steps_after(self.path, resume_step)
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._file = open(self.path, "a", encoding="utf-8")  # closed in close()
         self._tb = self._open_tensorboard() if tensorboard else None
         from slimecli.observe.wandb import observe_config, open_wandb
 

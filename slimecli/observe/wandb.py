@@ -43,7 +43,8 @@ def _plain_config(run_dir: Path) -> dict[str, Any]:
         import yaml
 
         data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    except Exception:  # noqa: BLE001 - the config is a courtesy for the W&B page
+    except Exception as exc:  # noqa: BLE001 - the config is a courtesy for the W&B page: say why it is missing
+        log.warning("the run config is not attached to the W&B run: %s: %s", type(exc).__name__, exc)
         return {}
     return data if isinstance(data, dict) else {}
 

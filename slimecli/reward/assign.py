@@ -68,7 +68,7 @@ async def _in_daemon_thread(fn: Callable[..., Any], arg: Any) -> Any:
     def work() -> None:
         try:
             result: tuple[bool, Any] = (True, fn(arg))
-        except BaseException as exc:  # handed to the awaiting coroutine
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
             result = (False, exc)
         try:
             loop.call_soon_threadsafe(settle, *result)
@@ -188,7 +188,7 @@ async def _score(source: _Source, batch: list[Any], cfg: RewardConfig, limit: as
             async with limit:
                 result = await asyncio.wait_for(_call(source, arg), timeout=cfg.timeout_s)
         _assign(source, batch, result)
-    except (Exception, SystemExit) as exc:
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a user's reward function: logged, counted, marked
         _failed(source, batch, exc, cfg, log, failures)
 
 
@@ -198,7 +198,7 @@ def _score_inline(source: _Source, batch: list[Any], cfg: RewardConfig, log: log
     function (and a timeout could not interrupt it)."""
     try:
         _assign(source, batch, source.fn(list(batch) if source.group else batch[0]))
-    except (Exception, SystemExit) as exc:
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a user's reward function: logged, counted, marked
         _failed(source, batch, exc, cfg, log, failures)
 
 
@@ -244,7 +244,7 @@ async def assign_rewards(samples: list[Any], cfg: RewardConfig, log: logging.Log
             sample.metadata.pop(DETAIL_KEY, None)
             try:
                 source = resolver.source(sample)
-            except (Exception, SystemExit) as exc:
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - the sample's reward cannot load: logged, marked
                 name = str(sample.metadata.get("reward_path") or cfg.path or sample.metadata.get("rm_type") or cfg.name)
                 _log_once(log, name, exc, cfg.timeout_s)
                 _mark([sample], exc)

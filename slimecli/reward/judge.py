@@ -31,7 +31,7 @@ from slimecli.config.groups.reward import RewardConfig
 from slimecli.config.port import is_auto
 from slimecli.net.auth import judge_api_key
 from slimecli.net.client import RetryingClient
-from slimecli.net.retry import HttpStatusError, RetryPolicy, TransientError
+from slimecli.net.retry import RetryPolicy, TransientError
 from slimecli.reward.stats import JUDGE_KEY
 from slimecli.reward.verdict import VerdictError, VerdictForm, compile_form, render, rubric_of
 
@@ -177,19 +177,8 @@ class Judge(RetryingClient):
         return headers
 
     async def _post(self, url: str, body: dict[str, Any]) -> Any:
-        async with self.limit:
-            try:
-                async with self.session.post(url, data=json.dumps(body).encode(), headers=self._headers()) as resp:
-                    text = await resp.text(errors="replace")
-                    status = resp.status
-            except TimeoutError:
-                raise TransientError(f"no reply within reward.timeout_s={self.timeout_s}s") from None
-        if status >= 400:
-            raise HttpStatusError(status, f"{text[:200]!r}")
-        try:
-            return json.loads(text)
-        except ValueError:
-            raise TransientError(f"reply is not JSON: {text[:80]!r}") from None
+        return await self.post_json(url, json.dumps(body).encode(), self._headers(),
+                                    f"reward.timeout_s={self.timeout_s}s")
 
     async def _ask(self, text: str) -> str:
         """One request: the judge's reply text."""

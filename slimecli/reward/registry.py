@@ -29,7 +29,8 @@ class UnknownRewardError(UnknownPluginError):
 
 
 def register_reward(name: str, fn: Callable[..., Any], group: bool = False, *, inline: bool = False) -> None:
-    """Make `reward=name` (and sample.metadata["rm_type"] = name) call `fn`; a later call replaces it.
+    """Make `reward=name` (and sample.metadata["rm_type"] = name) call `fn`. A name bound to another function is
+    refused (ValueError); the same function again is a no-op.
 
     group=True: fn receives the list of samples of one group and returns one reward per sample.
     inline=True: fn is cheap and synchronous, so it runs in the event loop instead of a thread.

@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from slimecli.net.client import RetryingClient
-from slimecli.net.retry import HttpStatusError, RetryPolicy, TransientError
+from slimecli.net.retry import RetryPolicy
 
 
 class RemoteRewardError(RuntimeError):
@@ -42,20 +42,8 @@ class RemoteReward(RetryingClient):
 
     async def _attempt(self, body: bytes) -> Any:
         """The reward of one request; raises what RetryingClient.call classifies."""
-        async with self.limit:
-            try:
-                async with self.session.post(self.url, data=body,
-                                             headers={"Content-Type": "application/json"}) as resp:
-                    text = await resp.text(errors="replace")
-                    status = resp.status
-            except TimeoutError:
-                raise TransientError(f"no reply within reward.timeout_s={self.timeout_s}s") from None
-        if status >= 400:
-            raise HttpStatusError(status, f"{text[:200]!r}")
-        try:
-            return json.loads(text)
-        except ValueError:
-            raise TransientError(f"reply is not JSON: {text[:80]!r}") from None
+        return await self.post_json(self.url, body, {"Content-Type": "application/json"},
+                                    f"reward.timeout_s={self.timeout_s}s")
 
     async def __call__(self, sample: Any) -> Any:
         body = json.dumps(payload(sample), default=str).encode()

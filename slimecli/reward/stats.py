@@ -149,11 +149,13 @@ def reward_metrics(samples: Iterable[Any], key: str | None = None, *, filter_dro
                    for s in samples]
         out = _metrics(entries, prefix)
         out.update(judge_metrics(samples, prefix))
-    except Exception:  # a broken Sample-like object: report that, never raise
+    except Exception as exc:  # noqa: BLE001 - a broken Sample-like object: report that, never raise
+        log.warning("reward metrics failed: %s: %s", type(exc).__name__, exc)
         out = {f"{prefix}/metrics_error": 1.0}
     try:
         out.update(_filter_metrics(filter_drops))
-    except Exception:
+    except Exception as exc:  # noqa: BLE001 - metrics never stop training: counted and logged
+        log.warning("filter metrics failed: %s: %s", type(exc).__name__, exc)
         out["filter/metrics_error"] = 1.0
     return out
 
@@ -167,7 +169,8 @@ def value_metrics(values: Iterable[Any], key: str | None = None, groups: Iterabl
         if len(group_ids) != len(values):
             group_ids = list(range(len(values)))
         return _metrics([(reward_value(v, key), v, g) for v, g in zip(values, group_ids, strict=True)], prefix)
-    except Exception:
+    except Exception as exc:  # noqa: BLE001 - metrics never stop training: counted and logged
+        log.warning("reward metrics failed: %s: %s", type(exc).__name__, exc)
         return {f"{prefix}/metrics_error": 1.0}
 
 

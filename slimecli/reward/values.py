@@ -35,7 +35,7 @@ def safe_repr(value: Any, limit: int = 80) -> str:
     """repr() that neither raises nor floods the log."""
     try:
         text = repr(value)
-    except Exception:  # user objects may have a broken __repr__
+    except Exception:  # noqa: BLE001 - user objects may have a broken __repr__: the text says so
         text = f"<{type(value).__name__} with a broken repr>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -69,7 +69,7 @@ def _scalar(value: Any) -> float | Invalid:
     if callable(item):  # numpy / torch scalars and one-element arrays or tensors, without importing torch
         try:
             inner = item()
-        except Exception as exc:  # e.g. a tensor with several elements
+        except Exception as exc:  # noqa: BLE001 - e.g. a tensor with several elements: an Invalid that says so
             return Invalid("not_scalar", f"{type(value).__name__}.item() failed: {type(exc).__name__}")
         if inner is value or hasattr(inner, "item") and not isinstance(inner, (numbers.Number, bool)):
             return Invalid("unsupported_type", f"{type(value).__name__}.item() returned {type(inner).__name__}")
@@ -82,7 +82,7 @@ def _scalar(value: Any) -> float | Invalid:
 def _safe_len(value: Any) -> str:
     try:
         return str(len(value))
-    except Exception:
+    except Exception:  # noqa: BLE001 - a length only for a message: "?" when the object has none
         return "?"
 
 
@@ -123,7 +123,7 @@ def reward_value(value: Any, key: str | None = None) -> float | Invalid:
                 return Invalid("not_scalar", f"reward[{key!r}] is a dict; point reward.key at a number")
             return _scalar(inner)
         return _scalar(value)
-    except Exception as exc:  # the whole point: no reward value can crash training
+    except Exception as exc:  # noqa: BLE001 - the whole point: no reward value can crash training (an Invalid)
         return Invalid("unsupported_type", f"cannot read reward ({type(exc).__name__})")
 
 
@@ -134,7 +134,7 @@ def sample_reward(sample: Any, key: str | None = None) -> float | Invalid:
         if isinstance(metadata, Mapping) and metadata.get("reward_error"):
             return Invalid("reward_error", f"reward function failed: {metadata['reward_error']}")
         return reward_value(getattr(sample, "reward", None), key)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - no sample can crash training: an Invalid that names the error
         return Invalid("unsupported_type", f"cannot read the sample's reward ({type(exc).__name__})")
 
 

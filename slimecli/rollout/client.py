@@ -214,7 +214,7 @@ class EngineClient:
                 yield json.loads(data)
 
     # ---- control ---------------------------------------------------------------------------------
-    async def abort(self, rid: str | None = None, all: bool = False) -> Any:  # noqa: A002 - the API's own word
+    async def abort(self, rid: str | None = None, all: bool = False) -> Any:  # the API's own word
         body: dict[str, Any] = {"abort_all": True} if all else {"rid": rid}
         if not all and rid is None:
             raise ValueError("abort: give rid or all=True")

@@ -40,6 +40,7 @@ class Sample:
     loss_mask: list[int] | None = None
     rollout_log_probs: list[float] | None = None
     teacher_log_probs: list[float] | None = None
+    teacher: str | None = None  # the name of the teacher that scored it (routed by its source: config/teachers.py)
     reward: Any = None  # float | int | bool | dict | None; normalised by slimecli.reward
     status: Status = Status.PENDING
     weight_versions: list[str] = field(default_factory=list)  # the engine's weight_version of each generation call

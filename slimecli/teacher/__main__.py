@@ -1,4 +1,5 @@
-"""Entry point of every teacher rank: `python -m slimecli.teacher --config RUN/config.yaml` under torchrun.
+"""Entry point of every teacher rank: `python -m slimecli.teacher --config RUN/config.yaml [--teacher NAME]` under
+torchrun (--teacher: which of the run's `teachers` it serves; without it, the `teacher` group's).
 
 Rank 0 serves HTTP after a private warm-up request on an ephemeral loopback port has gone through the whole
 path (HTTP, queue, every rank); only then does the public port open. A failed warm-up ends the job.
@@ -6,6 +7,7 @@ path (HTTP, queue, every rank); only then does the public port open. A failed wa
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import os
@@ -71,7 +73,7 @@ async def run_front(cfg: SlimeConfig, front: Front) -> None:
     if t.warmup:
         try:
             await warm_up(runner, cfg, front.vocab_size)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any warm-up failure: logged, and the rank exits
             log.error("teacher warm-up failed, not opening %s:%d: %s", host, port, exc)
             sys.stderr.flush()
             os._exit(1)  # torchrun then stops the other ranks
@@ -84,11 +86,22 @@ async def run_front(cfg: SlimeConfig, front: Front) -> None:
     await asyncio.Event().wait()
 
 
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--teacher", default=None, help="the name of the run's teacher (teachers[].name) it serves")
+
+
 def main(argv: list[str] | None = None) -> None:
     from slimecli.observe.worker import start_worker
 
-    cfg, _ = start_worker("python -m slimecli.teacher", argv, __doc__,
-                          log_format=f"%(asctime)s teacher[{os.environ.get('RANK', '0')}] %(levelname)s %(message)s")
+    cfg, args = start_worker("python -m slimecli.teacher", argv, __doc__, arguments=_arguments,
+                             log_format=f"%(asctime)s teacher[{os.environ.get('RANK', '0')}] %(levelname)s %(message)s")
+    if args.teacher is not None:
+        from slimecli.config.teachers import find_teacher, teacher_view
+
+        try:
+            cfg = teacher_view(cfg, find_teacher(cfg, args.teacher))
+        except KeyError as exc:
+            sys.exit(f"python -m slimecli.teacher: --teacher {args.teacher}: {exc.args[0]}")
     startup.name(f"teacher rank {os.environ.get('RANK', '0')}")
     startup.mark("imported")
     t = cfg.teacher

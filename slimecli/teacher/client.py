@@ -130,11 +130,29 @@ class TeacherClient(RetryingClient):
         return list(await asyncio.gather(*(self.score_tokens(s.tokens, s.response_length) for s in samples)))
 
     async def info(self) -> dict[str, Any]:
-        """GET /info of a teacher=server (vocab_size, temperature, model_path, ...)."""
-        async with self.session.get(self.url + "/info", headers=self._headers()) as r:
+        """GET /info of a teacher=server (vocab_size, temperature, model_path, ...); SGLang's /get_model_info
+        (model_path, tokenizer_path) of a teacher=sglang."""
+        path = "/info" if self.kind == "server" else "/get_model_info"
+        async with self.session.get(self.url + path, headers=self._headers()) as r:
             if r.status != 200:
-                raise TeacherError(f"teacher {self.url}/info: HTTP {r.status}: {(await r.text())[:300]}")
-            return await r.json()
+                raise TeacherError(f"teacher {self.url}{path}: HTTP {r.status}: {(await r.text())[:300]}")
+            reply = await r.json(content_type=None)
+        if not isinstance(reply, dict):
+            raise TeacherError(f"teacher {self.url}{path} returned {_short(reply)}")
+        return reply
+
+    async def encode(self, text: str) -> list[int]:
+        """The token ids the teacher's own tokenizer gives ``text`` (SGLang: a prefill of the text that returns
+        its input tokens), for comparing its tokenizer with the student's where its files are not here."""
+        body = {"text": text, "return_logprob": True, "logprob_start_len": 0,
+                "sampling_params": {"max_new_tokens": 0, "temperature": 1.0}}
+        reply = await self._post("/generate", body)
+        if isinstance(reply, list) and len(reply) == 1:
+            reply = reply[0]
+        entries = (reply.get("meta_info") or {}).get("input_token_logprobs") if isinstance(reply, dict) else None
+        if not isinstance(entries, list) or not all(isinstance(e, list | tuple) and len(e) >= 2 for e in entries):
+            raise TeacherError(f"teacher {self.url} returned no input token ids for a text: {_short(reply)}")
+        return [int(e[1]) for e in entries]
 
 
 class TeacherPool:

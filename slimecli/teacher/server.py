@@ -134,7 +134,7 @@ class Front:
                 reply = await self.call(d, {"op": "score", "input_ids": r.input_ids, "sample_n": r.sample_n,
                                             "labels": r.labels, "temperature": r.temperature,
                                             "delay_s": r.delay_s, "fault": r.fault})
-            except Exception as exc:  # an exchange that broke (a dead peer): fail the request; the other
+            except Exception as exc:  # noqa: BLE001 - an exchange that broke (a dead peer): fail the request; the other
                 reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}  # groups, if any, keep serving
             finally:
                 self.running -= 1
@@ -253,7 +253,7 @@ class Front:
                     self.weight_version += 1
                     result = (200, {"success": True, "skipped": False, "model_path": path,
                                     "message": f"loaded in {time.monotonic() - t0:.1f}s"})
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the reply and the log line below name it; old weights serve on
             result = (500, {"success": False, "error": f"{type(exc).__name__}: {exc}"})
         log.info("update_weights_from_disk %s -> %d %s", path, result[0], result[1].get("error", ""))
         self.update, self.update_path = None, None
@@ -270,9 +270,9 @@ class Front:
 
     async def info(self, request: web.Request) -> web.Response:
         config = to_plain(self.cfg)
-        for group in ("teacher", "rollout"):  # the secrets of the config: never in a reply
-            if config.get(group, {}).get("api_key"):
-                config[group]["api_key"] = "***"
+        for part in (config.get("teacher", {}), config.get("rollout", {}), *config.get("teachers", [])):
+            if part.get("api_key"):  # the secrets of the config: never in a reply
+                part["api_key"] = "***"
         return web.json_response({"server_type": SERVER_TYPE, "model_path": self.model_path,
                                   "vocab_size": self.vocab_size, "tp": self.t.tp, "dp": self.t.dp,
                                   "temperature": self.t.temperature, "max_length": self.t.max_length,

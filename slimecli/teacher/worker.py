@@ -114,7 +114,7 @@ class TeacherWorker:
         new: TeacherModel | None
         try:
             new = self._build(path)
-        except Exception as exc:  # reported below, after the peers agree
+        except Exception as exc:  # noqa: BLE001 - reported below, after the peers agree
             error, new = exc, None
         failed = torch.tensor([0 if error is None else 1])
         if self.group is not None:

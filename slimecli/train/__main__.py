@@ -26,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from slimecli.rollout.client import EngineError
     from slimecli.train import dist
+    from slimecli.train.coordinator.teacher import TeacherRefused
     from slimecli.train.loop import Trainer
 
     startup.mark("imported")
@@ -35,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     except (TimeoutError, EngineError, aiohttp.ClientError) as exc:  # a server went away: say which, no traceback
         print(f"trainer: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    except TeacherRefused as exc:  # a teacher the run cannot distil from: the reason, no traceback
+        print(f"trainer: refused: {exc}", file=sys.stderr)
+        return 2
     finally:
         dist.shutdown()
     return 0

@@ -20,7 +20,7 @@ import torch
 
 from slimecli.config.groups.trainer import TrainerConfig
 from slimecli.rollout.sample import Sample
-from slimecli.train.registry import get_advantage_estimator, resolve_deprecated
+from slimecli.train.registry import get_advantage_estimator
 
 STD_EPS = 1e-6  # grpo: reward / (unbiased std + STD_EPS)
 WHITEN_EPS = 1e-8  # whitening: (A - mean) / sqrt(var + WHITEN_EPS)
@@ -46,6 +46,7 @@ class AdvantageBatch:
     n_samples_per_prompt: int
     valid: torch.Tensor | None = None  # [B] bool: False for removed samples (aborted or masked agent runs)
     rollouts: torch.Tensor | None = None  # [B] long: samples of one rollout (an agent run's branches) share it
+    values: torch.Tensor | None = None  # [B, T] the critic's value of the state before each token (gae), or None
 
 
 def sample_masks(samples: Sequence[Sample]) -> Tensors:
@@ -92,7 +93,7 @@ def unpad_rows(values: torch.Tensor, lengths: Sequence[int]) -> Tensors:
 
 
 def advantage_batch(samples: Sequence[Sample], rewards: Sequence[float], n_samples_per_prompt: int,
-                    kl: Tensors | None = None) -> AdvantageBatch:
+                    kl: Tensors | None = None, values: Tensors | None = None) -> AdvantageBatch:
     """Pad the step into the tensors an estimator takes."""
     if len(rewards) != len(samples):
         raise ValueError(f"{len(samples)} samples but {len(rewards)} rewards")
@@ -107,10 +108,15 @@ def advantage_batch(samples: Sequence[Sample], rewards: Sequence[float], n_sampl
         if len(kl) != len(masks) or any(k.numel() != m.numel() for k, m in zip(kl, masks, strict=True)):
             raise ValueError("kl needs one tensor per sample with one value per response token")
         kl_rows = pad_rows([k.detach().float() for k in kl], width)
+    value_rows = None
+    if values is not None:
+        if len(values) != len(masks) or any(v.numel() != m.numel() for v, m in zip(values, masks, strict=True)):
+            raise ValueError("values needs one tensor per sample with one value per response token")
+        value_rows = pad_rows([v.detach().float() for v in values], width)
     return AdvantageBatch(torch.tensor([float(r) for r in rewards], dtype=torch.float64), pad_rows(masks, width),
                           torch.tensor(lengths, dtype=torch.long), group_id, kl_rows, n_samples_per_prompt,
                           valid=torch.tensor([not s.remove_sample for s in samples], dtype=torch.bool),
-                          rollouts=torch.tensor(rollout_keys(samples), dtype=torch.long))
+                          rollouts=torch.tensor(rollout_keys(samples), dtype=torch.long), values=value_rows)
 
 
 # ---- built-in estimators: AdvantageBatch in, [B, T] advantages (and returns) out -------------------------------
@@ -174,17 +180,52 @@ def discounted_returns(token_rewards: torch.Tensor, gamma: float) -> torch.Tenso
     return out
 
 
-def reinforce_plus_plus(batch: AdvantageBatch, cfg: TrainerConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token reward -kl_coef*kl on trainable tokens, plus the scalar reward on the last trainable token, discounted."""
-    token_rewards = -cfg.kl_coef * _kl_or_zeros(batch, cfg.kl_coef) * batch.mask
+def token_rewards(batch: AdvantageBatch, cfg: TrainerConfig) -> torch.Tensor:
+    """[B, T]: -kl_coef * kl on trainable tokens, plus the scalar reward on the last trainable token."""
+    rewards = -cfg.kl_coef * _kl_or_zeros(batch, cfg.kl_coef) * batch.mask
     for i, n in enumerate(batch.lengths.tolist()):
         if n == 0:
             continue
         trainable = torch.nonzero(batch.mask[i, :n] > 0)
         last = int(trainable[-1]) if trainable.numel() else n - 1
-        token_rewards[i, last] += float(batch.rewards[i])
-    returns = discounted_returns(token_rewards, cfg.gamma)
+        rewards[i, last] += float(batch.rewards[i])
+    return rewards
+
+
+def reinforce_plus_plus(batch: AdvantageBatch, cfg: TrainerConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token reward -kl_coef*kl on trainable tokens, plus the scalar reward on the last trainable token, discounted."""
+    returns = discounted_returns(token_rewards(batch, cfg), cfg.gamma)
     return returns.clone(), returns
+
+
+def gae_from_values(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over [B, T] token rewards and values: (advantages, returns = A + V).
+
+    delta_t = r_t + gamma * V_next - V_t and A_t = delta_t + gamma * lam * A_next, where "next" is the next
+    trainable token (mask > 0): context tokens inside a response (tool output) are stepped over, as verl's
+    multi-turn GAE does; past the last one V_next = 0. Masked positions get 0.
+    """
+    rewards, values, mask = rewards.double(), values.double() * mask, mask.double()
+    advantages = torch.zeros_like(rewards)
+    running = torch.zeros(rewards.shape[:-1], dtype=torch.float64)
+    next_value = torch.zeros_like(running)
+    for t in range(rewards.shape[-1] - 1, -1, -1):
+        live = mask[..., t] > 0
+        delta = rewards[..., t] + gamma * next_value - values[..., t]
+        step = delta + gamma * lam * running
+        advantages[..., t] = torch.where(live, step, 0.0)
+        running = torch.where(live, step, running)
+        next_value = torch.where(live, values[..., t], next_value)
+    return advantages.float(), ((advantages + values) * mask).float()
+
+
+def gae(batch: AdvantageBatch, cfg: TrainerConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's advantages from the critic's values (trainer.critic): the reward (and -kl_coef * kl) as token
+    rewards, then GAE with trainer.gamma and trainer.critic.lam; the returns are the critic's targets."""
+    if batch.values is None:
+        raise ValueError("advantage_estimator=gae needs the critic's values of every response token")
+    return gae_from_values(token_rewards(batch, cfg), batch.values, batch.mask, cfg.gamma, cfg.critic.lam)
 
 
 def reinforce_plus_plus_baseline(batch: AdvantageBatch, cfg: TrainerConfig) -> torch.Tensor:
@@ -195,14 +236,13 @@ def reinforce_plus_plus_baseline(batch: AdvantageBatch, cfg: TrainerConfig) -> t
 
 # ---- the steps around the estimator -----------------------------------------------------------------------------
 def estimate(samples: Sequence[Sample], rewards: Sequence[float], cfg: TrainerConfig, n_samples_per_prompt: int,
-             kl: Tensors | None = None) -> Advantages:
+             kl: Tensors | None = None, values: Tensors | None = None) -> Advantages:
     """Step 1: the estimator's advantages (not yet whitened).
 
     ``rewards`` are the numeric training rewards, one per sample. ``kl`` (per token, policy vs reference,
     e.g. ``losses.kl_penalty(old_logp, ref_logp, "k1")``) is needed when reinforce++ uses kl_coef != 0.
     """
-    cfg = resolve_deprecated(cfg)
-    batch = advantage_batch(samples, rewards, n_samples_per_prompt, kl)
+    batch = advantage_batch(samples, rewards, n_samples_per_prompt, kl, values)
     entry = get_advantage_estimator(cfg.advantage_estimator)
     out = entry.fn(batch, cfg)
     adv, returns = out if isinstance(out, tuple) else (out, out)
@@ -219,25 +259,29 @@ def estimate(samples: Sequence[Sample], rewards: Sequence[float], cfg: TrainerCo
 def apply_opd(advantages: torch.Tensor, student_logp: torch.Tensor, teacher_logp: torch.Tensor,
               coef: float) -> torch.Tensor: ...
 @overload
-def apply_opd(advantages: Tensors, student_logp: Tensors, teacher_logp: Tensors, coef: float) -> Tensors: ...
+def apply_opd(advantages: Tensors, student_logp: Tensors, teacher_logp: Tensors,
+              coef: float | Sequence[float]) -> Tensors: ...
 def apply_opd(advantages: Tensors | torch.Tensor, student_logp: Tensors | torch.Tensor,
-              teacher_logp: Tensors | torch.Tensor, coef: float) -> Tensors | torch.Tensor:
+              teacher_logp: Tensors | torch.Tensor, coef: float | Sequence[float]) -> Tensors | torch.Tensor:
     """Step 2 (on-policy distillation): advantages - coef * (student_logp - teacher_logp), per token.
 
-    Accepts one tensor or a list of per-sample tensors (returns the same kind). No-op when coef == 0.
+    Accepts one tensor or a list of per-sample tensors (returns the same kind); with a list, ``coef`` may be one
+    per sample (each sample's teacher has its own: config/teachers.py). No-op where coef == 0.
     """
     if isinstance(advantages, torch.Tensor):
+        assert isinstance(coef, int | float), "one tensor takes one coefficient"
         if coef == 0.0:
             return advantages
         student, teacher = torch.as_tensor(student_logp), torch.as_tensor(teacher_logp)
         return advantages - coef * (student.detach().float() - teacher.detach().float())
-    if coef == 0.0:
+    coefs = [float(coef)] * len(advantages) if isinstance(coef, int | float) else [float(c) for c in coef]
+    if not any(coefs):
         return list(advantages)
-    if not (len(advantages) == len(student_logp) == len(teacher_logp)):
-        raise ValueError("advantages, student_logp and teacher_logp need one entry per sample")
-    return [a - coef * (torch.as_tensor(s, dtype=torch.float32).reshape(-1) -
-                        torch.as_tensor(t, dtype=torch.float32).reshape(-1))
-            for a, s, t in zip(advantages, student_logp, teacher_logp, strict=True)]
+    if not (len(advantages) == len(student_logp) == len(teacher_logp) == len(coefs)):
+        raise ValueError("advantages, student_logp, teacher_logp and the coefficients need one entry per sample")
+    return [a if c == 0.0 else a - c * (torch.as_tensor(s, dtype=torch.float32).reshape(-1) -
+                                        torch.as_tensor(t, dtype=torch.float32).reshape(-1))
+            for a, s, t, c in zip(advantages, student_logp, teacher_logp, coefs, strict=True)]
 
 
 AllReduce = Callable[[torch.Tensor], torch.Tensor]
@@ -273,7 +317,7 @@ def whiten(advantages: Tensors, masks: Tensors, all_reduce: AllReduce | None = N
 def finalize(advantages: Tensors, samples: Sequence[Sample], cfg: TrainerConfig,
              all_reduce: AllReduce | None = None) -> Tensors:
     """Step 3: whiten for the estimators registered with whiten=True (the reinforce++ ones); others pass through."""
-    entry = get_advantage_estimator(resolve_deprecated(cfg).advantage_estimator)
+    entry = get_advantage_estimator(cfg.advantage_estimator)
     if entry.options.get("whiten", False):
         return whiten(advantages, sample_masks(samples), all_reduce)
     return list(advantages)
@@ -295,15 +339,21 @@ def teacher_log_probs(samples: Sequence[Sample]) -> Tensors:
 def compute_advantages(samples: Sequence[Sample], rewards: Sequence[float], cfg: TrainerConfig,
                        n_samples_per_prompt: int, *, kl: Tensors | None = None,
                        student_logp: Tensors | None = None, teacher_logp: Tensors | None = None,
-                       all_reduce: AllReduce | None = None) -> Advantages:
-    """estimate -> x trainer.reward_coef -> apply_opd (when trainer.opd_kl_coef > 0) -> finalize, in that order."""
-    out = estimate(samples, rewards, cfg, n_samples_per_prompt, kl)
+                       all_reduce: AllReduce | None = None, values: Tensors | None = None,
+                       opd_coefs: Sequence[float] | None = None) -> Advantages:
+    """estimate -> x trainer.reward_coef -> apply_opd (where a sample's OPD coefficient > 0) -> finalize, in that
+    order.
+
+    ``values``: the critic's per-token values, for an estimator registered with critic=True (gae). ``opd_coefs``:
+    each sample's OPD coefficient (its teacher's opd_kl_coef); None: trainer.opd_kl_coef for all."""
+    out = estimate(samples, rewards, cfg, n_samples_per_prompt, kl, values)
     # trainer.reward_coef scales the task-reward part after the estimator (a group std would cancel it before)
     adv = out.advantages if cfg.reward_coef == 1.0 else [a * cfg.reward_coef for a in out.advantages]
-    if cfg.opd_kl_coef:
+    coefs = [cfg.opd_kl_coef] * len(samples) if opd_coefs is None else list(opd_coefs)
+    if any(coefs):
         if student_logp is None:
             raise ValueError("trainer.opd_kl_coef > 0 needs the student's log-probs")
         if teacher_logp is None:
             teacher_logp = teacher_log_probs(samples)
-        adv = apply_opd(adv, student_logp, teacher_logp, cfg.opd_kl_coef)
+        adv = apply_opd(adv, student_logp, teacher_logp, coefs)
     return Advantages(finalize(adv, samples, cfg, all_reduce), out.returns)

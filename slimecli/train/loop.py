@@ -11,7 +11,6 @@ records) is its coordinator's (coordinator/, in parts); the other ranks hold one
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
@@ -22,6 +21,7 @@ import torch
 
 from slimecli.config.schema import SlimeConfig
 from slimecli.observe import startup
+from slimecli.train import critic as critic_stages
 from slimecli.train import dist, stages
 from slimecli.train.backend import PolicyBackend
 from slimecli.train.coordinator import make_coordinator
@@ -29,7 +29,7 @@ from slimecli.train.registry import (
     get_advantage_estimator,
     get_off_policy_correction,
     get_policy_loss,
-    resolve_deprecated,
+    uses_critic,
 )
 from slimecli.train.stages import RankContext, StageTimer, StepBatch, StepTensors
 
@@ -45,13 +45,8 @@ class Trainer:
         from slimecli.model.loading import load_tokenizer
         from slimecli.train.optim.build import build_scheduler
 
-        if cfg.trainer.advantage_estimator == "gspo":
-            log.warning("trainer.advantage_estimator=gspo is deprecated: it means advantage_estimator=grpo "
-                        "with trainer.importance_level=sequence; set those instead")
-        if cfg.trainer.use_tis:
-            log.warning("trainer.use_tis is deprecated: it means trainer.off_policy_correction=tis; set that instead")
         self.cfg = cfg
-        self.step_cfg = dataclasses.replace(cfg, trainer=resolve_deprecated(cfg.trainer))  # what the stages read
+        self.step_cfg = cfg  # what the stages read (deprecated spellings were rewritten by the config layer)
         get_advantage_estimator(self.step_cfg.trainer.advantage_estimator)  # a bad import path fails before rollout
         get_policy_loss(self.step_cfg.trainer.policy_loss)
         if self.step_cfg.trainer.off_policy_correction != "none":
@@ -64,6 +59,11 @@ class Trainer:
         self.policy = make_policy(cfg, self.info)
         needs_ref = cfg.trainer.kl_loss_coef != 0 or cfg.trainer.kl_coef != 0
         self.ref_policy = make_reference(cfg, self.info, self.policy) if needs_ref else None
+        self.critic = None  # trainer.critic: PPO's value model, for estimators that take values (gae)
+        if uses_critic(self.step_cfg.trainer.advantage_estimator):
+            from slimecli.train.critic import make_critic
+
+            self.critic = make_critic(cfg, self.info)
         startup.mark("model loaded")
         self.ctx = RankContext(pad_id, cfg.trainer.micro_batch_size, cfg.rollout.temperature, self.info.device,
                                self.policy.data_rank, self.policy.data_size)
@@ -117,6 +117,12 @@ class Trainer:
             self.policy.load_optimizer_state(ckpt.optimizer_state)
         if ckpt.scheduler_state is not None:
             self.scheduler.load_state_dict(ckpt.scheduler_state)
+        if self.critic is not None:
+            if ckpt.critic_state is None:
+                raise ValueError(f"{path} has no critic state (critic.pt): it was written by a run without "
+                                 "trainer.advantage_estimator=gae")
+            self.critic.load_state(ckpt.critic_state)
+            log.info("critic restored from %s", path)
         self.step = ckpt.step
         return ckpt
 
@@ -201,13 +207,18 @@ class Trainer:
         with timer.stage("ref_logp"):
             ref = stages.ref_logp(self.ref_policy, batch, self.ctx)
         with timer.stage("advantages"):
-            adv = stages.advantages(batch, old, ref, t, self.cfg.rollout.n_samples_per_prompt)
+            values = critic_stages.values(self.critic, batch, self.ctx) if self.critic is not None else None
+            shaped, shaping = stages.overlong(batch, self.step_cfg)
+            adv = stages.advantages(shaped, old, ref, t, self.cfg.rollout.n_samples_per_prompt, values,
+                                    opd_coefs=stages.opd_coefs(self.step_cfg, batch.samples))
             weights, off_policy = stages.off_policy(batch, old, t, self.step)
         with timer.stage("update"):
             self.coordinator.weights.before_update()
             metrics = stages.update(self.policy, self.scheduler, batch, StepTensors(old, ref, adv, weights),
                                     self.step_cfg, self.ctx)
-        return {**off_policy, **metrics}
+            if self.critic is not None and values is not None:
+                metrics.update(critic_stages.update(self.critic, batch, values, adv, self.step_cfg, self.ctx))
+        return {**shaping, **off_policy, **metrics}
 
     def sync_weights(self, timer: StageTimer) -> dict[str, torch.Tensor] | None:
         """The new weights to the engines; rank 0 gets them back (for the checkpoint). A wait there for the
@@ -224,8 +235,10 @@ class Trainer:
         return self.step == self.cfg.trainer.max_steps or (interval > 0 and self.step % interval == 0)
 
     def save(self, model_state: dict[str, torch.Tensor] | None, row: dict[str, Any] | None) -> None:
+        critic_state = self.critic.state(self.info.is_main) if self.critic is not None else None
         path = stages.save(self.run_dir, self.step, self.policy, self.scheduler, model_state, self.cfg,
-                           is_main=self.info.is_main, data_position=self.coordinator.data_position(), metrics=row)
+                           is_main=self.info.is_main, data_position=self.coordinator.data_position(), metrics=row,
+                           critic_state=critic_state)
         if path is not None:
             log.info("saved checkpoint step_%d", self.step)
 

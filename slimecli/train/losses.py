@@ -1,4 +1,4 @@
-"""Policy-gradient loss pieces: log-probs at a temperature, entropy, PPO clip, GSPO ratio, KL, TIS, reduction.
+"""Policy-gradient loss pieces: log-probs at a temperature, entropy, PPO clip, CISPO, GSPO ratio, KL, TIS, reduction.
 
 ``policy_loss`` wraps the registered per-token policy loss (trainer.policy_loss, built-in ``ppo_clip``) with
 the importance ratio (trainer.importance_level), TIS, the reduction, entropy and KL terms.
@@ -18,7 +18,7 @@ import torch
 from slimecli.config.groups.trainer import TrainerConfig
 from slimecli.model.softmax import LN2, log2_weights
 from slimecli.rollout.sample import Sample
-from slimecli.train.registry import get_policy_loss, resolve_deprecated
+from slimecli.train.registry import get_policy_loss
 
 LOW_VAR_KL_CLAMP = 10.0
 
@@ -136,25 +136,32 @@ def pad_sequences(seqs: Sequence[torch.Tensor | Sequence[float]], value: float =
     return out
 
 
-def loss_weights(samples: Sequence[Sample], reduction: str = "per_rollout") -> list[torch.Tensor]:
+def loss_weights(samples: Sequence[Sample], reduction: str = "per_rollout", *,
+                 norm_tokens: int | None = None) -> list[torch.Tensor]:
     """Per-token reduction weights for every sample of one optimizer step (computed once for the whole step).
 
     per_rollout: mask / (total mask of the token's rollout) / (number of rollouts in the step); samples
     sharing a ``rollout_id`` are one rollout, a sample without one is its own. Rollouts whose mask is all
     zero (remove_sample, aborted) still count in the number of rollouts: they stay in the batch.
     per_token: mask / (total mask of the step).
+    token_sum_norm (Dr. GRPO, verl's seq-mean-token-sum-norm): mask / norm_tokens / (number of rollouts): every
+    token weighs the same whatever its response's length, and the step's scale does not depend on the lengths.
     """
     masks = [torch.tensor(s.effective_loss_mask(), dtype=torch.float32) for s in samples]
     if reduction == "per_token":
         total = max(float(sum(m.sum() for m in masks)), 1.0)
         return [m / total for m in masks]
-    if reduction != "per_rollout":
+    if reduction not in ("per_rollout", "token_sum_norm"):
         raise ValueError(f"unknown loss reduction {reduction!r}")
     keys = [("rollout", s.rollout_id) if s.rollout_id is not None else ("sample", i) for i, s in enumerate(samples)]
     totals: dict[tuple[str, int], float] = {}
     for key, m in zip(keys, masks, strict=True):
         totals[key] = totals.get(key, 0.0) + float(m.sum())
     n_rollouts = max(len(totals), 1)
+    if reduction == "token_sum_norm":
+        if norm_tokens is None or norm_tokens <= 0:
+            raise ValueError(f"loss reduction token_sum_norm needs a positive token count, got {norm_tokens}")
+        return [m / norm_tokens / n_rollouts for m in masks]
     return [m / max(totals[key], 1.0) / n_rollouts for key, m in zip(keys, masks, strict=True)]
 
 
@@ -213,6 +220,41 @@ def ppo_clip(log_ratio: torch.Tensor, advantages: torch.Tensor, cfg: TrainerConf
     return loss, metrics
 
 
+def cispo_loss(log_ratio: torch.Tensor, advantages: torch.Tensor, eps_low: float, eps_high: float
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """CISPO (MiniMax-M1): -sg(clip(r, 1 - eps_low, 1 + eps_high)) * A * log pi, per token.
+
+    The importance weight is clipped, never the token: every token keeps its gradient, weighted by the
+    detached clipped weight. Written as -A * w * exp(lr - sg(lr)): its value is -w * A (PPO's scale, so
+    pg_loss reads the same) and its gradient -w * A * grad log pi. Returns (loss, clipped indicator).
+    """
+    ratio = torch.exp(log_ratio.detach())
+    weight = ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
+    loss = -advantages * weight * torch.exp(log_ratio - log_ratio.detach())
+    return loss, (weight != ratio).float()
+
+
+def cispo(log_ratio: torch.Tensor, advantages: torch.Tensor, cfg: TrainerConfig
+          ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """trainer.policy_loss=cispo, with the share of tokens whose weight was clipped as pg_clipfrac."""
+    loss, clipped = cispo_loss(log_ratio, advantages, cfg.cispo_eps_low, cfg.cispo_eps_high)
+    return loss, {"pg_clipfrac": clipped}
+
+
+def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip: float | None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's critic loss per token: 0.5 * max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2).
+
+    With clip None, 0.5 * (V - R)^2. Returns (loss, clipped indicator): 1 where the clipped term was larger.
+    """
+    unclipped = (values - returns) ** 2
+    if clip is None:
+        return 0.5 * unclipped, torch.zeros_like(unclipped)
+    old = old_values.detach()
+    clipped = (old + (values - old).clamp(-clip, clip) - returns) ** 2
+    return 0.5 * torch.maximum(unclipped, clipped), (clipped > unclipped).float()
+
+
 def reduce(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """Weighted sum with ``loss_weights`` (so the per-step loss is a sum over micro-batches)."""
     return (values * weights).sum()
@@ -232,7 +274,6 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     Metrics are detached weighted sums: add them over micro-batches, all-reduce SUM over ranks.
     Under DDP (which averages gradients) backprop ``loss * world_size``.
     """
-    cfg = resolve_deprecated(cfg)
     old = old_logp.detach()
     adv = advantages.detach()
     valid = (weights > 0) if mask is None else mask.bool()

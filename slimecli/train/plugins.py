@@ -8,7 +8,10 @@ ADVANTAGE_ESTIMATORS.builtin("grpo", "slimecli.train.advantages:grpo", whiten=Fa
 ADVANTAGE_ESTIMATORS.builtin("reinforce_plus_plus", "slimecli.train.advantages:reinforce_plus_plus", whiten=True)
 ADVANTAGE_ESTIMATORS.builtin("reinforce_plus_plus_baseline", "slimecli.train.advantages:reinforce_plus_plus_baseline",
                              whiten=True)
+# critic: the trainer builds trainer.critic and hands the estimator its values
+ADVANTAGE_ESTIMATORS.builtin("gae", "slimecli.train.advantages:gae", whiten=True, critic=True)
 POLICY_LOSSES.builtin("ppo_clip", "slimecli.train.losses:ppo_clip")
+POLICY_LOSSES.builtin("cispo", "slimecli.train.losses:cispo")
 OFF_POLICY_CORRECTIONS.builtin("tis", "slimecli.train.off_policy:tis")
 OFF_POLICY_CORRECTIONS.builtin("mis", "slimecli.train.off_policy:mis")
 OFF_POLICY_CORRECTIONS.builtin("icepop", "slimecli.train.off_policy:icepop")

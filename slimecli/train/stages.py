@@ -25,13 +25,13 @@ import torch
 
 from slimecli.config.groups.trainer import TrainerConfig
 from slimecli.config.schema import SlimeConfig
+from slimecli.config.teachers import route, run_teachers
 from slimecli.rollout.sample import Sample, version_number
 from slimecli.train import advantages as adv_lib
 from slimecli.train import dist
 from slimecli.train.backend import PolicyBackend
 from slimecli.train.batch import PackedBatch, pack
 from slimecli.train.losses import kl_penalty, loss_weights, pad_sequences, policy_loss
-from slimecli.train.registry import resolve_deprecated
 
 STAGES = ("rollout", "old_logp", "ref_logp", "advantages", "update", "sync_weights", "eval", "save")
 
@@ -157,6 +157,11 @@ def update_slices(samples: Sequence[Sample], cfg: TrainerConfig) -> list[list[in
     return [[p for r in members[u * gbs:(u + 1) * gbs] for p in r] for u in range(len(members) // gbs)]
 
 
+def update_weights(samples: Sequence[Sample], cfg: SlimeConfig) -> Tensors:
+    """The loss weights of one update's samples (trainer.loss_reduction; token_sum_norm by rollout.max_new_tokens)."""
+    return loss_weights(samples, cfg.trainer.loss_reduction, norm_tokens=cfg.rollout.max_new_tokens)
+
+
 def rank_chunks(idx: list[int], rank: int, world_size: int, micro_batch_size: int) -> list[list[int]]:
     """This rank's micro-batches of one update (samples rank, rank + world, ...), padded with empty chunks to the
     count of the busiest rank: agent runs fork, so an update need not split evenly, and FSDP ranks must run the
@@ -208,7 +213,6 @@ def old_logp(policy: PolicyBackend, batch: StepBatch, cfg: TrainerConfig, ctx: R
     versions ahead of those that sampled the batch, so the correction weighs the gap; decoupled PPO's proximal
     policy), or as the base of KL reward shaping.
     """
-    cfg = resolve_deprecated(cfg)
     if cfg.use_rollout_logprobs:
         return engine_log_probs(batch.samples, "trainer.use_rollout_logprobs")
     needed = (len(update_slices(batch.samples, cfg)) > 1 or cfg.off_policy_correction != "none"
@@ -222,18 +226,44 @@ def ref_logp(ref: PolicyBackend | None, batch: StepBatch, ctx: RankContext) -> T
 
 
 def advantages(batch: StepBatch, old: Tensors | None, ref: Tensors | None, cfg: TrainerConfig,
-               n_samples_per_prompt: int) -> adv_lib.Advantages:
-    """Advantages of every sample, with KL reward shaping (trainer.kl_coef) and the OPD term when configured."""
+               n_samples_per_prompt: int, values: Tensors | None = None,
+               opd_coefs: Sequence[float] | None = None) -> adv_lib.Advantages:
+    """Advantages of every sample, with KL reward shaping (trainer.kl_coef) and the OPD term when configured;
+    ``values``: the critic's, for trainer.advantage_estimator=gae; ``opd_coefs``: each sample's OPD coefficient,
+    by its teacher (None: trainer.opd_kl_coef for all)."""
     kl_shaping = None
     if cfg.kl_coef != 0 and ref is not None:
         if old is None:
             raise ValueError("KL reward shaping needs the old log-probs: the old_logp stage computes them")
         kl_shaping = [kl_penalty(b, r, "k1") for b, r in zip(old, ref, strict=True)]
     student = None
-    if cfg.opd_kl_coef:
+    if any(opd_coefs) if opd_coefs is not None else cfg.opd_kl_coef:
         student = old if old is not None else engine_log_probs(batch.samples, "trainer.opd_kl_coef (the student)")
     return adv_lib.compute_advantages(batch.samples, batch.rewards, cfg, n_samples_per_prompt, kl=kl_shaping,
-                                      student_logp=student)
+                                      student_logp=student, values=values, opd_coefs=opd_coefs)
+
+
+def opd_coefs(cfg: SlimeConfig, samples: Sequence[Sample]) -> list[float] | None:
+    """Each sample's OPD coefficient: its teacher's opd_kl_coef (config/teachers.py), by the teacher that scored
+    it, else by its route; None without teachers (trainer.opd_kl_coef then)."""
+    coefs = {t.name: t.opd_kl_coef for t in run_teachers(cfg)}
+    if not coefs:
+        return None
+    return [coefs.get(s.teacher or "", coefs.get(route(cfg, s.metadata.get("source")), cfg.trainer.opd_kl_coef))
+            for s in samples]
+
+
+def overlong(batch: StepBatch, cfg: SlimeConfig) -> tuple[StepBatch, dict[str, float]]:
+    """The batch with DAPO's overlong penalty in its rewards (trainer.overlong_buffer > 0), and its metrics; the
+    batch itself when it is off (its rewards stay the logged task rewards)."""
+    from slimecli.train.shaping import shape_rewards
+
+    t = cfg.trainer
+    if t.overlong_buffer == 0:
+        return batch, {}
+    rewards, metrics = shape_rewards(batch.rewards, [s.response_length for s in batch.samples],
+                                     cfg.rollout.max_new_tokens, t.overlong_buffer, t.overlong_penalty)
+    return StepBatch(batch.samples, rewards, batch.metrics), metrics
 
 
 def off_policy(batch: StepBatch, old: Tensors | None, cfg: TrainerConfig, version: int
@@ -245,7 +275,6 @@ def off_policy(batch: StepBatch, old: Tensors | None, cfg: TrainerConfig, versio
     from slimecli.train import off_policy as op
     from slimecli.train.registry import get_off_policy_correction
 
-    cfg = resolve_deprecated(cfg)
     samples = batch.samples
     masks = [torch.tensor(s.effective_loss_mask(), dtype=torch.float32) for s in samples]
     trained = [[v for v, m in zip(s.token_versions or [], mask, strict=False) if m] for s, mask in zip(
@@ -285,7 +314,7 @@ def update(policy: PolicyBackend, scheduler: Any, batch: StepBatch, tensors: Ste
     grad_norms = []
     for idx in slices:
         step_weights: Tensors = [torch.zeros(0)] * len(samples)
-        for k, w in zip(idx, loss_weights([samples[i] for i in idx], t.loss_reduction), strict=True):
+        for k, w in zip(idx, update_weights([samples[i] for i in idx], cfg), strict=True):
             step_weights[k] = w
         # a rank that ran out of samples runs a weightless filler chunk: FSDP ranks stay in step
         chunks = [(chunk or idx[:1], not chunk) for chunk in rank_chunks(idx, ctx.rank, ctx.world_size,
@@ -299,7 +328,7 @@ def update(policy: PolicyBackend, scheduler: Any, batch: StepBatch, tensors: Ste
             width = packs[c].targets.shape[1]
 
             def rows(values: Tensors) -> torch.Tensor:
-                return _pad_to(pad_sequences([values[i] for i in chunk]), width).to(logp.device)
+                return pad_to(pad_sequences([values[i] for i in chunk]), width).to(logp.device)
 
             loss, metrics = policy_loss(
                 logp, rows(tensors.old_logp) if tensors.old_logp is not None else logp.detach(),
@@ -331,11 +360,13 @@ def sync_weights(policy: PolicyBackend, target: WeightTarget | None, version: in
 
 def save(run_dir: Path, step: int, policy: PolicyBackend, scheduler: Any,
          model_state: dict[str, torch.Tensor] | None, cfg: SlimeConfig, *, is_main: bool,
-         data_position: Any = None, metrics: dict[str, Any] | None = None) -> Path | None:
+         data_position: Any = None, metrics: dict[str, Any] | None = None,
+         critic_state: dict[str, Any] | None = None) -> Path | None:
     """A checkpoint of step ``step`` (every rank calls: the optimizer state is a collective when sharded).
 
     ``metrics``: the step's metrics row, kept in the checkpoint so a resume can log it if a kill came
-    between the save and the metrics line. Returns the checkpoint directory on rank 0.
+    between the save and the metrics line. ``critic_state``: trainer.critic's (rank 0's). Returns the checkpoint
+    directory on rank 0.
     """
     from slimecli.checkpoint import store
     from slimecli.checkpoint.layout import sharded_dir
@@ -356,12 +387,14 @@ def save(run_dir: Path, step: int, policy: PolicyBackend, scheduler: Any,
             metadata["metrics"] = to_json_value(metrics)
         path = store.save(run_dir, step, model_state, optimizer_state=optimizer_state,
                                scheduler_state=scheduler.state_dict(), data_position=data_position,
-                               metadata=metadata, keep=cfg.trainer.keep_checkpoints, sharded=sharded)
+                               metadata=metadata, keep=cfg.trainer.keep_checkpoints, sharded=sharded,
+                               critic_state=critic_state)
     dist.barrier()
     return path
 
 
-def _pad_to(t: torch.Tensor, width: int) -> torch.Tensor:
+def pad_to(t: torch.Tensor, width: int) -> torch.Tensor:
+    """[B, n] cut or right-padded with zeros to [B, width]."""
     if t.shape[1] >= width:
         return t[:, :width]
     return torch.nn.functional.pad(t, (0, width - t.shape[1]))

@@ -124,6 +124,7 @@ class Stack:
         from slimecli.agent.api.engine_link import EngineLink
         from slimecli.agent.api.render import Renderer
         from slimecli.agent.trajectory.manager import TrajectoryManager
+        from slimecli.config.groups.agent import AgentConfig
         from slimecli.model.tool_calls import get_parser
 
         self.engine = ScriptedEngine(tokenizer, script)
@@ -131,7 +132,7 @@ class Stack:
         self.manager = TrajectoryManager(self.renderer.stop_ids, self.renderer.decode_all, max_turns)
         self._link = EngineLink("http://127.0.0.1:1")
         self.adapter = adapter_cls(self.renderer, self._link, self.manager, get_parser("qwen"),
-                                   AdapterSettings(max_new_tokens=256, max_body_bytes=max_body_bytes))
+                                   AdapterSettings(AgentConfig(max_new_tokens=256), max_body_bytes=max_body_bytes))
         self._runners: list[web.AppRunner] = []
 
     async def _serve(self, app: web.Application, **kw: Any) -> str:

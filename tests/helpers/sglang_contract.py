@@ -83,8 +83,8 @@ def load() -> Any:
         _loaded = f"sglang is not installed in {TARGET} (make sglang-contract)"
         return _loaded
     # transformers decides once whether torchvision exists: let it see that it does not, before the stubs
-    import transformers.image_utils  # noqa: F401
-    import transformers.models.auto.image_processing_auto  # noqa: F401
+    import transformers.image_utils
+    import transformers.models.auto.image_processing_auto
     import transformers.models.auto.processing_auto  # noqa: F401
 
     sys.path.insert(0, str(TARGET))

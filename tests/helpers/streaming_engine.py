@@ -22,7 +22,7 @@ from typing import Any
 from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scripted_engine import ScriptedEngine  # noqa: E402
+from scripted_engine import ScriptedEngine
 
 
 class StreamingEngine(ScriptedEngine):

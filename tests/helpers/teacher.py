@@ -85,3 +85,28 @@ class Server:
             self.proc.wait(10)
         self.log.close()
         wait_dead([self.proc.pid], 5)
+
+
+def biased_teacher(student: Path, path: Path, prefers, margin: float = 2.0, seed: int = 1) -> Path:
+    """A teacher with the student's tokenizer and vocabulary whose every next-token distribution leans the same
+    way: a one-layer Phi model (its output layer has a bias) whose bias is +margin on the token ids where
+    ``prefers(id)`` holds and -margin elsewhere, its weights small. A tiny student learns such a preference
+    within a few dozen OPD steps; a sharpened random model's, tied to each context, takes thousands."""
+    import json
+    import shutil
+
+    import torch
+    from transformers import PhiConfig, PhiForCausalLM
+
+    vocab = json.loads((student / "config.json").read_text())["vocab_size"]
+    torch.manual_seed(seed)
+    model = PhiForCausalLM(PhiConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                     num_attention_heads=4, max_position_embeddings=4096))
+    with torch.no_grad():
+        model.lm_head.weight.mul_(0.1)
+        model.lm_head.bias.copy_(torch.tensor([margin if prefers(i) else -margin for i in range(vocab)]))
+    model.save_pretrained(str(path))
+    for f in student.iterdir():  # the student's tokenizer
+        if f.name.startswith(("tokenizer", "special_tokens", "vocab", "merges", "added_tokens")):
+            shutil.copy(f, path / f.name)
+    return path

@@ -36,6 +36,8 @@ from slimecli.agent.api.fields import ApiError, echoed, int_field, text_of
 from slimecli.agent.api.render import Renderer
 from slimecli.agent.api.streaming import KEEPALIVE_S, STREAM_INTERVAL, LiveText, StreamWriter, open_sse
 from slimecli.agent.trajectory.manager import SessionClosed, TooManyTurns, TrajectoryManager, Turn
+from slimecli.config.groups.agent import AgentConfig
+from slimecli.config.groups.rollout import RolloutConfig
 from slimecli.model import tool_grammar as constrain
 from slimecli.model.tool_calls import ParsedOutput, ToolParser
 from slimecli.model.tool_grammar import GrammarError, ToolChoice
@@ -79,19 +81,16 @@ class TurnResult:
                     self.constrained, self.gen.token_versions)
 
 
-@dataclass
+@dataclass(frozen=True)
 class AdapterSettings:
+    """What an adapter reads: the agent's config itself (agent.max_new_tokens caps each turn, agent.constrain and
+    agent.choices_* constrain it), the run's sampling (rollout.temperature, top_p, top_k), and what only the
+    server knows."""
+
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
     model_name: str = "slimecli"
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    max_new_tokens: int = 1024  # cap per turn, whatever the client asks
     max_body_bytes: int = net.ADAPTER_MAX_BODY
-    constrain: str = "none"  # none | tool_calls | choices (slimecli.model.tool_grammar)
-    choices_then: str = "final"  # choices mode, once a tool ran: final | none | tool_calls
-    choices_final: str = "Done."  # the text a `final` turn is constrained to
-    choices_file: str | None = None  # JSON list of choices for sessions that registered none
-    max_string_len: int | None = None  # constrained tool calls: cap on free string arguments (None: the schema's)
     stream_interval: int = STREAM_INTERVAL  # streamed turns: engine chunks every this many tokens
 
 
@@ -115,12 +114,7 @@ class Adapter:
 
     def _check_constrain(self) -> None:
         """Fail at start-up, not on the first turn, when the constraint settings cannot work."""
-        s = self.settings
-        if s.constrain not in constrain.MODES:
-            raise ValueError(f"agent.constrain must be one of {', '.join(constrain.MODES)} (got {s.constrain!r})")
-        if s.choices_then not in constrain.CHOICES_THEN:
-            raise ValueError(f"agent.choices_then must be one of {', '.join(constrain.CHOICES_THEN)} "
-                             f"(got {s.choices_then!r})")
+        s = self.settings.agent  # agent.constrain and agent.choices_then are Literals: the config decoder checked them
         calls = s.constrain == "tool_calls" or (s.constrain == "choices" and s.choices_then == "tool_calls")
         if calls and self.call_format is None:
             raise ValueError("constrained tool calls need a tool parser with a `call_format` (ToolCallFormat); "
@@ -148,7 +142,7 @@ class Adapter:
 
     def constraint(self, sid: str, req: TurnRequest) -> dict[str, str]:
         """The sampling params that constrain this turn ({} when unconstrained); ApiError 400 when impossible."""
-        s = self.settings
+        s = self.settings.agent
         mode = s.constrain
         if mode == "none":
             return {}
@@ -169,7 +163,7 @@ class Adapter:
             if self.call_format is None:  # refused at start-up; kept for a subclass that swaps the parser
                 raise GrammarError(f"the tool parser {type(self.parser).__name__} declares no call_format")
             return {"ebnf": constrain.tool_call_grammar(req.tools, req.tool_choice, self.call_format, tokens,
-                                                        s.max_string_len)}
+                                                        s.constrain_max_string_len)}
         except GrammarError as exc:
             raise ApiError(400, f"agent.constrain={mode}: {exc}", retry=False) from None
 
@@ -251,20 +245,21 @@ class Adapter:
         remaining = self.renderer.context_len - len(prompt_ids)
         capped = False
         engine_s = 0.0
-        wanted = req.max_tokens if req.max_tokens is not None else self.settings.max_new_tokens
-        context_limited = remaining < min(wanted, self.settings.max_new_tokens)
+        wanted = req.max_tokens if req.max_tokens is not None else self.settings.agent.max_new_tokens
+        context_limited = remaining < min(wanted, self.settings.agent.max_new_tokens)
         if remaining <= 0:
             gen = Generation([], [], "length")
         else:
-            max_new = max(1, min(wanted, self.settings.max_new_tokens, remaining))
+            max_new = max(1, min(wanted, self.settings.agent.max_new_tokens, remaining))
             # A turn cut by our own cap ends normally for the client (a CLI told max_tokens retries or fails);
             # the recorded turn keeps finish_reason=length, so the sample is still marked truncated.
             # A client that set no limit (Codex sends no max_output_tokens) is only ever cut by our cap or the window.
             asked = req.max_tokens if req.max_tokens is not None else remaining
-            capped = max_new == self.settings.max_new_tokens < min(asked, remaining)
+            capped = max_new == self.settings.agent.max_new_tokens < min(asked, remaining)
             params: dict[str, Any] = {
                 "max_new_tokens": max_new,
-                "temperature": self.settings.temperature, "top_p": self.settings.top_p, "top_k": self.settings.top_k,
+                "temperature": self.settings.rollout.temperature, "top_p": self.settings.rollout.top_p,
+                "top_k": self.settings.rollout.top_k,
                 "stop_token_ids": sorted(self.renderer.stop_ids), "skip_special_tokens": False,
                 "spaces_between_special_tokens": False, "no_stop_trim": True}
             if req.stop:
@@ -277,7 +272,7 @@ class Adapter:
                 gen = await self.engine.generate(prompt_ids, params, rid=f"{self.name}-{uuid.uuid4().hex}",
                                                  session=session, on_progress=on_progress)
             except EngineRejected as exc:  # a bad request, most likely a tool schema the grammar cannot hold
-                what = f" (agent.constrain={self.settings.constrain})" if constraint else ""
+                what = f" (agent.constrain={self.settings.agent.constrain})" if constraint else ""
                 raise ApiError(400, f"the engine rejected this turn{what}: {exc.message[:1000]}", retry=False
                                ) from None
             engine_s = time.perf_counter() - started

@@ -135,12 +135,7 @@ class AgentService:
         self.engine: EngineLink | EnginePool = (EngineLink(urls[0], cfg.rollout.request_timeout_s, cfg.rollout.api_key)
                                                 if len(urls) == 1 else
                                                 EnginePool(urls, cfg.rollout.request_timeout_s, cfg.rollout.api_key))
-        settings = AdapterSettings(model_name=Path(cfg.model.path or cfg.model.name).name,
-                                   temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                                   top_k=cfg.rollout.top_k, max_new_tokens=agent.max_new_tokens,
-                                   constrain=agent.constrain, choices_then=agent.choices_then,
-                                   choices_final=agent.choices_final, choices_file=agent.choices_file,
-                                   max_string_len=agent.constrain_max_string_len)
+        settings = AdapterSettings(agent, cfg.rollout, model_name=Path(cfg.model.path or cfg.model.name).name)
         self.adapter: Adapter = adapter_cls(self.renderer, self.engine, self.manager, get_parser(agent.tool_parser),
                                             settings)
         self.host = agent.host

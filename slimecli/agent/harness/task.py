@@ -108,7 +108,7 @@ async def run_task(service: AgentService, job: AgentJob, *, budget_s: float | No
     except CliMissing as exc:
         info["error"] = str(exc)
         return aborted("cli_missing")
-    except Exception as exc:  # noqa: BLE001 - any failure of one run becomes its aborted sample
+    except Exception as exc:  # any failure of one run becomes its aborted sample
         log.exception("agent run %s failed", sid)
         info["error"] = repr(exc)[:TAIL]
         return aborted(f"exception:{type(exc).__name__}")

@@ -6,6 +6,12 @@ from typing import Literal
 from slimecli.config.decode import spec
 from slimecli.config.port import Port, port_field
 
+# Constrained decoding of each turn (slimecli.model.tool_grammar): none | tool_calls (text or a call valid against the
+# request's tools and tool_choice) | choices (exactly one of the session's listed alternatives until a tool ran)
+Constrain = Literal["none", "tool_calls", "choices"]
+# agent.constrain=choices, once the chosen tool ran: final (the text agent.choices_final) | none | tool_calls
+ChoicesThen = Literal["final", "none", "tool_calls"]
+
 
 @dataclass(frozen=True)
 class AgentConfig:
@@ -36,11 +42,8 @@ class AgentConfig:
     max_context_len: int | None = spec(None, gt=0, note="or unset")  # None -> the model's max_position_embeddings
     realign_min_ratio: float = spec(0.8, ge=0, le=1)  # re-rendered last response this similar to the sampled one -> realigned
     output: str | None = None  # `slimecli agent run`: samples JSONL; None -> <run.root>/agent-<time>/samples.jsonl
-    # Constrained decoding of each turn (grammar in the engine's sampling params; see slimecli.model.tool_grammar):
-    # none | tool_calls (text or a call valid against the request's tools and tool_choice) | choices (exactly one
-    # of the session's listed alternatives until a tool ran, then `choices_then`)
-    constrain: str = "none"
-    choices_then: str = "final"  # after the choice ran: final (the text choices_final) | none | tool_calls
+    constrain: Constrain = "none"  # a grammar in the engine's sampling params for each turn (Constrain above)
+    choices_then: ChoicesThen = "final"  # after the choice ran (ChoicesThen above)
     choices_final: str = "Done."
     choices_file: str | None = None  # JSON list of choices (texts or {"name", "arguments"}) for every session
     constrain_max_string_len: int | None = spec(None, gt=0, note="or unset")  # cap free string arguments of constrained calls (random models)

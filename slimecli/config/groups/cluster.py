@@ -14,7 +14,7 @@ class ClusterConfig:
 
     name: Literal["local", "slurm"] = "local"
     nnodes: int = spec(1, gt=0)  # `cluster.nodes`, SLURM's word for it, is accepted as this key (config/compose.py)
-    node_rank: int = 0
+    node_rank: int = spec(0, ge=0)  # below cluster.nnodes (a rule)
     master_addr: str = "127.0.0.1"
     # stays a number: every node must know it before any starts (one node uses torchrun --standalone instead)
     master_port: int = spec(29500, ge=1, le=MAX_PORT, allowed=f"a TCP port in 1..{MAX_PORT}")  # never auto

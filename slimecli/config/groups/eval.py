@@ -58,7 +58,7 @@ class EvalDatasetConfig:
     max_prompt_len: int | None = spec(None, gt=0)
     apply_chat_template: bool | None = None
     reward: EvalRewardConfig = field(default_factory=EvalRewardConfig)
-    pass_threshold: float = 1.0  # a sample passes (for pass@k) when its reward is >= this
+    pass_threshold: float = spec(1.0, note="rewards are any number, so is the threshold")  # a sample passes (for pass@k) when its reward is >= this
 
 
 @dataclass(frozen=True)

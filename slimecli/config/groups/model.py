@@ -3,6 +3,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from slimecli.config.decode import spec
+
 Dtype = Literal["float32", "bfloat16", "float16"]  # the weights' dtype (model.dtype, teacher.dtype)
 
 
@@ -15,13 +17,13 @@ class ModelConfig:
     tokenizer_path: str | None = None  # defaults to `path`
     dtype: Dtype = "float32"
     cache_dir: str | None = None  # where model=tiny is created; None -> ~/.cache/slimecli
-    seed: int = 0  # seed of the tiny model's random weights
-    hidden_size: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    intermediate_size: int = 128
-    max_position_embeddings: int = 65536  # tiny model: agent CLI prompts (~80k chars) need > 32k tokens
+    seed: int = spec(0, note="any 64-bit int seeds torch")  # seed of the tiny model's random weights
+    hidden_size: int = spec(64, gt=0)
+    num_layers: int = spec(2, gt=0)
+    num_heads: int = spec(4, gt=0)
+    num_kv_heads: int = spec(2, gt=0)
+    intermediate_size: int = spec(128, gt=0)
+    max_position_embeddings: int = spec(65536, gt=0)  # tiny model: agent CLI prompts (~80k chars) need > 32k tokens
     trust_remote_code: bool = False
 
     @property

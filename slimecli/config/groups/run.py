@@ -13,7 +13,7 @@ class RunConfig:
     name: str = spec("quickstart", resumable=True)
     dir: str | None = None  # explicit run directory; None -> <root>/<name>-<timestamp>
     root: str = spec("runs", resumable=True)
-    seed: int = 1234
+    seed: int = spec(1234, note="any 64-bit int seeds torch")
     log_level: Literal["debug", "info", "warning", "error"] = spec("info", resumable=True)
     # An existing run.dir resumes. auto: only changes that keep the run meaningful (steps, save interval,
     # logging, ports, timeouts) are allowed; force: any change (each is recorded).

@@ -7,12 +7,15 @@ from slimecli.config.decode import spec
 from slimecli.config.groups.model import Dtype
 from slimecli.config.port import Port, port_field
 
+TeacherKind = Literal["server", "sglang"]
+
 
 @dataclass(frozen=True)
-class TeacherConfig:
-    """A teacher that scores student tokens: none, slimecli's teacher server, or SGLang."""
+class TeacherSettings:
+    """What a teacher is and how it is served: the fields the `teacher` group and each `teachers` entry share
+    (one place for their defaults and bounds). ``name`` is the group member there, the teacher's label here."""
 
-    name: Literal["none", "server", "sglang"] = "none"
+    name: str = "none"
     url: str | None = None  # an existing server; otherwise launched from model_path
     model_path: str | None = None
     host: str = spec("127.0.0.1", resumable=True)
@@ -47,8 +50,25 @@ class TeacherConfig:
     concurrency: int = spec(8, gt=0)
     max_retries: int = spec(3, ge=0)
     request_timeout_s: float = spec(600.0, gt=0, resumable=True)
-    seed: int = 0  # sampling RNG of the server (per rank: seed + 1009 * dp_index + tp_rank)
+    seed: int = spec(0, note="any 64-bit int seeds torch")  # sampling RNG of the server (per rank: seed + 1009 * dp_index + tp_rank)
     # load line (queue / running / requests/s / tokens/s) while busy
     log_interval_s: float = spec(5.0, gt=0, resumable=True)
     dtype: Dtype | None = None  # weights' dtype on the server; None = model.dtype
     keepalive_s: float = spec(30.0, gt=0)  # idle ranks get a no-op message this often, far below the collective timeout
+
+
+@dataclass(frozen=True)
+class TeacherConfig(TeacherSettings):
+    """A teacher that scores student tokens: none, slimecli's teacher server, or SGLang."""
+
+    name: Literal["none", "server", "sglang"] = "none"
+
+
+@dataclass(frozen=True)
+class TeacherEntry(TeacherSettings):
+    """One of several teachers (the top-level `teachers` list): its label, what it is (`kind`, as `teacher=KIND`
+    picks for the one teacher of the `teacher` group) and its own distillation strength."""
+
+    name: str = spec("", nonempty=True)  # its label: teacher_routes and teacher_default name it; teacher/<name>/...
+    kind: TeacherKind = "server"
+    opd_kl_coef: float | None = spec(None, ge=0, note="null: trainer.opd_kl_coef")

@@ -4,6 +4,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from slimecli.config.decode import spec
+from slimecli.config.groups.critic import CriticConfig
 from slimecli.config.groups.lora import LoraConfig
 
 # Hugging Face model families that trainer=megatron converts (slimecli/model/megatron/convert.py)
@@ -23,35 +24,48 @@ class TrainerConfig:
     dist_backend: Literal["auto", "gloo", "nccl"] = "auto"
     tensor_parallel_size: int = spec(1, gt=0, resumable=True)
     pipeline_parallel_size: int = spec(1, gt=0, resumable=True)
-    # a registered estimator (grpo, reinforce_plus_plus, reinforce_plus_plus_baseline) or package.module:function;
+    # a registered estimator (grpo, reinforce_plus_plus, reinforce_plus_plus_baseline, gae: PPO with
+    # trainer.critic) or package.module:function;
     # gspo (deprecated) = grpo + importance_level=sequence
     advantage_estimator: str = "grpo"
-    policy_loss: str = "ppo_clip"  # a registered policy loss or package.module:function
+    policy_loss: str = "ppo_clip"  # a registered policy loss (ppo_clip, cispo) or package.module:function
     importance_level: Literal["token", "sequence"] = "token"  # sequence: GSPO's per-token geometric-mean sequence ratio
     scale_by_std: bool = True  # grpo divides by the group std
-    gamma: float = 1.0  # reinforce++ discount
+    gamma: float = spec(1.0, ge=0, le=1)  # reinforce++ and gae discount
     eps_clip: float = spec(0.2, ge=0)
-    eps_clip_high: float | None = None  # None -> eps_clip
+    eps_clip_high: float | None = spec(None, ge=0, note="or unset: eps_clip")  # None -> eps_clip
     eps_clip_c: float | None = spec(None, gt=1, note="the dual clip constant")
-    kl_coef: float = 0.0  # KL reward shaping
-    kl_loss_coef: float = 0.0  # KL loss against the frozen reference
+    # policy_loss=cispo (MiniMax-M1): every token's gradient weighted by the stop-gradient importance weight
+    # clip(ratio, 1 - cispo_eps_low, 1 + cispo_eps_high); no token's gradient is clipped away
+    cispo_eps_low: float = spec(1.0, ge=0, le=1, note="1: no lower bound on the weight, as in MiniMax-M1")
+    cispo_eps_high: float = spec(0.28, ge=0)
+    kl_coef: float = spec(0.0, ge=0)  # KL reward shaping
+    kl_loss_coef: float = spec(0.0, ge=0)  # KL loss against the frozen reference
     kl_loss_type: Literal["k1", "k2", "low_var_kl"] = "low_var_kl"
-    entropy_coef: float = 0.0
+    entropy_coef: float = spec(0.0, ge=0)  # > 0: an entropy bonus
     use_tis: bool = False  # deprecated: trainer.off_policy_correction=tis
     # how the gap between the engine's policy (that sampled the tokens) and the trainer's is corrected: none, tis
     # (truncated importance weights), mis (whole sequences masked outside the bounds), icepop (tokens masked outside
     # the bounds), decoupled_ppo (AReaL's: a proximal policy, tokens above is_mask_high masked), or an import path
     off_policy_correction: str = "none"
-    tis_clip_low: float = 0.0
-    tis_clip_high: float = 2.0
+    tis_clip_low: float = spec(0.0, ge=0)
+    tis_clip_high: float = spec(2.0, gt=0)
     is_mask_low: float = spec(0.5, ge=0)  # mis, icepop: an importance ratio below this is masked
     is_mask_high: float = spec(2.0, gt=0)  # mis, icepop, decoupled_ppo: an importance ratio above this is masked
     use_rollout_logprobs: bool = False  # old log-probs from the engine instead of a recompute
-    loss_reduction: Literal["per_rollout", "per_token"] = "per_rollout"
+    # per_rollout: each rollout's token mean, averaged; per_token: the step's token mean; token_sum_norm (Dr. GRPO):
+    # each rollout's token sum / rollout.max_new_tokens, averaged
+    loss_reduction: Literal["per_rollout", "per_token", "token_sum_norm"] = "per_rollout"
+    # DAPO's overlong reward shaping: a response longer than rollout.max_new_tokens - overlong_buffer tokens loses
+    # reward linearly, up to overlong_penalty at rollout.max_new_tokens (the logged task reward is unchanged)
+    overlong_buffer: int = spec(0, ge=0, note="0 turns the penalty off")
+    overlong_penalty: float = spec(1.0, ge=0)
     opd_kl_coef: float = spec(0.0, ge=0)  # on-policy distillation strength
-    reward_coef: float = 1.0  # scale of the task reward in the advantages; 0 = pure distillation (still logged)
-    save_interval: int = spec(0, resumable=True)  # 0 -> only at the end
-    keep_checkpoints: int = 2
+    # scale of the task reward in the advantages; 0 = pure distillation (the reward is still logged)
+    reward_coef: float = spec(1.0, ge=0, note="0 = pure distillation")
+    save_interval: int = spec(0, ge=0, note="0 = only at the end", resumable=True)
+    # the newest checkpoints kept on disk (older ones are pruned after each save)
+    keep_checkpoints: int = spec(2, note="0 or less keeps every checkpoint, so any int is allowed")
     gradient_checkpointing: bool = spec(False, resumable=True)
     # trainer=megatron with tensor_parallel_size > 1: norms, dropout and residuals split along the sequence over
     # the TP ranks too (activation memory / tp outside attention and MLP; inputs padded to a multiple of tp)
@@ -72,4 +86,5 @@ class TrainerConfig:
     # (without it, a push waits until the requests in flight finish)
     partial_rollouts: bool = False
     pause_mode: Literal["in_place", "retract"] = "in_place"  # partial_rollouts: keep the KV cache, or recompute it
+    critic: CriticConfig = field(default_factory=CriticConfig)  # advantage_estimator=gae's value model
     lora: LoraConfig = field(default_factory=LoraConfig)  # trainer.lora.rank > 0: train adapters only (docs/lora.md)

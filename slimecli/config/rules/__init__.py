@@ -8,7 +8,7 @@ import importlib
 from slimecli.config.errors import ConfigError
 from slimecli.config.schema import SlimeConfig
 
-_MODULES = ("core", "optimizer", "teacher", "reward", "agent", "task", "sandbox", "weight_sync", "lora", "overlap", "slurm", "eval", "ports", "env", "replay", "faults")
+_MODULES = ("core", "optimizer", "teacher", "reward", "agent", "task", "sandbox", "weight_sync", "lora", "overlap", "slurm", "eval", "ports", "env", "replay", "faults", "algorithms")
 
 
 def check_all(cfg: SlimeConfig) -> list[ConfigError]:

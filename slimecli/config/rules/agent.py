@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from slimecli.config.errors import ConfigError, allowed_hint
+from slimecli.config.errors import ConfigError
 from slimecli.config.registry import AGENTS
 from slimecli.config.schema import SlimeConfig
 
 KNOWN_PARSERS = ("qwen", "hermes")
-CONSTRAIN_MODES = ("none", "tool_calls", "choices")  # slimecli.model.tool_grammar.MODES
-CHOICES_THEN = ("final", "none", "tool_calls")
 
 
 def pair(cfg: SlimeConfig) -> list[ConfigError]:
@@ -40,13 +38,7 @@ def urls(cfg: SlimeConfig) -> list[ConfigError]:
 
 def constrain(cfg: SlimeConfig) -> list[ConfigError]:
     a = cfg.agent
-    errors = []
-    if a.constrain not in CONSTRAIN_MODES:
-        errors.append(ConfigError("agent.constrain", a.constrain, "not an allowed value",
-                                  allowed_hint(a.constrain, CONSTRAIN_MODES)))
-    if a.choices_then not in CHOICES_THEN:
-        errors.append(ConfigError("agent.choices_then", a.choices_then, "not an allowed value",
-                                  allowed_hint(a.choices_then, CHOICES_THEN)))
+    errors = []  # agent.constrain and agent.choices_then are Literals: the decoder checks their values
     if a.constrain == "choices" and a.choices_then == "final" and not a.choices_final:
         errors.append(ConfigError("agent.choices_final", a.choices_final, "must be a non-empty text when "
                                   "agent.choices_then=final (the turn after the chosen tool ran)"))

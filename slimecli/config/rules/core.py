@@ -5,6 +5,7 @@ from __future__ import annotations
 from slimecli.config.errors import ConfigError
 from slimecli.config.layout import engine_count
 from slimecli.config.schema import SlimeConfig
+from slimecli.config.teachers import run_teachers
 
 
 def sampling(cfg: SlimeConfig) -> list[ConfigError]:
@@ -108,8 +109,8 @@ def losses(cfg: SlimeConfig) -> list[ConfigError]:
     from slimecli.config.registry import ADVANTAGE_ESTIMATORS, OFF_POLICY_CORRECTIONS, POLICY_LOSSES
 
     t = cfg.trainer
-    # trainer.advantage_estimator=gspo still works (deprecated): the trainer reads it as grpo advantages with
-    # trainer.importance_level=sequence. It is accepted here but no longer listed.
+    # deprecated spellings (advantage_estimator=gspo, use_tis=true) were rewritten when the config was composed
+    # (config/canonical.py); use_tis is still true here only when another correction is named
     checked = [ADVANTAGE_ESTIMATORS.config_error(t.advantage_estimator), POLICY_LOSSES.config_error(t.policy_loss)]
     errors = [error for error in checked if error is not None]
     if t.eps_clip_high is not None and t.eps_clip_high < t.eps_clip:
@@ -118,12 +119,12 @@ def losses(cfg: SlimeConfig) -> list[ConfigError]:
         errors.append(ConfigError("trainer.kl_loss_coef", t.kl_loss_coef,
                                   f"cannot be non-zero together with trainer.kl_coef ({t.kl_coef})",
                                   "use either KL reward shaping (kl_coef) or the KL loss (kl_loss_coef)"))
-    if t.kl_coef != 0 and t.advantage_estimator in ("grpo", "gspo"):
+    if t.kl_coef != 0 and t.advantage_estimator == "grpo":
         errors.append(ConfigError("trainer.kl_coef", t.kl_coef,
                                   f"KL reward shaping is not part of {t.advantage_estimator}'s advantages",
                                   "use trainer.kl_loss_coef, or a reinforce_plus_plus estimator"))
-    correction = "tis" if t.use_tis and t.off_policy_correction == "none" else t.off_policy_correction
-    if t.use_tis and t.off_policy_correction not in ("none", "tis"):
+    correction = t.off_policy_correction
+    if t.use_tis and correction not in ("none", "tis"):
         errors.append(ConfigError("trainer.use_tis", True, "is the deprecated spelling of "
                                   f"trainer.off_policy_correction=tis, which names {t.off_policy_correction!r}",
                                   "drop trainer.use_tis"))
@@ -131,16 +132,15 @@ def losses(cfg: SlimeConfig) -> list[ConfigError]:
     if unknown is not None:
         errors.append(unknown)
     if correction != "none" and t.use_rollout_logprobs:
-        key = "trainer.use_tis" if t.use_tis else "trainer.off_policy_correction"
-        errors.append(ConfigError(key, True if t.use_tis else correction,
+        errors.append(ConfigError("trainer.off_policy_correction", correction,
                                   "an off-policy correction weighs recomputed old log-probs against the engine's; "
                                   "with trainer.use_rollout_logprobs=true the weight is always 1",
-                                  f"set {key} back or trainer.use_rollout_logprobs=false"))
+                                  "set trainer.off_policy_correction back or trainer.use_rollout_logprobs=false"))
     if correction == "tis" and not t.tis_clip_high > t.tis_clip_low >= 0:
         errors.append(ConfigError("trainer.tis_clip_high", t.tis_clip_high, f"must be > trainer.tis_clip_low ({t.tis_clip_low}) >= 0"))
     if correction in ("mis", "icepop") and not t.is_mask_high > t.is_mask_low:
         errors.append(ConfigError("trainer.is_mask_high", t.is_mask_high, f"must be > trainer.is_mask_low ({t.is_mask_low})"))
-    if (t.opd_kl_coef > 0 or cfg.recipe == "opd") and cfg.teacher.name == "none":
+    if (t.opd_kl_coef > 0 or cfg.recipe == "opd") and not run_teachers(cfg):
         errors.append(ConfigError("teacher", "none", "distillation needs a teacher",
                                   "add teacher=server teacher.url=... (or teacher.model_path=...), or teacher=sglang teacher.url=..."))
     return errors

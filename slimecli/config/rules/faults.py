@@ -6,10 +6,11 @@ from slimecli.config.errors import ConfigError
 from slimecli.config.groups.rollout import RolloutConfig
 from slimecli.config.groups.teacher import TeacherConfig
 from slimecli.config.schema import SlimeConfig
+from slimecli.config.teachers import run_teachers
 
 
 def faults(cfg: SlimeConfig) -> list[ConfigError]:
-    errors = [*_health("rollout", cfg.rollout), *_health("teacher", cfg.teacher)]
+    errors = _health("rollout", cfg.rollout) + [e for t in run_teachers(cfg) for e in _health(t.key, t.settings)]
     r = cfg.run
     if r.on_stall != "restart":
         return errors

@@ -4,7 +4,7 @@
   the prompts in flight;
 - weights (weights.py): the trained weights to the engines;
 - evaluation (evaluation.py): eval.datasets on a pinned weight version, beside training;
-- teacher scoring (teacher.py): the teacher's log-probs of every rollout (on-policy distillation);
+- teacher scoring (teacher.py): each sample's teacher's log-probs of it (on-policy distillation);
 - the records: metrics.jsonl and the progress line (train/records.py).
 
 Trainer rank 0 holds a RolloutCoordinator, whose parts talk to the servers from one event loop on a thread of
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from slimecli.config.layout import engine_slots
 from slimecli.config.schema import SlimeConfig
+from slimecli.config.teachers import run_teachers
 from slimecli.rollout.data import PromptSource
 from slimecli.train.coordinator.evaluation import Evaluation, PinnedEvaluation
 from slimecli.train.coordinator.recovery import EngineRecovery, wants_recovery
@@ -101,7 +102,7 @@ class RolloutCoordinator(Coordinator):
         from slimecli.rollout.client import EngineClient
 
         super().__init__()
-        self.cfg, self.run_dir = cfg, run_dir
+        self.cfg, self.run_dir, self.tokenizer = cfg, run_dir, tokenizer
         self.loop = ServerLoop()
         self.records: StepRecords | None = None  # opened once the engines are up
         self.teacher = None
@@ -116,7 +117,7 @@ class RolloutCoordinator(Coordinator):
                         for slot in engine_slots(cfg)]  # every node's engines (config/layout.py)
         self.source = PromptSource(cfg.task, cfg.run.seed)
         self.collector = collector = self._collector(tokenizer)
-        if cfg.teacher.name != "none":
+        if run_teachers(cfg):
             from slimecli.train.coordinator.teacher import TeacherScoring
 
             self.teacher = TeacherScoring(cfg)
@@ -176,6 +177,8 @@ class RolloutCoordinator(Coordinator):
             import asyncio
 
             await asyncio.gather(*(e.wait_ready(self.cfg.rollout.start_timeout_s) for e in self.engines))
+            if self.teacher is not None:
+                await self.teacher.check(self.tokenizer)  # a teacher of another vocabulary refuses the run
             if hasattr(self.collector, "start"):
                 await cast(Lifecycle, self.collector).start()  # the agent kind's adapter
 

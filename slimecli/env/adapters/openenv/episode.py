@@ -124,8 +124,8 @@ class OpenEnvEpisode:
         if ws is not None:
             try:
                 await ws.send(json.dumps({"type": "close"}))
-            except Exception:  # already closed by the server: nothing to release
-                pass
+            except Exception as exc:  # noqa: BLE001 - already closed by the server: nothing to release
+                _log.debug("openenv close message not sent: %s", exc)
             await ws.close()
 
     async def _open(self, reset_data: dict[str, Any]) -> dict[str, Any]:

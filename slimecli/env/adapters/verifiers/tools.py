@@ -85,7 +85,7 @@ class Tools:
         token = _TRACE.set(trace)
         try:
             result = await mcp.call_tool(raw, arguments)
-        except Exception as exc:  # the MCP server answers a failing tool with its message
+        except Exception as exc:  # noqa: BLE001 - the MCP server answers a failing tool with its message
             return str(exc)
         finally:
             _TRACE.reset(token)
