@@ -87,7 +87,7 @@ def test_plan_json_lists_processes_in_start_order(tmp_path, tiny):
     plan = json.loads(out.stdout)
     assert [p["name"] for p in plan] == ["engine-0", "teacher", "trainer"]
     trainer = plan[-1]
-    assert trainer["argv"][1:4] == ["-m", "torch.distributed.run", "--nproc-per-node"]
+    assert trainer["argv"][1:5] == ["-m", "slimecli.launch.ranks", "--nproc", "2"]  # one node: no torchrun
     # one rank on one node (the teacher here, trainer.nproc=1 below) starts without torchrun's agent: rank 0 of a
     # world of one, its store on a free port
     assert plan[1]["argv"][1:3] == ["-m", "slimecli.teacher"]

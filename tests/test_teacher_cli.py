@@ -56,12 +56,12 @@ def _descendants(pid: int) -> list[int]:
 @pytest.mark.slow
 def test_serve_is_supervised_and_stops_with_its_ranks(tmp_path):
     """The teacher runs under the same plan and supervisor as `slimecli train`'s: prefixed logs, a log file,
-    plan.json, and SIGTERM to the command takes torchrun and every rank down."""
+    plan.json, and SIGTERM to the command takes the ranks' launcher and every rank down."""
     srv = Server(tmp_path, ["teacher.tp=2"])
     try:
         srv.wait_ready()
         ranks = _descendants(srv.proc.pid)
-        assert len(ranks) >= 3  # torchrun (behind the exec wrapper) and two ranks
+        assert len(ranks) >= 3  # the launcher (behind the exec wrapper) and two ranks
         run = tmp_path / f"run-{srv.port}"
         assert [s["name"] for s in json.loads((run / "plan.json").read_text())] == ["teacher"]
         # the supervisor's own probe may answer a moment after the test's

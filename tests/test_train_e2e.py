@@ -18,6 +18,7 @@ from tests.helpers.train_e2e import (
     kill_tree,
     metrics,
     quickstart_run,
+    rank_pids,
     run_train,
     start_train,
 )
@@ -112,8 +113,7 @@ def killed(run, victim: str, after: int) -> tuple[int, str, int]:
         if victim == "controller":
             proc.kill()  # SIGKILL: the children must notice and go on their own
         elif victim == "trainer rank":
-            ranks = [p for p in children if b"-m\x00slimecli.train" in cmdline(p)
-                     and b"torch.distributed.run" not in cmdline(p)]
+            ranks = rank_pids(children)
             assert len(ranks) == 2, [cmdline(p) for p in children]
             os.kill(ranks[1], signal.SIGKILL)
         else:
@@ -133,7 +133,8 @@ def killed(run, victim: str, after: int) -> tuple[int, str, int]:
 def assert_continues(output: str, done: int) -> None:
     """A resumed command: it says so, and its first trained step is the one after its checkpoint's."""
     assert "resuming" in output, output[-3000:]
-    printed = [int(k) for k in re.findall(rf"train step (\d+)/{CHAIN_STEPS}", output)]
+    # the trainer's own step lines as they streamed ("trainer | ..."), not their copy in a failure's log tail
+    printed = [int(k) for k in re.findall(rf"\| train step (\d+)/{CHAIN_STEPS}", output)]
     assert printed and printed[0] == done + 1 and sorted(set(printed)) == printed, (done, printed)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from slimecli.checkpoint import store as checkpoint
 from tests.helpers import wait_until
-from tests.helpers.train_e2e import cmdline, descendants, kill_tree, metrics, run_train, start_train
+from tests.helpers.train_e2e import descendants, kill_tree, metrics, rank_pids, run_train, start_train
 
 pytest.importorskip("megatron.core")
 pytestmark = pytest.mark.slow
@@ -82,8 +82,7 @@ def test_resume_after_kill_of_a_trainer_rank_with_weights_sent_by_broadcast(tmp_
     try:
         wait_until(lambda: (found := checkpoint.latest_complete(run)) is not None and found.name == "step_3", 300,
                    "checkpoint step_3", proc=proc)
-        ranks = [p for p in descendants(proc.pid) if b"-m\x00slimecli.train" in cmdline(p)
-                 and b"torch.distributed.run" not in cmdline(p)]
+        ranks = rank_pids(descendants(proc.pid))
         assert len(ranks) == 2, ranks
         os.kill(ranks[-1], signal.SIGKILL)
         code = proc.wait(timeout=60)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from slimecli.config.schema import SlimeConfig
     from slimecli.observe.follow import MetricsFollower
+    from slimecli.observe.startup import ProcessStartup
 
 
 def register(app: typer.Typer) -> None:
@@ -36,7 +37,10 @@ def register(app: typer.Typer) -> None:
                                            "script, do not submit it."),
               verbose: bool = typer.Option(False, "--verbose", help="Stream every line of every process to the "
                                            "console (observe.verbose=true); by default library noise is left "
-                                           "to RUN/logs/.")) -> None:
+                                           "to RUN/logs/."),
+              profile_startup: bool = typer.Option(False, "--profile-startup", help="At the end, print where each "
+                                                   "process's start-up went: imports, model load, ready, first step "
+                                                   "(from RUN/logs/startup.jsonl).")) -> None:
         """Train: rollout engines and teacher start first, then the trainer under torchrun."""
         import time
 
@@ -44,10 +48,16 @@ def register(app: typer.Typer) -> None:
 
         from slimecli.config.errors import ConfigErrors
         from slimecli.launch.controller import run
+        from slimecli.observe import startup
 
         started, started_at = time.monotonic(), time.time()
+        controller = startup.ProcessStartup("controller", startup.process_started())
+        if profile_startup:
+            os.environ[startup.STARTUP_ENV] = "1"  # inherited by every process the run starts
+            controller.phases["imported"] = (time.time(), _cpu_s())
         overrides = split_overrides(ctx.args) + (["observe.verbose=true"] if verbose else [])
         cfg = load_config_or_exit(overrides, recipe_dir, resume=True)
+        controller.phases["ready"] = (time.time(), _cpu_s())  # composed and checked: what the run starts from
         console = Console(highlight=False, soft_wrap=True)
         if cfg.cluster.name == "slurm":
             _submit_slurm(cfg, overrides, recipe_dir, dry_run, console)
@@ -63,12 +73,33 @@ def register(app: typer.Typer) -> None:
         finally:
             if follower is not None:
                 follower.stop()
+        if profile_startup:
+            _startup_table(cfg, console, controller)
         if cfg.observe.report and cfg.cluster.node_rank == 0:  # the first node reports for every node
             _report(cfg, console)
         if cfg.cluster.node_rank == 0:
             command_s = None if complete_already else time.monotonic() - started
             _summary(cfg, console, command_s, started_at, split_overrides(ctx.args))
         raise typer.Exit(code)
+
+
+def _cpu_s() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def _startup_table(cfg: SlimeConfig, console: Console, controller: ProcessStartup) -> None:
+    """--profile-startup: when each process started and reached each phase (RUN/logs/startup.jsonl)."""
+    from rich.markup import escape
+
+    from slimecli.observe import startup
+
+    run_dir = own_run_dir(cfg)
+    found = startup.read(run_dir / "logs" / startup.STARTUP_FILE) if run_dir is not None else []
+    console.print("[bold]start-up[/] (seconds since the command started; CPU-seconds of each process in brackets; "
+                  "the controller's ready: its config composed and checked)")
+    for line in startup.table([controller, *found], controller.started):
+        console.print(escape(line))
 
 
 def _submit_slurm(cfg: SlimeConfig, overrides: list[str], recipe_dirs: list[str], dry_run: bool,

@@ -17,6 +17,7 @@ log = logging.getLogger("slimecli.engine")
 
 def main(argv: list[str] | None = None) -> None:
     from slimecli.config.layout import run_dir_of
+    from slimecli.observe import startup
     from slimecli.observe.worker import start_worker
 
     def arguments(p: Any) -> None:
@@ -26,6 +27,7 @@ def main(argv: list[str] | None = None) -> None:
 
     cfg, args = start_worker("python -m slimecli.engine", argv, __doc__, log_format=None,  # start() logs
                              arguments=arguments)
+    startup.name("judge" if args.judge else f"engine-{args.index}")
     if args.judge:
         from slimecli.engine.app import run
 
@@ -108,7 +110,9 @@ def judge_settings(cfg: SlimeConfig) -> EngineSettings:
 def start(cfg: SlimeConfig, index: int = 0, run_dir: str | Path | None = None) -> None:
     """Serve engine `index` of this config (blocks)."""
     from slimecli.engine.app import run
+    from slimecli.observe import startup
 
+    startup.mark("imported")
     run(settings_of(cfg, index, run_dir))
 
 

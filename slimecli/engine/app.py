@@ -12,6 +12,7 @@ import time
 from slimecli.engine.server import EngineServer
 from slimecli.engine.settings import EngineSettings
 from slimecli.net.listen import app_runner, start_site
+from slimecli.observe import startup
 
 log = logging.getLogger("slimecli.engine")
 
@@ -44,8 +45,10 @@ async def serve(server: EngineServer, stop: asyncio.Event | None = None) -> None
         except Exception as exc:  # say what failed, exit non-zero
             raise EngineStartError(f"cannot load the model from {server.model_path}: {type(exc).__name__}: {exc}"
                                    ) from exc
+        startup.mark("model loaded")
         await server.warm_up()
         server.ready = True
+        startup.mark("ready")
         assert server.scheduler is not None  # load() started it
         print(READY_LINE.format(host=server.host, port=server.port, model=server.model_path,
                                 version=server.scheduler.weight_version), flush=True)

@@ -18,6 +18,7 @@ async def _evaluate(cfg: SlimeConfig, run_dir: Path, step: int) -> int:
     from slimecli.config.layout import engine_slots
     from slimecli.eval.runner import Evaluator, flat_metrics, headline
     from slimecli.model.loading import load_tokenizer
+    from slimecli.observe import startup
     from slimecli.observe.metrics import MetricsLogger
     from slimecli.rollout.client import EngineClient
 
@@ -26,6 +27,7 @@ async def _evaluate(cfg: SlimeConfig, run_dir: Path, step: int) -> int:
                for slot in engine_slots(cfg)]
     try:
         await asyncio.gather(*(e.wait_ready(r.start_timeout_s) for e in engines))
+        startup.mark("ready")
         evaluator = Evaluator(cfg, load_tokenizer(cfg.model.resolved_tokenizer_path), engines, run_dir)
         results = await evaluator.evaluate(step)
     finally:
@@ -47,12 +49,16 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg, args = start_worker("python -m slimecli.eval", argv, arguments=lambda p: p.add_argument(
         "--step", type=int, default=0, help="the training step of the weights (names eval/step_N)"))
+    from slimecli.observe import startup
+
+    startup.name("evaluator")
     import aiohttp
 
     from slimecli.model.loading import set_trust_remote_code
     from slimecli.rollout.client import EngineError
 
     set_trust_remote_code(cfg.model.trust_remote_code)
+    startup.mark("imported")
     try:
         return asyncio.run(_evaluate(cfg, Path(args.config).resolve().parent, args.step))
     except (TimeoutError, EngineError, aiohttp.ClientError) as exc:

@@ -54,7 +54,7 @@ def engine_specs(cfg: SlimeConfig, config_path: str, training: bool = False) -> 
                         r.health_start_grace_s, restarts, await_weights=training, setting="rollout.max_restarts")
         specs.append(ProcessSpec(name=f"engine-{slot.index}", argv=argv, kind="server", ports=[slot.port],
                                  probe=Probe(f"{slot.url}/health_generate"), start_timeout_s=r.start_timeout_s,
-                                 env=env, health=health))
+                                 env=env, health=health, awaited_by_workers=True))
     return specs
 
 

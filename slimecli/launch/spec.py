@@ -43,6 +43,9 @@ class ProcessSpec:
     start_timeout_s: float = 300.0
     ports: list[int] = field(default_factory=list)
     health: Health | None = None  # a server restarted when it dies or hangs (launch/restarts.py)
+    # a server the workers wait for themselves (the rollout engines): they start while it loads, and the
+    # supervisor checks its readiness probe and timeout beside them
+    awaited_by_workers: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """For plan.json and `slimecli plan --json`: secrets on the command line shown as ***."""

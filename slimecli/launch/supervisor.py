@@ -93,6 +93,7 @@ class Supervisor:
         self._print_lock = threading.Lock()
         self._tearing_down = False  # once set, children's output goes to their logs only
         self.failed: str | None = None  # what ended a failed run: "worker" (it died), "server", or "stall"
+        self._loading: dict[int, tuple[Child, float]] = {}  # awaited servers not ready yet: pid -> (child, deadline)
 
     # ---- public -------------------------------------------------------------------------
     def run(self) -> int:
@@ -101,11 +102,19 @@ class Supervisor:
         try:
             for spec in [s for s in self.specs if s.kind == "server"]:
                 self._start(spec)
+            workers = [s for s in self.specs if s.kind == "worker"]
             for child in list(self.children):
+                if workers and child.spec.awaited_by_workers and child.spec.probe is not None:
+                    # the workers wait for it themselves: they start now, beside its loading (_check_loading)
+                    self._loading[child.proc.pid] = (child, time.monotonic() + child.spec.start_timeout_s)
+                    if child.spec.health is not None and child.spec.name not in self.probes:
+                        self.probes[child.spec.name] = HealthProbe(child.spec.health, child.spec.start_timeout_s,
+                                                                   False)
+                    continue
                 self._wait_ready(child)
                 if child.spec.health is not None and child.spec.name not in self.probes:
                     self.probes[child.spec.name] = HealthProbe(child.spec.health, child.spec.start_timeout_s, True)
-            for spec in [s for s in self.specs if s.kind == "worker"]:
+            for spec in workers:  # beside the servers still loading
                 self._start(spec)
             self._watch()
             self._say("[bold green]run finished[/]")
@@ -192,9 +201,27 @@ class Supervisor:
                 self._say(f"[bold]{child.spec.name}[/] is ready ({probe.url})")
                 return
             time.sleep(0.5)
-        raise LaunchError(f"{child.spec.name} was not ready within {child.spec.start_timeout_s:.0f}s "
-                          f"({probe.url} never answered {probe.status}); last lines of {child.log_path}:\n"
-                          + child.failure(f"not ready within {child.spec.start_timeout_s:.0f}s"))
+        raise self._not_ready(child)
+
+    def _not_ready(self, child: Child) -> LaunchError:
+        assert child.spec.probe is not None
+        return LaunchError(f"{child.spec.name} was not ready within {child.spec.start_timeout_s:.0f}s "
+                           f"({child.spec.probe.url} never answered {child.spec.probe.status}); last lines of "
+                           f"{child.log_path}:\n" + child.failure(f"not ready within {child.spec.start_timeout_s:.0f}s"))
+
+    def _check_loading(self) -> None:
+        """The servers the workers started beside: say when each is ready; past its start timeout, fail the run
+        (a server kept alive by a health probe is restarted by _check_health instead, within its budget)."""
+        for pid, (child, deadline) in list(self._loading.items()):
+            assert child.spec.probe is not None
+            if child not in self.children:  # restarted: its health probe watches the new process
+                del self._loading[pid]
+            elif probe_ok(child.spec.probe.url, child.spec.probe.status):
+                del self._loading[pid]
+                self._say(f"[bold]{child.spec.name}[/] is ready ({child.spec.probe.url})")
+            elif time.monotonic() > deadline and child.spec.health is None:
+                self.failed = "server"
+                raise self._not_ready(child)
 
     def _check_alive(self) -> None:
         for child in list(self.children):
@@ -273,10 +300,14 @@ class Supervisor:
         workers = [c for c in self.children if c.spec.kind == "worker"]
         if self.stall is not None:
             self.stall = StallWatch(self.stall.progress, self.stall.timeout_s, self.stall.start_grace_s)  # from now
+        probed = 0.0
         while True:
             self._check_alive()
             if workers and all(c.proc.poll() == 0 for c in workers):
                 return
+            if self._loading and time.monotonic() - probed >= 0.5:
+                self._check_loading()
+                probed = time.monotonic()
             self._check_health()
             self._check_progress()
             time.sleep(self.poll_s)

@@ -36,10 +36,14 @@ WORLD_OF_ONE = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_
 
 def rank_command(module: str, args: list[str], nproc: int, cluster: ClusterConfig | None = None,
                  run_id: str = "slimecli") -> tuple[list[str], dict[str, str]]:
-    """(argv, environment) of the ranks' process: torchrun, or for one process on one node the module itself.
+    """(argv, environment) of the ranks' process: torchrun across nodes; on one node slimecli.launch.ranks (the
+    ranks forked from one process that imported torch once), or for one process the module itself.
 
-    torchrun's agent for a single rank restarts nothing and rendezvous with nobody, but costs a Python start with
-    torch imported (about 2 CPU-seconds) in every run."""
-    if nproc == 1 and (cluster is None or cluster.nnodes == 1):
-        return [sys.executable, "-m", module, *args], dict(WORLD_OF_ONE)
+    On one node torchrun's agent restarts nothing and its rendezvous has nobody to wait for, but it costs a
+    Python start with torch imported (about 2 CPU-seconds) in every run, and each rank it starts imports torch
+    and transformers again."""
+    if cluster is None or cluster.nnodes == 1:
+        if nproc == 1:
+            return [sys.executable, "-m", module, *args], dict(WORLD_OF_ONE)
+        return [sys.executable, "-m", "slimecli.launch.ranks", "--nproc", str(nproc), "-m", module, *args], {}
     return torchrun_argv(module, args, nproc, cluster, run_id), {}

@@ -22,6 +22,7 @@ from aiohttp import web
 
 from slimecli.config.schema import SlimeConfig
 from slimecli.net.listen import app_runner, start_site
+from slimecli.observe import startup
 from slimecli.teacher.ranks import exchanges, make_layout, serve_peer
 from slimecli.teacher.server import Front
 from slimecli.teacher.worker import TeacherWorker
@@ -79,6 +80,7 @@ async def run_front(cfg: SlimeConfig, front: Front) -> None:
         log.info("warm-up request ok")
         front.reset_counters()
     await start_site(runner, host, port)  # a cap on open connections
+    startup.mark("ready")
     log.info("teacher server on http://%s:%d  model=%s vocab=%d tp=%d dp=%d", host, port, front.model_path,
              front.vocab_size, t.tp, t.dp)
     await asyncio.Event().wait()
@@ -100,6 +102,8 @@ def main(argv: list[str] | None = None) -> None:
             cfg = teacher_view(cfg, find_teacher(cfg, args.teacher))
         except KeyError as exc:
             sys.exit(f"python -m slimecli.teacher: --teacher {args.teacher}: {exc.args[0]}")
+    startup.name(f"teacher rank {os.environ.get('RANK', '0')}")
+    startup.mark("imported")
     t = cfg.teacher
     from slimecli.model.loading import set_trust_remote_code
 
@@ -117,6 +121,7 @@ def main(argv: list[str] | None = None) -> None:
                            backend=t.backend, trust_remote_code=cfg.model.trust_remote_code)
     path = teacher_model_path(cfg)
     worker.load(path)
+    startup.mark("model loaded")
     if layout.rank == 0:
         asyncio.run(run_front(cfg, Front(cfg, exchanges(layout, worker), worker.vocab_size, path)))
     else:

@@ -13,6 +13,11 @@ def main(argv: list[str] | None = None) -> int:
     from slimecli.observe.worker import start_worker
 
     cfg, args = start_worker("python -m slimecli.train", argv)
+    import os
+
+    from slimecli.observe import startup
+
+    startup.name(f"trainer rank {os.environ.get('RANK', '0')}")
     import aiohttp
 
     from slimecli.model.loading import set_trust_remote_code
@@ -23,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     from slimecli.train import dist
     from slimecli.train.coordinator.teacher import TeacherRefused
     from slimecli.train.loop import Trainer
+
+    startup.mark("imported")
 
     try:
         Trainer(cfg, run_dir_of(args.config)).run()

@@ -20,6 +20,7 @@ from typing import Any, cast
 import torch
 
 from slimecli.config.schema import SlimeConfig
+from slimecli.observe import startup
 from slimecli.train import critic as critic_stages
 from slimecli.train import dist, stages
 from slimecli.train.backend import PolicyBackend
@@ -63,6 +64,7 @@ class Trainer:
             from slimecli.train.critic import make_critic
 
             self.critic = make_critic(cfg, self.info)
+        startup.mark("model loaded")
         self.ctx = RankContext(pad_id, cfg.trainer.micro_batch_size, cfg.rollout.temperature, self.info.device,
                                self.policy.data_rank, self.policy.data_size)
         self.scheduler = build_scheduler(self.policy.lr_optimizer(), cfg.optimizer, cfg.trainer.max_steps)
@@ -79,8 +81,12 @@ class Trainer:
         resumed = self.resume()
         self.start(resumed)
         try:
+            first = True
             while self.step < self.cfg.trainer.max_steps:
                 self.train_step()
+                if first:
+                    startup.mark("first step")
+                    first = False
             self.export_final()
         finally:
             self.cleanup()
@@ -146,6 +152,7 @@ class Trainer:
         rollouts (with async_rollout, from now on ahead of the trainer) and the evaluation of the weights it
         starts from, where one is due."""
         self.coordinator.wait_ready()
+        startup.mark("ready")
         if resumed:
             stages.sync_weights(self.policy, self.coordinator.weights, self.step, self.info.is_main)
         self.coordinator.open_records(self.step, self.restored_metrics)

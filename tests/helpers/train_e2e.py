@@ -99,6 +99,19 @@ def kill_tree(proc: subprocess.Popen) -> None:
     wait_dead(pids, timeout=10)
 
 
+def rank_pids(pids: list[int], module: bytes = b"slimecli.train") -> list[int]:
+    """The rank processes among ``pids``: `-m module` in their command line, less the launcher that started them
+    (torchrun, or slimecli.launch.ranks, whose forked ranks share its command line: it is their parent)."""
+    found = [p for p in pids if b"-m\x00" + module in cmdline(p) and b"torch.distributed.run" not in cmdline(p)]
+    parents = set()
+    for pid in found:
+        try:
+            parents.add(int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]))
+        except (OSError, IndexError, ValueError):
+            continue
+    return [p for p in found if p not in parents]
+
+
 def cmdline(pid: int) -> bytes:
     """A process's NUL-separated command line (b"" once it is gone)."""
     try:

@@ -4,6 +4,7 @@ trajectory manager, and the adapter HTTP server the CLI talks to."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import dataclasses
 import logging
 import subprocess
@@ -49,6 +50,7 @@ class EngineProcess:
         self.proc = subprocess.Popen([sys.executable, "-m", "slimecli.engine", "--config",
                                       str(self.config_path)], stdout=log_file, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
+        atexit.register(self.stop)  # a command that exits before its service's stop() (a failure, Ctrl-C)
 
     def failed(self) -> str | None:
         if self.proc is not None and self.proc.poll() is not None:
@@ -102,7 +104,7 @@ def dial_url(host: str, port: int, advertise_host: str | None = None) -> str:
 class AgentService:
     def __init__(self, cfg: SlimeConfig, port: int | None = None, engine_urls: list[str] | None = None) -> None:
         """`engine_urls`: managed engines to share (training: every rollout engine), sessions sticky to one."""
-        from slimecli.model.loading import resolve_model_path, resolve_tokenizer_path
+        from slimecli.model.loading import resolve_model_path
 
         self.cfg = cfg
         agent = cfg.agent
@@ -110,14 +112,26 @@ class AgentService:
         if cfg.model.path is None and cfg.model.name == "tiny":
             cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=str(resolve_model_path(cfg.model))))
             self.cfg = cfg
-        self.renderer = Renderer.from_path(resolve_tokenizer_path(cfg.model), agent.max_context_len)
-        self.manager = TrajectoryManager(self.renderer.stop_ids, self.renderer.decode_all, agent.max_turns,
-                                         agent.realign_min_ratio)
         self.tmp = Path(tempfile.mkdtemp(prefix="slimecli-agent-"))
         urls = list(engine_urls or ([agent.engine_url] if agent.engine_url else []))
         self.engine_proc = None if urls else EngineProcess(cfg, self.tmp)
         if self.engine_proc is not None:
             urls = [self.engine_proc.url]
+            self.engine_proc.start()  # it imports and loads its model while this process loads the tokenizer
+        try:
+            self._set_up(cfg, urls, adapter_cls, port)
+        except BaseException:
+            self.close_engine()
+            raise
+
+    def _set_up(self, cfg: SlimeConfig, urls: list[str], adapter_cls: Callable[..., Adapter], port: int | None) -> None:
+        """The tokenizer, the trajectories, the engine link and the adapter (beside the engine starting)."""
+        from slimecli.model.loading import resolve_tokenizer_path
+
+        agent = cfg.agent
+        self.renderer = Renderer.from_path(resolve_tokenizer_path(cfg.model), agent.max_context_len)
+        self.manager = TrajectoryManager(self.renderer.stop_ids, self.renderer.decode_all, agent.max_turns,
+                                         agent.realign_min_ratio)
         self.engine: EngineLink | EnginePool = (EngineLink(urls[0], cfg.rollout.request_timeout_s, cfg.rollout.api_key)
                                                 if len(urls) == 1 else
                                                 EnginePool(urls, cfg.rollout.request_timeout_s, cfg.rollout.api_key))
@@ -134,11 +148,18 @@ class AgentService:
     def base_url(self) -> str:
         return dial_url(self.host, self.port, self.cfg.agent.advertise_host)
 
-    async def start(self) -> None:
+    def close_engine(self) -> None:
+        """Stop the engine started here, if any (idempotent)."""
         if self.engine_proc is not None:
-            self.engine_proc.start()
-        await wait_engine(self.engine.healthy, self.engine.base_url, self.cfg.rollout.start_timeout_s,
-                          self.engine_proc)
+            self.engine_proc.stop()
+
+    async def start(self) -> None:
+        try:
+            await wait_engine(self.engine.healthy, self.engine.base_url, self.cfg.rollout.start_timeout_s,
+                              self.engine_proc)
+        except BaseException:
+            await asyncio.to_thread(self.close_engine)  # not left running by a start that failed
+            raise
         self._runner = await serve_app(self.adapter.app(), self.host, self.port)
         if self.port == 0:
             self.port = self._runner.addresses[0][1]
