@@ -22,6 +22,7 @@ from slimecli.engine.protocol import SamplingParams
 from slimecli.model.softmax import LN2, log2_weights
 
 NEG_INF = float("-inf")
+NAN = float("nan")
 CDF_BLOCK = 64  # tokens per block of the two-level draw
 
 
@@ -36,12 +37,13 @@ class RowState:
     blocked: list[int]  # token ids forbidden at this step (min_new_tokens)
     top_n: int = 0
     ids_logprob: tuple[int, ...] | None = None  # token_ids_logprob: report these ids' log-probs too
+    logprob: bool = True  # report the sampled token's log-prob (a batch where no row does skips computing them)
 
 
 @dataclass
 class Draw:
     tokens: list[int]
-    logprobs: list[float]
+    logprobs: list[float]  # NaN for every row when no row of the batch asked for log-probs
     top: list[list[tuple[float, int]] | None]
     ids: list[list[tuple[float, int]] | None] = field(default_factory=list)  # token_ids_logprob, per row
 
@@ -143,9 +145,6 @@ def sample(logits: torch.Tensor, rows: list[RowState], default_gen: torch.Genera
     temps = [1.0 if r.params.greedy else r.params.temperature for r in rows]
     temps_t = torch.tensor(temps, device=dev).unsqueeze(1)
     scaled = logits if all(t == 1.0 for t in temps) else logits / temps_t
-    log2_w, _ = log2_weights(scaled)  # the reported log-probs come from these, the draw from their exp2
-    weights = torch.exp2(log2_w)
-    log_total = weights.sum(-1, keepdim=True).log()
 
     shaped = scaled
     if any(r.params.penalized for r in rows):
@@ -164,12 +163,20 @@ def sample(logits: torch.Tensor, rows: list[RowState], default_gen: torch.Genera
         shaped = _filter(shaped, rows)
 
     greedy = [r.params.greedy for r in rows]
+    reported = any(r.logprob or r.top_n or r.ids_logprob for r in rows)
+    if not reported and all(greedy):  # nothing but the argmax is needed
+        return Draw(shaped.argmax(-1).tolist(), [NAN] * len(rows), [None] * len(rows), [None] * len(rows))
+    log2_w, _ = log2_weights(scaled)  # the reported log-probs come from these, the draw from their exp2
+    weights = torch.exp2(log2_w)
     if all(greedy):
         tokens_t = shaped.argmax(-1)
     else:
         tokens_t = _draw(weights if shaped is scaled else shaped.softmax(-1), rows, default_gen)
         if any(greedy):
             tokens_t = torch.where(torch.tensor(greedy, device=dev), shaped.argmax(-1), tokens_t)
+    if not reported:
+        return Draw(tokens_t.tolist(), [NAN] * len(rows), [None] * len(rows), [None] * len(rows))
+    log_total = weights.sum(-1, keepdim=True).log()
     chosen = log2_w.gather(1, tokens_t.unsqueeze(1)).squeeze(1).mul_(LN2).sub_(log_total.squeeze(1))
     tokens, lps = tokens_t.tolist(), chosen.tolist()
     top: list[list[tuple[float, int]] | None] = [None] * len(rows)
