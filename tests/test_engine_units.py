@@ -185,20 +185,31 @@ def test_draws_across_blocks_of_a_large_vocabulary() -> None:
         assert draw.logprobs[draw.tokens.index(token)] == pytest.approx(torch.tensor(p).log().item(), abs=1e-5)
 
 
-@pytest.mark.parametrize("arch", ["qwen3-tiny", "llama", "qwen2", "mistral"])
+class WrappedLinear(torch.nn.Linear):
+    """Not transformers' own part (as a LoRA or quantised linear would not be): its layer runs its own forward."""
+
+
+@pytest.mark.parametrize("arch", ["qwen3-tiny", "qwen3-wrapped", "llama", "qwen2", "mistral"])
 def test_decode_steps_give_the_full_forwards_logits_bit_for_bit(tiny: Path, arch: str) -> None:
     """The decoder (the model's modules without its outer forward) against the model's own forward, on a padded
     batch whose rows joined at different lengths, step after step."""
     from slimecli.engine.decoder import Decoder
 
-    if arch == "qwen3-tiny":
+    own = 0  # layers that run their own forward
+    if arch.startswith("qwen3"):
         model = AutoModelForCausalLM.from_pretrained(str(tiny), attn_implementation="sdpa").eval()
+        if arch == "qwen3-wrapped":
+            mlp = model.model.layers[0].mlp
+            wrapped = WrappedLinear(mlp.up_proj.in_features, mlp.up_proj.out_features, bias=False)
+            wrapped.weight = mlp.up_proj.weight
+            mlp.up_proj, own = wrapped, 1
     else:
         model = other_arch(arch)
         if arch == "mistral":
             assert Decoder.of(model) is None  # a sliding window: the full forward's mask, not this one
             model.config.sliding_window = None
-    assert Decoder.of(model) is not None
+    decoder = Decoder.of(model)
+    assert decoder is not None and decoder.reproduced == len(model.model.layers) - own  # op for op
     fast, full = Runner(model, pad_id=0), Runner(model, pad_id=0)
     full.decoder = None
 
