@@ -141,7 +141,8 @@ def _draw(weights: torch.Tensor, rows: list[RowState], default_gen: torch.Genera
     into = ((target - before) / block_sums.gather(1, block)).clamp_(0.0, below_one)
     columns = (block * CDF_BLOCK + torch.arange(CDF_BLOCK, device=weights.device)).clamp_(max=vocab - 1)
     inside = weights.gather(1, columns).double()
-    inside[columns.diff(dim=1, prepend=columns[:, :1] - 1) == 0] = 0.0  # a short last block: its tail repeats
+    if full < vocab:  # a short last block: its clamped tail repeats the last column
+        inside[columns.diff(dim=1, prepend=columns[:, :1] - 1) == 0] = 0.0
     inside_cdf = inside.cumsum(-1)
     inside_cdf = inside_cdf / inside_cdf[:, -1:]
     offset = torch.searchsorted(inside_cdf, into, right=True).clamp_(max=CDF_BLOCK - 1)
