@@ -5,13 +5,26 @@ T=1): the engine over HTTP (with log-probs, as RL uses it), HF generate one prom
 (sequential; its rate does not depend on the count, so it is measured on at most 4 prompts), and HF
 generate on the whole left-padded batch (batched). Prints tokens/s and ratios.
 
-    python bench/bench_engine.py [--hidden 256 --layers 4 --new-tokens 64 --prompt-len 64]
+--bound adds the engine's bound: a bare greedy loop in this process (the same model and left-padded batch, one
+forward and an argmax per token, keys/values appended in place; no HTTP, no scheduler, no sampler), beside the
+engine at greedy without log-probs, like with like. Both include the prompt's prefill.
+
+--baseline-ref [GITREF] adds the engine of another commit (default: the commit the decode-loop rework started
+from), exported with `git archive` into a temporary directory and served from there by this interpreter; both
+engines run the same requests, interleaved, and the ratio is this checkout's over the baseline's (at T=1 with
+log-probs, and at greedy too with --bound).
+
+Every figure is the best of --repeats interleaved runs, in tokens per wall second and, in brackets, tokens per
+CPU-second of the process that generates (steadier on a shared, busy machine).
+
+    python bench/bench_engine.py [--bound] [--baseline-ref[=GITREF]] [--hidden 256 --layers 4 --new-tokens 64]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import os
 import random
 import signal
@@ -20,11 +33,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+DEFAULT_REF = "d3b0cd85753aaa0882368adf5f44b363cd2fe1c5"  # the last commit before the decode-loop rework
 
 
 def free_port() -> int:
@@ -49,6 +67,12 @@ class Rate:
     def best(self, other: Rate | None) -> Rate:
         return self if other is None else Rate(max(self.wall, other.wall), max(self.cpu, other.cpu))
 
+    def cell(self) -> str:
+        return f"{self.wall:7.1f} ({self.cpu:6.1f})"
+
+    def over(self, other: Rate) -> str:
+        return f"{self.wall / other.wall:5.2f}x ({self.cpu / other.cpu:5.2f}x)"
+
 
 def proc_cpu(pid: int | None = None) -> float:
     """CPU seconds (user + system, all threads) of this process or of `pid`."""
@@ -58,14 +82,26 @@ def proc_cpu(pid: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def timed(tokens: int, fn, pid: int | None = None) -> Rate:
+def timed(tokens: int, fn: Callable[[], object], pid: int | None = None) -> Rate:
     cpu0, t0 = proc_cpu(pid), time.perf_counter()
     fn()
     wall, cpu = time.perf_counter() - t0, proc_cpu(pid) - cpu0
     return Rate(tokens / wall, tokens / max(cpu, 1e-9))
 
 
-def hf_sequential(model, prompts: list[list[int]], new_tokens: int) -> Rate:
+def left_padded(prompts: list[list[int]], pad: int) -> tuple[Any, Any]:
+    import torch
+
+    longest = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), longest), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, longest - len(p):] = torch.tensor(p)
+        mask[i, longest - len(p):] = 1
+    return ids, mask
+
+
+def hf_sequential(model: Any, prompts: list[list[int]], new_tokens: int) -> Rate:
     import torch
 
     def go() -> None:
@@ -78,53 +114,117 @@ def hf_sequential(model, prompts: list[list[int]], new_tokens: int) -> Rate:
     return timed(len(prompts) * new_tokens, go)
 
 
-def hf_batched(model, prompts: list[list[int]], new_tokens: int, pad: int) -> Rate:
+def hf_batched(model: Any, prompts: list[list[int]], new_tokens: int, pad: int) -> Rate:
     import torch
 
-    longest = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), longest), pad, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, p in enumerate(prompts):
-        ids[i, longest - len(p):] = torch.tensor(p)
-        mask[i, longest - len(p):] = 1
+    ids, mask = left_padded(prompts, pad)
 
     def go() -> None:
         with torch.inference_mode():
             out = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=True,
                                  temperature=1.0, top_k=0, top_p=1.0)
-        assert out.shape[1] == longest + new_tokens
+        assert out.shape[1] == ids.shape[1] + new_tokens
 
     return timed(len(prompts) * new_tokens, go)
 
 
-async def _engine_requests(url: str, prompts: list[list[int]], new_tokens: int) -> None:
-    from slimecli.rollout.client import EngineClient
+def bare_greedy(model: Any, prompts: list[list[int]], new_tokens: int, pad: int) -> Rate:
+    """The bound: prefill the left-padded batch, then one forward and one argmax per token for the whole batch,
+    keys/values appended in place (the engine's cache layer, so that a concatenating cache does not slow it)."""
+    import torch
 
-    sp = {"temperature": 1.0, "max_new_tokens": new_tokens, "ignore_eos": True}
-    async with EngineClient(url) as c:
-        outs = await asyncio.gather(*(c.generate(p, sampling_params=sp, return_logprob=True) for p in prompts))
-    assert all(len(o["output_ids"]) == new_tokens for o in outs)
+    from slimecli.engine.kvcache import BatchCache
+
+    ids, mask = left_padded(prompts, pad)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+    def go() -> None:
+        cache = BatchCache(model.config.num_hidden_layers)
+        m, p = mask, pos
+        with torch.inference_mode():
+            out = model(input_ids=ids, attention_mask=m, position_ids=p, use_cache=True, logits_to_keep=1,
+                        **{kw: cache})
+            tok = out.logits[:, -1].argmax(-1, keepdim=True)
+            p = p[:, -1:]
+            for _ in range(new_tokens - 1):
+                m = torch.cat([m, m.new_ones(len(prompts), 1)], 1)
+                p = p + 1
+                out = model(input_ids=tok, attention_mask=m, position_ids=p, use_cache=True, **{kw: cache})
+                tok = out.logits[:, -1].argmax(-1, keepdim=True)
+
+    return timed(len(prompts) * new_tokens, go)
 
 
-def engine_run(url: str, prompts: list[list[int]], new_tokens: int, pid: int) -> Rate:
-    """All prompts at once over HTTP; CPU time is the engine process's."""
-    return timed(len(prompts) * new_tokens, lambda: asyncio.run(_engine_requests(url, prompts, new_tokens)), pid)
+class Engine:
+    """`slimecli rollout serve` of one checkout (this one, or a baseline export) on a free port."""
+
+    def __init__(self, checkout: Path, model_dir: Path, log: Path, threads: int) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "PYTHONPATH": str(checkout), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": str(threads)}
+        with open(log, "w") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "slimecli", "rollout", "serve",
+                                          f"model.path={model_dir}", f"rollout.port={self.port}"],
+                                         stdout=out, stderr=subprocess.STDOUT, env=env, cwd=checkout,
+                                         start_new_session=True)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if "slimecli engine ready" in log.read_text():
+                return
+            time.sleep(0.2)
+        self.stop(signal.SIGKILL)
+        raise RuntimeError(f"engine from {checkout} did not start:\n{log.read_text()}")
+
+    def run(self, prompts: list[list[int]], new_tokens: int, greedy: bool = False, logprobs: bool = True) -> Rate:
+        """All prompts at once over HTTP; CPU time is the engine process's."""
+        sp = {"temperature": 0.0 if greedy else 1.0, "max_new_tokens": new_tokens, "ignore_eos": True}
+
+        async def go() -> None:
+            from slimecli.rollout.client import EngineClient
+
+            async with EngineClient(self.url) as c:
+                outs = await asyncio.gather(*(c.generate(p, sampling_params=sp, return_logprob=logprobs)
+                                              for p in prompts))
+            assert all(len(o["output_ids"]) == new_tokens for o in outs)
+
+        return timed(len(prompts) * new_tokens, lambda: asyncio.run(go()), self.proc.pid)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+        self.proc.wait(timeout=30)
 
 
-def start_engine(model_dir: Path, port: int, log: Path, threads: int) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": str(threads)}
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "slimecli", "rollout", "serve", f"model.path={model_dir}",
-                                 f"rollout.port={port}"], stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-                                start_new_session=True)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        if "slimecli engine ready" in log.read_text():
-            return proc
-        time.sleep(0.2)
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-    raise RuntimeError(f"engine did not start:\n{log.read_text()}")
+
+def measure(engines: dict[str, Engine], model: Any, batch: list[list[int]], new_tokens: int, repeats: int,
+            bound: bool) -> dict[str, Rate]:
+    """Every side's best rate over `repeats` interleaved rounds (the machine's load varies; each round hits all)."""
+    best: dict[str, Rate] = {}
+
+    def note(key: str, rate: Rate) -> None:
+        best[key] = rate.best(best.get(key))
+
+    for _ in range(repeats):
+        for side, e in engines.items():
+            note(side, e.run(batch, new_tokens))
+            if bound:
+                note(f"{side} greedy", e.run(batch, new_tokens, greedy=True, logprobs=False))
+        note("batched", hf_batched(model, batch, new_tokens, 0))
+        note("sequential", hf_sequential(model, batch[:4], new_tokens))  # a rate: 1 at a time
+        if bound:
+            note("bare", bare_greedy(model, batch, new_tokens, 0))
+    return best
+
+
+def baseline_checkout(ref: str, dest: Path) -> tuple[Path, str]:
+    """GITREF exported into dest (the repository and its work tree untouched), and a line that says what it is."""
+    from bench_train_step import check_imports, export_ref, git
+
+    commit = git("rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}")
+    tree = export_ref(commit, dest)
+    check_imports(tree)
+    return tree, f"{ref[:10] if ref == commit else ref} = {commit[:10]} {git('log', '-1', '--format=%s', commit)[:70]}"
 
 
 def main() -> None:
@@ -135,8 +235,11 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--concurrency", default="1,8,32")
     ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads on both sides (1 is steadiest on a shared machine)")
-    ap.add_argument("--repeats", type=int, default=3, help="engine and HF batched runs per level (best counts)")
+                    help="torch threads on every side (1 is steadiest on a shared machine)")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved runs per level and side (best counts)")
+    ap.add_argument("--bound", action="store_true", help="add the bare greedy loop and the engine at greedy")
+    ap.add_argument("--baseline-ref", nargs="?", const=DEFAULT_REF, default=None, metavar="GITREF",
+                    help=f"add the engine of GITREF, side by side (default: {DEFAULT_REF[:10]})")
     args = ap.parse_args()
 
     import torch
@@ -155,37 +258,60 @@ def main() -> None:
         model.generation_config.pad_token_id = 0
         n_params = sum(p.numel() for p in model.parameters())
         prompts = make_prompts(max(levels), args.prompt_len, model.config.vocab_size)
-        port = free_port()
-        proc = start_engine(model_dir, port, Path(tmp) / "engine.log", args.threads)
-        url = f"http://127.0.0.1:{port}"
+        engines: dict[str, Engine] = {}
         try:
-            engine_run(url, prompts[:4], 4, proc.pid)  # warm-up
+            engines["current"] = Engine(ROOT, model_dir, Path(tmp) / "engine.log", args.threads)
+            if args.baseline_ref is not None:
+                tree, described = baseline_checkout(args.baseline_ref, Path(tmp) / "baseline-src")
+                engines["baseline"] = Engine(tree, model_dir, Path(tmp) / "baseline.log", args.threads)
+            for e in engines.values():  # warm-up
+                e.run(prompts[:4], 4)
+                e.run(prompts[:4], 4, greedy=True, logprobs=False)
             hf_batched(model, prompts[:2], 2, 0)
+            bare_greedy(model, prompts[:2], 2, 0)
             print(f"model: Qwen3 hidden={args.hidden} layers={args.layers} params={n_params / 1e6:.1f}M; "
-                  f"prompts ~{args.prompt_len} tokens, {args.new_tokens} new tokens each, sampling T=1; "
-                  f"torch threads={torch.get_num_threads()}; best of {args.repeats} interleaved runs")
+                  f"prompts ~{args.prompt_len} tokens, {args.new_tokens} new tokens each; "
+                  f"torch threads={torch.get_num_threads()}; best of {args.repeats} interleaved runs; "
+                  f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+            if args.baseline_ref is not None:
+                print(f"baseline: {described}")
             print("tokens per wall second (tokens per CPU-second of the generating process in brackets)")
-            print(f"{'conc':>4} {'engine':>16} {'HF sequential':>16} {'HF batched':>16} {'vs seq':>15} "
-                  f"{'vs batched':>15}")
+            tables: dict[str, list[str]] = {"main": [], "bound": [], "baseline": []}
             for c in levels:
                 batch = prompts[:c]
-                eng = bat = seq = None
-                for _ in range(args.repeats):  # interleaved, best of N: the machine's load varies
-                    eng = engine_run(url, batch, args.new_tokens, proc.pid).best(eng)
-                    bat = hf_batched(model, batch, args.new_tokens, 0).best(bat)
-                    seq = hf_sequential(model, batch[:4], args.new_tokens).best(seq)  # a rate: 1 at a time
-
-                def cell(r: Rate) -> str:
-                    return f"{r.wall:7.1f} ({r.cpu:6.1f})"
-
-                def ratio(a: Rate, b: Rate) -> str:
-                    return f"{a.wall / b.wall:5.2f}x ({a.cpu / b.cpu:5.2f}x)"
-
-                print(f"{c:>4} {cell(eng):>16} {cell(seq):>16} {cell(bat):>16} {ratio(eng, seq):>15} "
-                      f"{ratio(eng, bat):>15}", flush=True)
+                r = measure(engines, model, batch, args.new_tokens, args.repeats, args.bound)
+                eng = r["current"]
+                tables["main"].append(f"{c:>4} {eng.cell():>16} {r['sequential'].cell():>16} "
+                                      f"{r['batched'].cell():>16} {eng.over(r['sequential']):>15} "
+                                      f"{eng.over(r['batched']):>15}")
+                if args.bound:
+                    tables["bound"].append(f"{c:>4} {r['current greedy'].cell():>16} {r['bare'].cell():>16} "
+                                           f"{r['current greedy'].over(r['bare']):>15}")
+                if args.baseline_ref is not None:
+                    row = f"{c:>4} {eng.cell():>16} {r['baseline'].cell():>16} {eng.over(r['baseline']):>15}"
+                    if args.bound:
+                        g, bg = r["current greedy"], r["baseline greedy"]
+                        row += f" {g.cell():>16} {bg.cell():>16} {g.over(bg):>15}"
+                    tables["baseline"].append(row)
+                print(f"  level {c} done", flush=True)
+            print("\nengine (T=1, log-probs) vs HF generate (T=1)")
+            print(f"{'conc':>4} {'engine':>16} {'HF sequential':>16} {'HF batched':>16} {'vs seq':>15} "
+                  f"{'vs batched':>15}")
+            print("\n".join(tables["main"]))
+            if args.bound:
+                print("\nengine at greedy without log-probs vs the bare greedy loop (its bound)")
+                print(f"{'conc':>4} {'engine greedy':>16} {'bare loop':>16} {'of bound':>15}")
+                print("\n".join(tables["bound"]))
+            if args.baseline_ref is not None:
+                print("\nthis checkout's engine vs the baseline's (same requests, interleaved)")
+                head = f"{'conc':>4} {'T=1 lp now':>16} {'T=1 lp base':>16} {'now/base':>15}"
+                if args.bound:
+                    head += f" {'greedy now':>16} {'greedy base':>16} {'now/base':>15}"
+                print(head)
+                print("\n".join(tables["baseline"]))
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=30)
+            for e in engines.values():
+                e.stop()
 
 
 if __name__ == "__main__":

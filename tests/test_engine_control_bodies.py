@@ -264,12 +264,13 @@ def test_update_weight_version_aborts_by_default_as_sglangs_does(engine: Engine)
 def test_flush_cache_timeout_waits_for_the_requests(engine: Engine) -> None:
     async def main() -> None:
         async with EngineClient(engine.url) as c, httpx.AsyncClient(base_url=engine.url, timeout=300) as http:
-            sp = {"temperature": 1.0, "max_new_tokens": 48, "ignore_eos": True}
+            # long enough to be seen running between two polls of the load (48 tokens can finish unseen)
+            sp = {"temperature": 1.0, "max_new_tokens": 256, "ignore_eos": True}
             task = asyncio.create_task(c.generate([7, 8], sampling_params=sp))
             await wait_until_async(lambda: _running(c), 60, "the request to run")
             resp = await http.post("/flush_cache?timeout=300")  # without the wait: a 400 while it runs
             assert resp.status_code == 200 and resp.json()["success"] is True
-            assert (await task)["meta_info"]["finish_reason"] == {"type": "length", "length": 48}  # not aborted
+            assert (await task)["meta_info"]["finish_reason"] == {"type": "length", "length": 256}  # not aborted
     asyncio.run(main())
 
 

@@ -183,3 +183,62 @@ def test_draws_across_blocks_of_a_large_vocabulary() -> None:
     for token, p in mass.items():
         assert freq[token].item() == pytest.approx(p, abs=0.01), token
         assert draw.logprobs[draw.tokens.index(token)] == pytest.approx(torch.tensor(p).log().item(), abs=1e-5)
+
+
+class WrappedLinear(torch.nn.Linear):
+    """Not transformers' own part (as a LoRA or quantised linear would not be): its layer runs its own forward."""
+
+
+@pytest.mark.parametrize("arch", ["qwen3-tiny", "qwen3-wrapped", "llama", "qwen2", "mistral"])
+def test_decode_steps_give_the_full_forwards_logits_bit_for_bit(tiny: Path, arch: str) -> None:
+    """The decoder (the model's modules without its outer forward) against the model's own forward, on a padded
+    batch whose rows joined at different lengths, step after step."""
+    from slimecli.engine.decoder import Decoder
+
+    own = 0  # layers that run their own forward
+    if arch.startswith("qwen3"):
+        model = AutoModelForCausalLM.from_pretrained(str(tiny), attn_implementation="sdpa").eval()
+        if arch == "qwen3-wrapped":
+            mlp = model.model.layers[0].mlp
+            wrapped = WrappedLinear(mlp.up_proj.in_features, mlp.up_proj.out_features, bias=False)
+            wrapped.weight = mlp.up_proj.weight
+            mlp.up_proj, own = wrapped, 1
+    else:
+        model = other_arch(arch)
+        if arch == "mistral":
+            assert Decoder.of(model) is None  # a sliding window: the full forward's mask, not this one
+            model.config.sliding_window = None
+    decoder = Decoder.of(model)
+    assert decoder is not None and decoder.reproduced == len(model.model.layers) - own  # op for op
+    fast, full = Runner(model, pad_id=0), Runner(model, pad_id=0)
+    full.decoder = None
+
+    def seqs() -> list[Seq]:
+        return [Seq(item=Item(index=0, rid="r", prompt_ids=p, text=None, params=SamplingParams(temperature=0.0)),
+                    prompt_ids=p, eos_ids=frozenset()) for p in ([5, 6, 7, 8, 9, 10, 11], [12, 13], [14, 15, 16])]
+
+    for runner in (fast, full):
+        rows = seqs()
+        runner.prefill(rows[:1])
+        rows[0].output_ids.append(20)
+        runner.decode()
+        rows[0].output_ids.append(21)
+        runner.prefill(rows[1:])
+        for r in rows[1:]:
+            r.output_ids.append(30)
+    for step in range(4):
+        a, b = fast.decode(), full.decode()
+        assert torch.equal(a, b), step
+        for r1, r2, tok in zip(fast.rows, full.rows, a.argmax(-1).tolist(), strict=True):
+            r1.output_ids.append(tok)
+            r2.output_ids.append(tok)
+        if step == 1:  # a row leaves: the padding columns shift
+            fast.remove([True, False, True])
+            full.remove([True, False, True])
+    lone = Runner(model, pad_id=0)  # no padding at all: no mask
+    row = seqs()[0]
+    lone.prefill([row])
+    row.output_ids.append(3)
+    with torch.inference_mode():
+        want = model(torch.tensor([row.context()])).logits[0, -1]
+    assert torch.allclose(lone.decode()[0], want, atol=1e-5)

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from slimecli.engine.decoder import Decoder
 from slimecli.engine.kvcache import GROW_MIN, BatchCache
 from slimecli.engine.prefix_cache import PrefixCache
 from slimecli.engine.seq import Seq
@@ -39,6 +40,7 @@ class Runner:
         self.num_layers = model.config.get_text_config().num_hidden_layers
         self.device = next(model.parameters()).device
         self.cache_kw = _cache_kwarg(model)
+        self.decoder = Decoder.of(model)  # None: decode steps run the model's full forward
         self._new_weights()
 
     def load_weights(self, copy: Callable[[Any], None]) -> None:
@@ -192,6 +194,8 @@ class Runner:
         dev = self.device
         ids = torch.tensor([[s.output_ids[-1]] for s in self.rows], dtype=torch.long, device=dev)
         pos = torch.tensor([[length - p] for p in self.pads], dtype=torch.long, device=dev)
+        if self.decoder is not None:
+            return self.decoder.step(ids, pos, self.pads, self.cache)
         mask = None
         if any(self.pads):
             mask = torch.ones((len(self.rows), length + 1), dtype=torch.long)

@@ -41,7 +41,7 @@ class Seq:
     stream: bool = False
     uid: int = field(default_factory=lambda: next(_UID))
     output_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)  # with return_logprob only, as top and ids_lp
     top: list[Pairs | None] = field(default_factory=list)
     ids_lp: list[Pairs | None] = field(default_factory=list)  # token_ids_logprob at each output position
     # From logprob_start_len on, SGLang-shaped: the first position is None (nothing before it is scored).
@@ -81,7 +81,7 @@ class Seq:
             lp = self.item.return_logprob
             self._row = RowState(self.params, self.generator, self.output_ids, self.prompt_ids, [],
                                  self.item.top_logprobs_num if lp else 0,
-                                 self.item.token_ids_logprob if lp else None)
+                                 self.item.token_ids_logprob if lp else None, logprob=lp)
         p = self.params
         blocked: list[int] = []
         if len(self.output_ids) < p.min_new_tokens:
@@ -92,11 +92,12 @@ class Seq:
     def append(self, token: int, logprob: float, top: Pairs | None, decode: Callable[[list[int]], str],
                ids_lp: Pairs | None = None) -> None:
         self.output_ids.append(token)
-        self.logprobs.append(logprob)
-        if self.item.top_logprobs_num and self.item.return_logprob:
-            self.top.append(top)
-        if self.item.token_ids_logprob and self.item.return_logprob:
-            self.ids_lp.append(ids_lp)
+        if self.item.return_logprob:  # kept only where the reply reports them
+            self.logprobs.append(logprob)
+            if self.item.top_logprobs_num:
+                self.top.append(top)
+            if self.item.token_ids_logprob:
+                self.ids_lp.append(ids_lp)
         p = self.params
         g = self.grammar
         if g is not None and not g.consume(token):  # the mask makes this unreachable; never emit off-grammar text
