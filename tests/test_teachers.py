@@ -98,7 +98,7 @@ def test_each_launched_teacher_is_planned_on_its_own_port(tmp_path):
     assert [n for n in specs if n.startswith("teacher")] == ["teacher-a", "teacher-b"]  # c runs already
     a, b = specs["teacher-a"], specs["teacher-b"]
     assert a.argv[-2:] == ["--teacher", "a"] and b.argv[-2:] == ["--teacher", "b"]
-    assert "--nproc-per-node" in b.argv and b.argv[b.argv.index("--nproc-per-node") + 1] == "2"
+    assert "--nproc" in b.argv and b.argv[b.argv.index("--nproc") + 1] == "2"  # tp=2: two ranks (launch/ranks.py)
     ports = [launched.teachers[0].port, launched.teachers[1].port]
     assert a.ports == ports[:1] and b.ports == ports[1:] and ports[0] != ports[1]
     assert b.probe is not None and b.probe.url == f"http://127.0.0.1:{ports[1]}/healthz"
