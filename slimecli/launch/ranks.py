@@ -23,12 +23,12 @@ import importlib.util
 import os
 import runpy
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from slimecli.net.ports import free_port
 from slimecli.observe import startup
 
 # What a rank of these modules imports before its first step (their own imports are inside main()).
@@ -42,12 +42,6 @@ PRELOAD = {
 GRACE_S = 10.0
 FORK_ENV = "SLIMECLI_FORK_RANKS"  # "0": start each rank as `python -m MODULE` (imports its own torch)
 PROG = "slimecli.launch.ranks"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def rank_env(rank: int, nproc: int, port: int) -> dict[str, str]:
