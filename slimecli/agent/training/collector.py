@@ -175,11 +175,11 @@ class AgentRollout:
     async def stop(self) -> None:
         await self.service.stop()
 
-    def follow_restarts(self, recovery: Any) -> None:
-        """The adapter's own engine clients wait out an engine's restart as the trainer's do
-        (train/coordinator/recovery.py), so a turn is not refused while a restarted engine waits for weights."""
+    def follow_restarts(self, recoveries: list[Any]) -> None:
+        """The adapter's own engine clients (one per engine, in order) wait out an engine's restart as the trainer's
+        do (train/coordinator/recovery.py), so a turn is not refused while a restarted engine waits for weights."""
         engine = self.service.engine
-        for link in getattr(engine, "links", [engine]):
+        for link, recovery in zip(getattr(engine, "links", [engine]), recoveries, strict=True):
             link.client.recovery = recovery
 
 

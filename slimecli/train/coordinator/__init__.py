@@ -130,10 +130,13 @@ class RolloutCoordinator(Coordinator):
                                                policy)
         if wants_recovery(cfg):  # an engine the supervisor restarts gets the weights before it generates again
             recovery = EngineRecovery(cfg, weights)
-            for engine in self.engines:
-                engine.recovery = recovery
+            # this node's engines, which its own supervisor restarts; an engine of another node is lost with its
+            # node as often as not, and the run stops then as before (docs/reliability.md)
+            for engine, slot in zip(self.engines, engine_slots(cfg), strict=True):
+                if slot.node == cfg.cluster.node_rank:
+                    engine.recovery = recovery
             if hasattr(collector, "follow_restarts"):  # the agent kind's adapter has clients of its own
-                cast(Any, collector).follow_restarts(recovery)
+                cast(Any, collector).follow_restarts([engine.recovery for engine in self.engines])
 
     def dump(self, step: int, batch: StepBatch) -> None:
         """rollout.dump: step ``step``'s samples to RUN/rollouts, before it trains on them."""
