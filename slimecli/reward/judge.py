@@ -31,7 +31,8 @@ from slimecli.config.groups.reward import RewardConfig
 from slimecli.config.port import is_auto
 from slimecli.net.auth import judge_api_key
 from slimecli.net.client import RetryingClient
-from slimecli.net.retry import RetryPolicy, TransientError
+from slimecli.net.retry import HttpStatusError, RetryPolicy, TransientError
+from slimecli.reward.judge_teacher import TeacherJudge
 from slimecli.reward.stats import JUDGE_KEY
 from slimecli.reward.verdict import VerdictError, VerdictForm, compile_form, render, rubric_of
 
@@ -68,7 +69,7 @@ def judge_url(cfg: RewardConfig) -> str:
 
 
 def judge_api(cfg: RewardConfig) -> str:
-    """generate or openai: reward.judge_api, or (auto) openai when the URL's path has a /v1 segment."""
+    """generate, openai or teacher: reward.judge_api, or (auto) openai when the URL's path has a /v1 segment."""
     if cfg.judge_api != "auto":
         return cfg.judge_api
     if cfg.judge_url == EMBEDDED:
@@ -127,6 +128,7 @@ class Judge(RetryingClient):
         self._template: Any = None  # generate: the chat template's tokenizer, False for raw text
         self._template_lock = asyncio.Lock()
         self._pending: dict[str, asyncio.Future[str]] = {}  # requests in flight by key: twins wait for the first
+        self._teacher = TeacherJudge(self.url, self.form, self._post, self._get)  # api=teacher: judge_teacher.py
 
     async def __call__(self, sample: Any) -> float:
         record: dict[str, Any] = {}
@@ -176,6 +178,15 @@ class Judge(RetryingClient):
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
 
+    async def _get(self, url: str) -> Any:
+        try:
+            async with self.session.get(url, headers=self._headers()) as resp:
+                if resp.status != 200:
+                    raise HttpStatusError(resp.status, (await resp.text(errors="replace"))[:200])
+                return await resp.json(content_type=None)
+        except (aiohttp.ClientError, ValueError) as exc:
+            raise TransientError(f"GET {url}: {exc}") from None
+
     async def _post(self, url: str, body: dict[str, Any]) -> Any:
         return await self.post_json(url, json.dumps(body).encode(), self._headers(),
                                     f"reward.timeout_s={self.timeout_s}s")
@@ -184,6 +195,8 @@ class Judge(RetryingClient):
         """One request: the judge's reply text."""
         if self.api == "openai":
             return await self._ask_openai(text)
+        if self.api == "teacher":
+            return await self._teacher.verdict(text)
         prompt = await self._chat(text)
         params: dict[str, Any] = {"max_new_tokens": self.cfg.judge_max_tokens, "temperature": self.cfg.judge_temperature}
         if self.cfg.judge_grammar:

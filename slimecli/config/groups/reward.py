@@ -37,7 +37,9 @@ class RewardConfig:
     # judge_url: an SGLang-native server (its /generate), an OpenAI-compatible base URL ending in /v1, or
     # "embedded": an embedded engine the run starts itself, serving judge_model (default: the run's model)
     judge_url: str | None = None
-    judge_api: Literal["auto", "generate", "openai"] = "auto"  # auto: openai when the URL's path has /v1
+    # auto: openai when the URL's path has /v1, else generate; teacher: slimecli's teacher server, whose log-probs
+    # pick the likeliest verdict (PASS/FAIL, or a whole score 0..score_max)
+    judge_api: Literal["auto", "generate", "openai", "teacher"] = "auto"
     judge_model: str | None = None  # openai: the "model" field; embedded: the checkpoint it serves
     judge_api_key: str | None = None  # Bearer token; else $SLIMECLI_JUDGE_API_KEY
     judge_host: str = spec("127.0.0.1", resumable=True)  # judge_url=embedded: where it listens

@@ -64,9 +64,9 @@ def judge(cfg: SlimeConfig) -> list[ConfigError]:
                                   "an SGLang server (http://host:30000), an OpenAI-compatible base URL "
                                   f"(https://host/v1), or {JUDGE_EMBEDDED} (the run starts one)"))
     elif url == JUDGE_EMBEDDED:
-        if r.judge_api == "openai":
+        if r.judge_api in ("openai", "teacher"):
             errors.append(ConfigError("reward.judge_api", r.judge_api, "the embedded judge serves SGLang's "
-                                      "/generate, not the OpenAI API", "set reward.judge_api=auto or generate"))
+                                      f"/generate, not the {'OpenAI' if r.judge_api == 'openai' else 'teacher'} API", "set reward.judge_api=auto or generate"))
     else:
         parsed = urlparse(str(url))
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
@@ -79,8 +79,25 @@ def judge(cfg: SlimeConfig) -> list[ConfigError]:
     if url == JUDGE_EMBEDDED and cfg.cluster.nnodes > 1 and r.judge_port == "auto":
         errors.append(ConfigError("reward.judge_port", "auto", "a multi-node run's embedded judge needs a port "
                                   "every node agrees on", "set reward.judge_port to a free port of node 0"))
+    errors += _teacher_judge(r)
     form = _verdict_form(r)
     return errors + (form or _grammar(r))
+
+
+def _teacher_judge(r: RewardConfig) -> list[ConfigError]:
+    """judge_api=teacher picks among fixed verdicts by their log-probs: PASS/FAIL or the whole scores 0..score_max."""
+    if r.judge_api != "teacher":
+        return []
+    errors = []
+    for key in ("verdict_regex", "verdict_schema"):
+        if getattr(r, key) is not None:
+            errors.append(ConfigError(f"reward.{key}", getattr(r, key), "the teacher judge picks the likeliest of "
+                                      "PASS/FAIL or the scores 0..reward.score_max: it has no free-form verdict",
+                                      f"drop reward.{key}, or use a judge that generates (reward.judge_api=generate)"))
+    if r.verdict == "score" and (r.score_max != int(r.score_max) or r.score_max > 100):
+        errors.append(ConfigError("reward.score_max", r.score_max, "with the teacher judge, a whole number up to "
+                                  "100 (each score is one scoring request)"))
+    return errors
 
 
 def _grammar(r: RewardConfig) -> list[ConfigError]:
