@@ -21,10 +21,10 @@ from torch.nn.parallel import DistributedDataParallel
 from slimecli.config.schema import SlimeConfig
 from slimecli.train import dist
 from slimecli.train.advantages import Advantages
-from slimecli.train.batch import PackedBatch, pack
+from slimecli.train.batch import PackedBatch
 from slimecli.train.dist import DistInfo, unwrap
 from slimecli.train.losses import pad_sequences, reduce, value_loss
-from slimecli.train.stages import RankContext, StepBatch, pad_to, rank_chunks, score, update_slices, update_weights
+from slimecli.train.stages import RankContext, StepBatch, pad_to, score, update_chunks, update_slices
 
 Tensors = list[torch.Tensor]
 
@@ -150,12 +150,7 @@ def update(critic: Critic, batch: StepBatch, old_values: Tensors, advantages: Ad
     sums: dict[str, float] = {}
     norms = []
     for idx in slices:
-        step_weights: Tensors = [torch.zeros(0)] * len(samples)
-        for k, w in zip(idx, update_weights([samples[i] for i in idx], cfg), strict=True):
-            step_weights[k] = w
-        chunks = [(chunk or idx[:1], not chunk) for chunk in rank_chunks(idx, ctx.rank, ctx.world_size,
-                                                                         cfg.trainer.micro_batch_size)]
-        packs = [pack([samples[i] for i in chunk], ctx.pad_id).to(ctx.device) for chunk, _ in chunks]
+        step_weights, chunks, packs = update_chunks(samples, idx, cfg, ctx)
 
         def loss_fn(c: int, predicted: torch.Tensor, chunks: list[tuple[list[int], bool]] = chunks,
                     step_weights: Tensors = step_weights) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

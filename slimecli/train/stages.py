@@ -302,6 +302,21 @@ def off_policy(batch: StepBatch, old: Tensors | None, cfg: TrainerConfig, versio
     return weights, metrics
 
 
+def update_chunks(samples: list[Sample], idx: list[int], cfg: SlimeConfig, ctx: RankContext
+                  ) -> tuple[Tensors, list[tuple[list[int], bool]], list[PackedBatch]]:
+    """One optimizer update's share of this rank (the policy's and the critic's alike): every sample's loss
+    weights (those of ``idx``, the update's samples, set), this rank's micro-batch chunks as (indices, filler),
+    and their packed batches. A rank that ran out of samples runs a weightless filler chunk: FSDP ranks stay in
+    step."""
+    step_weights: Tensors = [torch.zeros(0)] * len(samples)
+    for k, w in zip(idx, update_weights([samples[i] for i in idx], cfg), strict=True):
+        step_weights[k] = w
+    chunks = [(chunk or idx[:1], not chunk) for chunk in rank_chunks(idx, ctx.rank, ctx.world_size,
+                                                                     cfg.trainer.micro_batch_size)]
+    packs = [pack([samples[i] for i in chunk], ctx.pad_id).to(ctx.device) for chunk, _ in chunks]
+    return step_weights, chunks, packs
+
+
 def update(policy: PolicyBackend, scheduler: Any, batch: StepBatch, tensors: StepTensors, cfg: SlimeConfig,
            ctx: RankContext) -> dict[str, float]:
     """One optimizer update per trainer.global_batch_size rollouts (update_slices), over this data rank's
@@ -313,13 +328,7 @@ def update(policy: PolicyBackend, scheduler: Any, batch: StepBatch, tensors: Ste
     sums: dict[str, float] = {}
     grad_norms = []
     for idx in slices:
-        step_weights: Tensors = [torch.zeros(0)] * len(samples)
-        for k, w in zip(idx, update_weights([samples[i] for i in idx], cfg), strict=True):
-            step_weights[k] = w
-        # a rank that ran out of samples runs a weightless filler chunk: FSDP ranks stay in step
-        chunks = [(chunk or idx[:1], not chunk) for chunk in rank_chunks(idx, ctx.rank, ctx.world_size,
-                                                                         t.micro_batch_size)]
-        packs = [pack([samples[i] for i in chunk], ctx.pad_id).to(ctx.device) for chunk, _ in chunks]
+        step_weights, chunks, packs = update_chunks(samples, idx, cfg, ctx)
 
         def loss_fn(c: int, logp: torch.Tensor, entropy: torch.Tensor | None, idx: list[int] = idx,
                     chunks: list[tuple[list[int], bool]] = chunks, packs: list[PackedBatch] = packs,
