@@ -45,11 +45,8 @@ def with_free_rollout_port(cfg: SlimeConfig, engines: int | None = None) -> Slim
     r = cfg.rollout
     if not is_auto(r.port) or cfg.cluster.nnodes > 1:  # multi-node: the agreed port (config/layout.py)
         return cfg
-    try:
-        port = free_ports(r.host, max(engine_count(cfg) if engines is None else engines, 1))
-    except OSError as exc:  # a host this machine cannot listen on, or no free block left
-        raise _cannot_pick("rollout.port", "rollout.host", exc) from None
-    return replace(cfg, rollout=replace(r, port=port))
+    block = max(engine_count(cfg) if engines is None else engines, 1)
+    return replace(cfg, rollout=replace(r, port=_pick("rollout.port", "rollout.host", r.host, block)))
 
 
 def with_free_teacher_port(cfg: SlimeConfig) -> SlimeConfig:
@@ -57,11 +54,7 @@ def with_free_teacher_port(cfg: SlimeConfig) -> SlimeConfig:
     t = cfg.teacher
     if not (is_auto(t.port) and teacher_nodes(cfg)) or cfg.cluster.nnodes > 1:
         return cfg
-    try:
-        port = free_port(t.host)
-    except OSError as exc:
-        raise _cannot_pick("teacher.port", "teacher.host", exc) from None
-    return replace(cfg, teacher=replace(t, port=port))
+    return replace(cfg, teacher=replace(t, port=_pick("teacher.port", "teacher.host", t.host)))
 
 
 def with_free_judge_port(cfg: SlimeConfig) -> SlimeConfig:
@@ -69,11 +62,16 @@ def with_free_judge_port(cfg: SlimeConfig) -> SlimeConfig:
     r = cfg.reward
     if not is_auto(r.judge_port) or embedded_judge(cfg) is None:
         return cfg
+    return replace(cfg, reward=replace(r, judge_port=_pick("reward.judge_port", "reward.judge_host", r.judge_host)))
+
+
+def _pick(key: str, host_key: str, host: str, block: int | None = None) -> int:
+    """A free port on ``host`` (``block``: the first of that many consecutive ones); exit 2 naming ``key`` where
+    there is none (a host this machine cannot listen on, or no free block left)."""
     try:
-        port = free_port(r.judge_host)
+        return free_port(host) if block is None else free_ports(host, block)
     except OSError as exc:
-        raise _cannot_pick("reward.judge_port", "reward.judge_host", exc) from None
-    return replace(cfg, reward=replace(r, judge_port=port))
+        raise _cannot_pick(key, host_key, exc) from None
 
 
 def _cannot_pick(key: str, host_key: str, exc: OSError) -> ConfigErrors:
