@@ -71,9 +71,26 @@ def read_lines(proc: subprocess.Popen, lines: list[str]) -> None:
         lines.append(line)
 
 
+def train(run: Path, env: dict[str, str], *overrides: str) -> tuple[subprocess.Popen, list[str]]:
+    """`slimecli train` on one trainer rank with ``env`` added, and the list its output lines go to as they come."""
+    proc = subprocess.Popen([sys.executable, "-m", "slimecli", "train", f"run.dir={run}", "observe.report=false",
+                             "trainer.nproc=1", *overrides], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, env={**os.environ, **env})
+    lines: list[str] = []
+    threading.Thread(target=read_lines, args=(proc, lines), daemon=True).start()
+    return proc, lines
+
+
 def server_pid(proc: subprocess.Popen, marker: bytes) -> int:
     (pid,) = [p for p in descendants(proc.pid) if marker in cmdline(p)]
     return pid
+
+
+def said_ready(proc: subprocess.Popen, lines: list[str], times: int) -> None:
+    """Once the supervisor has said ``times`` times that engine-0 is ready (its start, then each restart)."""
+    wait_until(lambda: proc.poll() is not None or sum("| engine-0 is ready" in x for x in lines) >= times, 300,
+               f"engine-0 ready {times} times")
+    assert proc.poll() is None, "".join(lines)[-3000:]
 
 
 def at_step(run: Path, step: int, proc: subprocess.Popen, lines: list[str]) -> None:
@@ -87,27 +104,23 @@ def at_step(run: Path, step: int, proc: subprocess.Popen, lines: list[str]) -> N
 
 @pytest.mark.slow
 def test_engine_hung_then_stopped_then_a_trainer_rank_killed_the_run_completes(tmp_path):
-    """The quickstart, three faults in one run: the engine's scheduler thread blocked at step 2 (a test hook), the
-    restarted engine SIGSTOPped at step 4, then the trainer rank killed at step 5. Each hang is detected by the
+    """The quickstart, three faults in one run: the engine's scheduler thread blocked after step 2 (a test hook), the
+    restarted engine SIGSTOPped once it is ready, then the trainer rank killed a step later. Each hang is detected by the
     engine's health probe and restarted: the blocked one's stacks are in its kept log, the stopped one's log says
     they could not be taken, and each restarted engine got the current weights before it generated. The dead rank
     is resumed from its checkpoint by the controller (run.max_restarts=1), its attempt's logs kept apart. Every
     step completes once; the metrics count 2 server restarts and 1 run restart."""
     run, marker = tmp_path / "run", tmp_path / "hang-now"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "slimecli", "train", f"run.dir={run}", "observe.report=false", "trainer.nproc=1",
-         "trainer.max_steps=6", "trainer.save_interval=1", "run.max_restarts=1", "rollout.health_interval_s=1",
-         "rollout.health_timeout_s=15", "rollout.health_start_grace_s=0"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-        env={**os.environ, "SLIMECLI_TEST_ENGINE_HANG": str(marker)})
-    lines: list[str] = []
-    threading.Thread(target=read_lines, args=(proc, lines), daemon=True).start()
+    proc, lines = train(run, {"SLIMECLI_TEST_ENGINE_HANG": str(marker)}, "trainer.max_steps=8",
+                        "trainer.save_interval=1", "run.max_restarts=1", "rollout.health_interval_s=1",
+                        "rollout.health_timeout_s=15", "rollout.health_start_grace_s=0")
     try:
         at_step(run, 2, proc, lines)
         marker.touch()  # the next /generate blocks the scheduler thread for good
-        at_step(run, 4, proc, lines)
+        said_ready(proc, lines, 2)  # the restarted engine, as its health probe found it: stopped only now
         os.kill(server_pid(proc, b"-m\x00slimecli.engine"), signal.SIGSTOP)
-        at_step(run, 5, proc, lines)
+        said_ready(proc, lines, 3)
+        at_step(run, len(metrics(run)) + 1, proc, lines)
         os.kill(server_pid(proc, b"-m\x00slimecli.train"), signal.SIGKILL)
         assert proc.wait(timeout=400) == 0, "".join(lines)[-4000:]
     finally:
@@ -115,7 +128,7 @@ def test_engine_hung_then_stopped_then_a_trainer_rank_killed_the_run_completes(t
             kill_tree(proc)
     output = "".join(lines)
     rows = metrics(run)
-    assert [r["step"] for r in rows] == list(range(1, 7)), output[-3000:]
+    assert [r["step"] for r in rows] == list(range(1, 9)), output[-3000:]
     assert rows[0]["run/server_restarts"] == 0 and rows[-1]["run/server_restarts"] == 2
     assert rows[0]["run/restarts"] == 0 and rows[-1]["run/restarts"] == 1
     streamed = [line for line in lines if line.lstrip().startswith(("slimecli |", "trainer |"))]  # not log tails
@@ -138,13 +151,7 @@ def test_sglang_engine_killed_mid_run_is_restarted_and_given_the_weights(tmp_pat
     the lost connections, waits for the restart and re-sends the weights; every step completes once."""
     run = tmp_path / "run"
     env_path = os.pathsep.join([str(STANDIN), os.environ.get("PYTHONPATH", "")])
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "slimecli", "train", f"run.dir={run}", "observe.report=false",
-         "rollout=sglang", "trainer.nproc=1", "trainer.max_steps=5"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-        env={**os.environ, "PYTHONPATH": env_path})
-    lines: list[str] = []
-    threading.Thread(target=read_lines, args=(proc, lines), daemon=True).start()
+    proc, lines = train(run, {"PYTHONPATH": env_path}, "rollout=sglang", "trainer.max_steps=5")
     try:
         at_step(run, 2, proc, lines)
         os.kill(server_pid(proc, b"rollout\x00serve"), signal.SIGKILL)  # the stand-in, exec'd

@@ -31,6 +31,7 @@ class HealthProbe:
         self.health, self.start_timeout_s = health, start_timeout_s
         self.started = time.monotonic()
         self.last_ok: float | None = self.started if ready else None
+        self.announced = ready  # a (re)started server's readiness is said once
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"health-{health.url}")
         self._thread.start()

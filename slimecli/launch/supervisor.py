@@ -108,8 +108,9 @@ class Supervisor:
                     # the workers wait for it themselves: they start now, beside its loading (_check_loading)
                     self._loading[child.proc.pid] = (child, time.monotonic() + child.spec.start_timeout_s)
                     if child.spec.health is not None and child.spec.name not in self.probes:
-                        self.probes[child.spec.name] = HealthProbe(child.spec.health, child.spec.start_timeout_s,
-                                                                   False)
+                        probe = HealthProbe(child.spec.health, child.spec.start_timeout_s, False)
+                        probe.announced = True  # _check_loading says when it is ready
+                        self.probes[child.spec.name] = probe
                     continue
                 self._wait_ready(child)
                 if child.spec.health is not None and child.spec.name not in self.probes:
@@ -245,6 +246,9 @@ class Supervisor:
         """A kept server that hangs: its stacks to its log (where it is a slimecli process), then a restart."""
         for child in list(self.children):
             probe = self.probes.get(child.spec.name)
+            if probe is not None and probe.ready and not probe.announced:
+                probe.announced = True
+                self._say(f"[bold]{child.spec.name}[/] is ready ({probe.health.url})")
             why = probe.trouble() if probe is not None else None
             if why is None:
                 continue
