@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Protocol, TypeAlias
 
-Leader: TypeAlias = "subprocess.Popen[Any] | None"  # a group's leader, reaped while we wait
+
+class Reapable(Protocol):
+    """A child this process waits for: a Popen, or a child forked from the run's template (launch/forked.py)."""
+
+    def poll(self) -> int | None: ...
+
+
+Leader: TypeAlias = "Reapable | None"  # a group's leader, reaped while we wait
 
 POLL_S = 0.05
 # the attempt a run's processes belong to: 0, then 1, 2, .. after each of run.max_restarts restarts
@@ -63,6 +69,17 @@ def _wait_empty(groups: Mapping[int, Leader], timeout_s: float) -> list[int]:
         if not live or time.monotonic() >= deadline:
             return live
         time.sleep(POLL_S)
+
+
+def command_line(pid: int) -> list[str]:
+    """A process's arguments ([] once it is gone). A process forked from the run's template shows its command as
+    one string (setproctitle, launch/template.py): split at its spaces."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    parts = [p.decode(errors="replace") for p in raw.split(b"\0") if p]
+    return parts[0].split(" ") if len(parts) == 1 else parts
 
 
 def alive(pid: int) -> bool:

@@ -102,6 +102,9 @@ def at_step(run: Path, step: int, proc: subprocess.Popen, lines: list[str]) -> N
     assert proc.poll() is None, "".join(lines)[-3000:]
 
 
+STEPS = 30
+
+
 @pytest.mark.slow
 def test_engine_hung_then_stopped_then_a_trainer_rank_killed_the_run_completes(tmp_path):
     """The quickstart, three faults in one run: the engine's scheduler thread blocked after step 2 (a test hook), the
@@ -111,7 +114,8 @@ def test_engine_hung_then_stopped_then_a_trainer_rank_killed_the_run_completes(t
     is resumed from its checkpoint by the controller (run.max_restarts=1), its attempt's logs kept apart. Every
     step completes once; the metrics count 2 server restarts and 1 run restart."""
     run, marker = tmp_path / "run", tmp_path / "hang-now"
-    proc, lines = train(run, {"SLIMECLI_TEST_ENGINE_HANG": str(marker)}, "trainer.max_steps=8",
+    # steps enough that the run is still going when the restarted engine is stopped (a restart takes ~1 s)
+    proc, lines = train(run, {"SLIMECLI_TEST_ENGINE_HANG": str(marker)}, f"trainer.max_steps={STEPS}",
                         "trainer.save_interval=1", "run.max_restarts=1", "rollout.health_interval_s=1",
                         "rollout.health_timeout_s=15", "rollout.health_start_grace_s=0")
     try:
@@ -128,7 +132,7 @@ def test_engine_hung_then_stopped_then_a_trainer_rank_killed_the_run_completes(t
             kill_tree(proc)
     output = "".join(lines)
     rows = metrics(run)
-    assert [r["step"] for r in rows] == list(range(1, 9)), output[-3000:]
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1)), output[-3000:]
     assert rows[0]["run/server_restarts"] == 0 and rows[-1]["run/server_restarts"] == 2
     assert rows[0]["run/restarts"] == 0 and rows[-1]["run/restarts"] == 1
     streamed = [line for line in lines if line.lstrip().startswith(("slimecli |", "trainer |"))]  # not log tails

@@ -47,13 +47,15 @@ def default_device(device: str = "auto") -> str:
 
 
 # a test hook: with SLIMECLI_TEST_ENGINE_HANG=PATH, the first /generate after PATH appears removes it and blocks the
-# scheduler thread for good (a hung engine: its HTTP face answers, no generation finishes)
-HANG_MARKER = os.environ.get("SLIMECLI_TEST_ENGINE_HANG", "")
+# scheduler thread for good (a hung engine: its HTTP face answers, no generation finishes). Read when used, not
+# at import: a process forked from the run's template (launch/template.py) imported this module before its
+# environment was set.
+HANG_ENV = "SLIMECLI_TEST_ENGINE_HANG"
 
 
-def hang_scheduler_for_tests(sched: Any) -> None:
+def hang_scheduler_for_tests(sched: Any, marker: str) -> None:
     try:
-        os.unlink(HANG_MARKER)
+        os.unlink(marker)
     except FileNotFoundError:
         return  # another request took it
     log.warning("SLIMECLI_TEST_ENGINE_HANG: blocking the scheduler thread")
@@ -277,8 +279,9 @@ class EngineServer:
         req: GenerateRequest = parse_generate(await read_json(request), self.vocab_size)
         if self._sched.awaiting_weights:  # restarted mid-run: the trainer re-sends its weights first
             return error(AWAITING_WEIGHTS, 503)
-        if HANG_MARKER and os.path.exists(HANG_MARKER):
-            hang_scheduler_for_tests(self._sched)
+        marker = os.environ.get(HANG_ENV, "")
+        if marker and os.path.exists(marker):
+            hang_scheduler_for_tests(self._sched, marker)
         if len(req.items) > MAX_SEQS:
             raise BadRequest(f"input / n: {len(req.items)} sequences in one request, at most {MAX_SEQS}")
         await self._encode(req)

@@ -85,6 +85,10 @@ def run_rank(module: str, args: list[str], launcher: int) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    if "torch" in sys.modules:  # loaded before OMP_NUM_THREADS was set (this launcher was forked from a template)
+        from slimecli.launch.template import default_threads, threads_as_asked
+
+        threads_as_asked(default_threads())
     sys.argv = [module, *args]
     runpy.run_module(module, run_name="__main__", alter_sys=True)  # its sys.exit() ends this process
     return 0

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slimecli.process import descendants, state
+from slimecli.process import command_line, descendants, state
 
 STACKS_SIGNAL = signal.SIGUSR1
 _WORKER_MODULES = (b"slimecli.train", b"slimecli.engine", b"slimecli.teacher", b"slimecli.eval")
@@ -60,10 +60,11 @@ def dump_stacks(roots: list[int]) -> list[str]:
     stacks; one line per process: what was asked of whom, or why its stacks could not be taken."""
     said = []
     for pid in descendants(roots):
-        cmdline = _read(f"/proc/{pid}/cmdline")
-        if not any(m in cmdline for m in _WORKER_MODULES) or b"torch.distributed.run" in cmdline:
+        args = command_line(pid)
+        joined = " ".join(args).encode()
+        if not any(m in joined for m in _WORKER_MODULES) or b"torch.distributed.run" in joined:
             continue
-        name = " ".join(part.decode(errors="replace") for part in cmdline.split(b"\0")[1:4] if part)
+        name = " ".join(args[1:4])
         if state(pid) == "T":
             said.append(f"pid {pid} ({name}): stopped (SIGSTOP): its stacks could not be taken")
             continue
@@ -75,9 +76,3 @@ def dump_stacks(roots: list[int]) -> list[str]:
     return said
 
 
-def _read(path: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError:
-        return b""

@@ -24,6 +24,7 @@ from rich.markup import escape
 
 from slimecli.launch import pdeathsig
 from slimecli.launch.failure import strip_prefix, summary
+from slimecli.launch.forked import ForkedProcess, Template, forkable
 from slimecli.launch.quiet import ConsoleFilter
 from slimecli.launch.restarts import AWAIT_WEIGHTS_ENV, SERVER_RESTART_ENV, HealthProbe, keep_log
 from slimecli.launch.spec import ProcessSpec
@@ -43,7 +44,7 @@ class LaunchError(RuntimeError):
 @dataclass
 class Child:
     spec: ProcessSpec
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | ForkedProcess  # forked from the run's template (launch/template.py) or not
     log_path: Path
     colour: str
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=400))
@@ -94,12 +95,14 @@ class Supervisor:
         self._tearing_down = False  # once set, children's output goes to their logs only
         self.failed: str | None = None  # what ended a failed run: "worker" (it died), "server", or "stall"
         self._loading: dict[int, tuple[Child, float]] = {}  # awaited servers not ready yet: pid -> (child, deadline)
+        self.template: Template | None = None  # forks the plan's `python -m slimecli.X` children (launch/forked.py)
 
     # ---- public -------------------------------------------------------------------------
     def run(self) -> int:
         """Run the plan to completion; return the controller's exit code."""
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
+            self._start_template()
             for spec in [s for s in self.specs if s.kind == "server"]:
                 self._start(spec)
             workers = [s for s in self.specs if s.kind == "worker"]
@@ -146,20 +149,36 @@ class Supervisor:
             child.proc.wait()
             if child.pump is not None:
                 child.pump.join(timeout=2)
+        if self.template is not None:
+            self.template.close()
+            self.template = None
 
     # ---- internals ----------------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: object) -> None:
         self._stop_signal = signum
         raise _Interrupted(signum)
 
+    def _start_template(self) -> None:
+        """The run's template, importing torch and transformers once for all the children it will fork."""
+        first = next((s for s in self.specs if forkable(s.argv)), None)
+        if first is not None:
+            self.template = Template.start(self._env(first), self.log_dir / "template.log")
+
+    def _env(self, spec: ProcessSpec) -> dict[str, str]:
+        return {**os.environ, **spec.env, PARENT_ENV: str(os.getpid())}
+
     def _start(self, spec: ProcessSpec, at: int | None = None) -> Child:
         """Start ``spec``; ``at``: in place of the child at that index (a restart), keeping its colour."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **spec.env, PARENT_ENV: str(os.getpid())}
-        # No preexec_fn (unsafe with the log pumps' threads): a new session in C, and the
-        # parent-death signal set by a small exec wrapper (slimecli.launch.pdeathsig).
-        proc = subprocess.Popen(pdeathsig.command(spec.argv), env=env, cwd=spec.cwd, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        env = self._env(spec)
+        proc: subprocess.Popen[bytes] | ForkedProcess | None = None
+        if self.template is not None:
+            proc = self.template.fork(spec.argv, env, spec.cwd)
+        if proc is None:
+            # No preexec_fn (unsafe with the log pumps' threads): a new session in C, and the
+            # parent-death signal set by a small exec wrapper (slimecli.launch.pdeathsig).
+            proc = subprocess.Popen(pdeathsig.command(spec.argv), env=env, cwd=spec.cwd, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         colour = COLOURS[(len(self.children) if at is None else at) % len(COLOURS)]
         child = Child(spec, proc, self.log_dir / f"{spec.name}.log", colour)
         child.pump = threading.Thread(target=self._pump, args=(child,), daemon=True, name=f"log-{spec.name}")

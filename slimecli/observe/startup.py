@@ -43,6 +43,11 @@ def name(process: str) -> None:
     _name[:] = [process]
 
 
+def forget() -> None:
+    """A process forked from a named one (launch/template.py) records nothing until it names itself."""
+    _name.clear()
+
+
 def mark(phase: str, path: str | Path | None = None) -> None:
     """Record that this process (named by name()) reached ``phase``: a line in ``path`` (default:
     RUN/logs/startup.jsonl of $SLIMECLI_RUN_DIR); nothing unless profiling is on and the process has a name.

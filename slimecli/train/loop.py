@@ -167,8 +167,8 @@ class Trainer:
         checkpoint when one is due and the step's row in the records. An evaluation runs beside training: its
         metrics go in the row of the step it finished in (the last step waits for it)."""
         timer, started = StageTimer(), time.perf_counter()
-        if self.step + 1 == HANG_AT_STEP:
-            hang_for_tests(HANG_AT_STEP)
+        if self.step + 1 == hang_at_step():
+            hang_for_tests(self.step + 1)
         batch = self.collect(timer)
         metrics = self.train_on(batch, timer)
         self.step += 1
@@ -272,8 +272,9 @@ class Trainer:
 
 
 # a test hook: with SLIMECLI_TEST_HANG_AT_STEP=N, training step N blocks for good, as a hung collective or a lost
-# server would (the stall watchdog's test, launch/stall.py)
-HANG_AT_STEP = int(os.environ.get("SLIMECLI_TEST_HANG_AT_STEP", "0") or 0)
+# server would (the stall watchdog's test, launch/stall.py). Read when used (see engine/server.py's HANG_ENV).
+def hang_at_step() -> int:
+    return int(os.environ.get("SLIMECLI_TEST_HANG_AT_STEP", "0") or 0)
 
 
 def hang_for_tests(step: int) -> None:

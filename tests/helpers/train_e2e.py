@@ -113,9 +113,12 @@ def rank_pids(pids: list[int], module: bytes = b"slimecli.train") -> list[int]:
 
 
 def cmdline(pid: int) -> bytes:
-    """A process's NUL-separated command line (b"" once it is gone)."""
+    """A process's NUL-separated command line (b"" once it is gone). A process forked from the run's template
+    shows its command as one string (setproctitle, launch/template.py): split at its spaces, the same form."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
+            raw = f.read()
     except OSError:
         return b""
+    parts = [p for p in raw.split(b"\0") if p]
+    return b"\0".join(parts[0].split(b" ")) + b"\0" if len(parts) == 1 else raw

@@ -1,0 +1,176 @@
+"""The supervisor's side of the run's template (launch/template.py): start it, ask it for children, and hold
+each forked child as the part of a Popen the supervisor uses.
+
+A child is forked only when a fresh `python -m slimecli.X` would start the same: the same interpreter, and the
+same environment variables read while the interpreter and its libraries start (PYTHON*, malloc's, the loader's,
+torch's and Hugging Face's). Anything else, a GPU build of torch (CUDA must not be touched before a fork),
+SLIMECLI_TEMPLATE=0, or a template that failed, starts with Popen as before.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from slimecli.launch import pdeathsig
+
+TEMPLATE_ENV = "SLIMECLI_TEMPLATE"  # "0": every child starts as its own `python -m` (imports its own torch)
+MODULE = "slimecli.launch.template"
+START_VARS = ("PYTHON", "MALLOC_", "LD_", "GLIBC_TUNABLES", "TORCH_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_",
+              "TOKENIZERS_", "KMP_", "MKL_", "OPENBLAS_", "CUDA_", "LC_", "LANG")
+READY_TIMEOUT_S = 300.0  # the imports, on a loaded machine
+FORK_TIMEOUT_S = 30.0
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def forkable(argv: list[str]) -> bool:
+    return (len(argv) >= 3 and argv[1] == "-m" and argv[2].startswith("slimecli.") and argv[2] != MODULE
+            and os.path.realpath(argv[0]) == os.path.realpath(sys.executable))
+
+
+def start_vars(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(START_VARS) and k != "OMP_NUM_THREADS"}
+
+
+def _subreaper(on: bool) -> bool:
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return False
+    prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+    prctl.restype = ctypes.c_int
+    return int(prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)) == 0
+
+
+class ForkedProcess:
+    """A child the template forked and this process adopted: pid, args, stdout, returncode, poll, wait and the
+    signals, as on a Popen."""
+
+    def __init__(self, pid: int, args: list[str], stdout: IO[bytes]) -> None:
+        self.pid, self.args, self.stdout = pid, args, stdout
+        self.returncode: int | None = None
+        self._lock = threading.Lock()
+
+    def poll(self) -> int | None:
+        with self._lock:
+            if self.returncode is None:
+                try:
+                    pid, status = os.waitpid(self.pid, os.WNOHANG)
+                except ChildProcessError:  # reaped elsewhere: its code is lost
+                    self.returncode = -9
+                    return self.returncode
+                if pid == self.pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+            return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            time.sleep(0.01)
+        return code
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(15)
+
+    def kill(self) -> None:
+        self.send_signal(9)
+
+
+class Template:
+    """The template process of one supervisor, and the requests to it (one at a time)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], sock: socket.socket, env: dict[str, str]) -> None:
+        self.proc, self.sock, self.env = proc, sock, env
+        self.ready: bool | None = None  # None until the template has said
+        self.why = ""  # why it cannot serve
+        self._lock = threading.Lock()
+
+    @classmethod
+    def start(cls, env: dict[str, str], log_path: Path) -> Template | None:
+        """The template, importing in the background; None where children cannot be forked here."""
+        from slimecli.launch.ranks import gpu_build
+
+        if env.get(TEMPLATE_ENV, "1") == "0" or not sys.platform.startswith("linux") or gpu_build():
+            return None
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(log_path, "ab") as log:
+                argv = [sys.executable, "-m", MODULE, str(theirs.fileno()), str(os.getpid())]
+                proc = subprocess.Popen(pdeathsig.command(argv), env={**env, "OMP_NUM_THREADS": "1"},
+                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True, pass_fds=(theirs.fileno(),))
+        except OSError:
+            ours.close()
+            return None
+        finally:
+            theirs.close()
+        return cls(proc, ours, env)
+
+    def fork(self, argv: list[str], env: dict[str, str], cwd: str | None) -> ForkedProcess | None:
+        """`argv` forked from the template, adopted by this process; None: start it some other way."""
+        if not forkable(argv) or start_vars(env) != start_vars(self.env):
+            return None
+        with self._lock:
+            if not self._await_ready():
+                return None
+            read, write = os.pipe()
+            adopted = _subreaper(True)
+            try:
+                if not adopted:
+                    raise OSError("this process cannot adopt the template's children (prctl)")
+                socket.send_fds(self.sock, [json.dumps({"argv": argv, "env": env, "cwd": cwd}).encode()], [write])
+                answer = self._receive(FORK_TIMEOUT_S)
+            except OSError as exc:
+                answer = {"error": str(exc)}
+            finally:
+                if adopted:
+                    _subreaper(False)
+                os.close(write)
+            if "pid" not in answer:
+                os.close(read)
+                self.ready, self.why = False, str(answer.get("error", "no answer"))
+                return None
+            return ForkedProcess(int(answer["pid"]), list(argv), os.fdopen(read, "rb"))
+
+    def _await_ready(self) -> bool:
+        if self.ready is None:
+            answer = self._receive(READY_TIMEOUT_S)
+            self.ready, self.why = bool(answer.get("ready")), str(answer.get("why") or answer.get("error", ""))
+        return self.ready
+
+    def _receive(self, timeout_s: float) -> dict[str, Any]:
+        self.sock.settimeout(timeout_s)
+        try:
+            data = self.sock.recv(1 << 16)
+        except OSError as exc:
+            return {"error": f"the template did not answer: {exc}"}
+        if not data:
+            return {"error": f"the template exited (code {self.proc.poll()})"}
+        answer: dict[str, Any] = json.loads(data)
+        return answer
+
+    def close(self, grace_s: float = 5.0) -> None:
+        """End the template (its children are the supervisor's and are not touched)."""
+        from slimecli.process import kill_group
+
+        self.sock.close()
+        kill_group(self.proc.pid, grace_s=grace_s, leader=self.proc)
+        self.proc.wait()

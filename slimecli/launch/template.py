@@ -1,0 +1,211 @@
+"""The run's template process: `python -m slimecli.launch.template FD CONTROLLER_PID`.
+
+Each Python process of a run (engine, trainer, teacher, evaluator) spent its first 3 CPU-seconds importing torch
+and transformers. The supervisor starts this process once (launch/forked.py); it imports them, then forks every
+`python -m slimecli.X` child the supervisor asks for, which starts with those modules loaded. The fork is
+double: the child's first parent exits at once, and the controller (a child subreaper while it asks) adopts
+the child, so it waits for it, signals its process group and reads its exit code as for a child it started
+itself. The child then does what pdeathsig.py and `python -m MODULE` do: a session of its own, the
+parent-death signal, stdin from /dev/null, stdout and stderr to the pipe the supervisor sent, the spec's
+working directory, environment and argv, and `ps` shows that command line (setproctitle).
+
+Requests come on FD (a SOCK_SEQPACKET socket): {"argv", "env", "cwd"} with the pipe's write end attached;
+answers are {"ready": bool, "why"} once, then {"pid"} per request. torch is imported with OMP_NUM_THREADS=1
+(an OpenMP pool does not survive a fork); each child sets the thread count its environment asks for.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import importlib
+import json
+import os
+import runpy
+import signal
+import socket
+import sys
+import time
+import traceback
+from typing import Any, NoReturn
+
+from slimecli.launch.pdeathsig import set_parent_death_signal
+from slimecli.observe import startup
+
+# What the run's children import before their work (their own imports are inside their main()).
+PRELOAD = ("torch", "transformers.modeling_utils", "transformers.models.auto.modeling_auto",
+           "transformers.models.auto.tokenization_auto", "aiohttp", "slimecli.engine.server",
+           "slimecli.engine.runner", "slimecli.train.loop", "slimecli.rollout.client", "slimecli.model.loading",
+           "slimecli.eval.runner")  # not the modules run with -m (runpy warns when one is already imported)
+LAUNCHERS = ("slimecli.launch.ranks",)  # fork children of their own: their ranks set their threads
+MAX_REQUEST = 1 << 20
+
+
+def preload() -> str:
+    """Import PRELOAD; why this process cannot serve as a template, or "" when it can (one thread: a fork copies
+    only the calling thread, and a lock another thread holds would stay held in the child)."""
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - the children will import it themselves and say what is wrong
+            return f"importing {name} failed: {exc}"
+    threads = len(os.listdir("/proc/self/task"))
+    return "" if threads == 1 else f"{threads} threads after the imports"
+
+
+def default_threads() -> int:
+    """The intra-op threads a fresh torch process takes without OMP_NUM_THREADS: the CPUs it may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def main(argv: list[str]) -> int:
+    fd, controller = int(argv[0]), int(argv[1])
+    if set_parent_death_signal(signal.SIGTERM) and os.getppid() != controller:
+        return 128 + signal.SIGTERM  # the controller is already gone
+    threads = default_threads()  # before torch: OMP_NUM_THREADS=1 here says nothing about the machine
+    sock = socket.socket(fileno=fd)
+    startup.name("template")
+    why = preload()
+    sock.send(json.dumps({"ready": not why, "why": why}).encode())
+    if why:
+        return 0
+    startup.mark("imported")
+    _title_ready()
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True, chain=False)  # as every worker
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, 1)
+        except OSError:
+            return 0
+        if not data:
+            return 0  # the controller closed its end: the run is over
+        try:
+            request = json.loads(data)
+            pid = spawn(request, fds[0], sock, controller, threads)
+            answer: dict[str, Any] = {"pid": pid}
+        except (ValueError, KeyError, IndexError, OSError) as exc:
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        for extra in fds:
+            try:
+                os.close(extra)
+            except OSError:
+                pass
+        sock.send(json.dumps(answer).encode())
+
+
+def spawn(request: dict[str, Any], out: int, sock: socket.socket, controller: int, threads: int) -> int:
+    """Fork the requested child (returns its pid here; never returns in the child)."""
+    argv, env, cwd = list(request["argv"]), dict(request["env"]), request.get("cwd")
+    if len(argv) < 3 or argv[1] != "-m":
+        raise ValueError(f"not a `python -m MODULE` command: {argv[:3]}")
+    read, write = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    first = os.fork()
+    if first == 0:  # the intermediate parent: forks the child, says its pid, exits so the controller adopts it
+        os.close(read)
+        me = os.getpid()  # not the child's getppid(): once this process has exited, that is the controller
+        try:
+            child = os.fork()
+        except OSError:
+            os._exit(1)  # the template reads no pid: the request fails
+        if child == 0:
+            os.close(write)
+            become(argv, env, cwd, out, sock, controller, me, threads)
+        try:
+            os.write(write, str(child).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        data = os.read(read, 32)
+    finally:
+        os.close(read)
+        os.waitpid(first, 0)
+    return int(data)
+
+
+def become(argv: list[str], env: dict[str, str], cwd: str | None, out: int, sock: socket.socket, controller: int,
+           first: int, threads: int) -> NoReturn:
+    """In the forked child: become `argv` as the supervisor would have started it. It never returns to the
+    template's loop: a failure before the module runs ends the process, the module's own exit ends it too."""
+    try:
+        _prepare(argv, env, cwd, out, sock, controller, first, threads)
+    except BaseException:  # noqa: BLE001 - said on the child's stderr (its log), then the child ends
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    module, args = argv[2], argv[3:]
+    sys.argv = [module, *args]
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)  # its sys.exit() ends this process
+    except Exception:  # noqa: BLE001 - as the interpreter ends on an uncaught one (SystemExit, Ctrl-C pass)
+        traceback.print_exc()
+        raise SystemExit(1) from None
+    raise SystemExit(0)
+
+
+def _prepare(argv: list[str], env: dict[str, str], cwd: str | None, out: int, sock: socket.socket,
+             controller: int, first: int, threads: int) -> None:
+    deadline = time.monotonic() + 10.0
+    while os.getppid() == first and time.monotonic() < deadline:  # until the intermediate parent has exited
+        time.sleep(0.0005)
+    os.setsid()
+    if not set_parent_death_signal(signal.SIGTERM) or os.getppid() != controller:
+        os._exit(128 + signal.SIGTERM)  # not adopted by the controller (it died): must not outlive it
+    sock.close()
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(out)
+    faulthandler.unregister(signal.SIGUSR1)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if cwd:
+        os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    _show_as(argv)
+    if argv[2] not in LAUNCHERS:  # an OpenMP pool started here would stop a launcher from forking
+        threads_as_asked(threads)
+    startup.forget()  # the child names itself
+    sys.path[0] = os.getcwd()  # what `python -m` puts first
+
+
+def _title_ready() -> None:
+    """setproctitle finds the memory it rewrites from the environment as the process started: it must look
+    before a child replaces its environment, so here, once, in the template."""
+    try:
+        from setproctitle import getproctitle, setproctitle
+    except ImportError:
+        return
+    setproctitle(getproctitle())
+
+
+def _show_as(argv: list[str]) -> None:
+    """`ps` and /proc/PID/cmdline show the child's own command (one string), not the template's."""
+    try:
+        from setproctitle import setproctitle
+    except ImportError:
+        return
+    setproctitle(" ".join(argv))
+
+
+def threads_as_asked(default: int) -> None:
+    """torch's intra-op threads as a fresh process with this environment would take them (set only when they
+    differ: setting them starts the OpenMP pool)."""
+    import torch
+
+    asked = os.environ.get("OMP_NUM_THREADS", "")
+    wanted = int(asked) if asked.isdigit() and int(asked) > 0 else default
+    if torch.get_num_threads() != wanted:
+        torch.set_num_threads(wanted)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,124 @@
+"""The run's template (launch/template.py, launch/forked.py): a real template process imports torch once and
+forks the children asked of it; each is this process's own child (adopted), in a session of its own, with the
+requested argv, environment and working directory, its output on the pipe it was given, its exit code read by
+waitpid, and it dies with its controller like a child started by Popen.
+
+The children here are `python -m slimecli.launch.pdeathsig PPID SIG COMMAND...`: a real slimecli module that
+execs a shell command (and checks its parent is PPID, which only an adopted child passes)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from slimecli.launch.forked import ForkedProcess, Template, forkable
+from tests.helpers import ROOT, pid_alive, wait_dead
+
+pytestmark = pytest.mark.slow  # the template imports torch and transformers (~3 s)
+
+
+def shell(command: str, parent: int | None = None) -> list[str]:
+    return [sys.executable, "-m", "slimecli.launch.pdeathsig", str(parent or os.getpid()), "15", "sh", "-c", command]
+
+
+def stat_fields(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory):
+    log = tmp_path_factory.mktemp("template") / "template.log"
+    t = Template.start(dict(os.environ), log)
+    assert t is not None
+    yield t
+    t.close()
+    assert t.proc.poll() is not None
+
+
+def test_a_child_runs_as_asked_is_adopted_and_its_exit_code_and_output_come_back(template, tmp_path):
+    env = {**os.environ, "SLIMECLI_PROBE": "42"}
+    proc = template.fork(shell('echo "cwd=$(pwd) probe=$SLIMECLI_PROBE"; echo to-stderr >&2; exit 3'), env,
+                         str(tmp_path))
+    assert isinstance(proc, ForkedProcess), template.why
+    out = proc.stdout.read().decode()
+    assert proc.wait(timeout=30) == 3
+    assert f"cwd={tmp_path} probe=42" in out and "to-stderr" in out
+
+    sleeper = template.fork(shell("sleep 60"), dict(os.environ), None)
+    assert sleeper is not None
+    ppid, pgrp, session = (int(x) for x in stat_fields(sleeper.pid)[1:4])
+    assert ppid == os.getpid()  # adopted: waitpid and the process-group signals work as for Popen
+    assert pgrp == session == sleeper.pid  # its own session, like start_new_session=True
+    assert sleeper.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        sleeper.wait(timeout=0.2)
+    os.killpg(sleeper.pid, signal.SIGKILL)
+    assert sleeper.wait(timeout=30) == -signal.SIGKILL
+    assert template.proc.poll() is None  # still serving
+
+
+def test_only_commands_a_fresh_interpreter_would_run_alike_are_forked(template):
+    env = dict(os.environ)
+    assert not forkable(["/usr/bin/env", "-m", "slimecli.engine"])  # another program
+    assert not forkable([sys.executable, "-m", "json.tool"])  # not slimecli's
+    assert not forkable([sys.executable, "-c", "print(1)"])
+    assert not forkable([sys.executable, "-m", "slimecli.launch.template"])
+    # a variable read while the interpreter or its libraries start differs from the template's: not forked
+    assert template.fork(shell("true"), {**env, "PYTHONPATH": "/elsewhere"}, None) is None
+    assert template.fork(shell("true"), {**env, "MALLOC_ARENA_MAX": "1"}, None) is None
+    proc = template.fork(shell("exit 0"), {**env, "OMP_NUM_THREADS": "3"}, None)  # set by the child itself
+    assert proc is not None and proc.wait(timeout=30) == 0
+
+
+def test_children_die_with_the_controller_and_so_does_the_template(tmp_path):
+    """kill -9 of the process that asked: its forked children get the parent-death signal, as Popen'd ones do."""
+    script = textwrap.dedent(f"""
+        import os, sys, time
+        from pathlib import Path
+        from slimecli.launch.forked import Template
+        t = Template.start(dict(os.environ), Path({str(tmp_path / 'template.log')!r}))
+        cmd = [sys.executable, "-m", "slimecli.launch.pdeathsig", str(os.getpid()), "15", "sleep", "300"]
+        child = t.fork(cmd, dict(os.environ), None)
+        print(child.pid, t.proc.pid, flush=True)
+        time.sleep(300)
+    """)
+    controller = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        child, template = (int(x) for x in controller.stdout.readline().split())
+        assert pid_alive(child) and pid_alive(template)
+        assert int(stat_fields(child)[1]) == controller.pid
+    finally:
+        controller.kill()
+        controller.wait()
+    assert wait_dead([child, template], timeout=30) == []
+
+
+def test_a_template_that_cannot_serve_says_why_and_nothing_is_forked(tmp_path):
+    """A template whose imports fail (here: PYTHONPATH hides torch behind a broken module) answers not ready;
+    the supervisor then starts its children with Popen."""
+    broken = tmp_path / "site"
+    (broken / "torch").mkdir(parents=True)
+    (broken / "torch" / "__init__.py").write_text("raise ImportError('a broken torch')\n")
+    env = {**os.environ, "PYTHONPATH": f"{broken}{os.pathsep}{ROOT}"}
+    t = Template.start(env, tmp_path / "template.log")
+    assert t is not None
+    try:
+        assert t.fork(shell("true"), env, None) is None
+        assert t.ready is False and "torch" in t.why and "a broken torch" in t.why
+        deadline = time.monotonic() + 30
+        while t.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert t.proc.poll() == 0  # it said why and left
+    finally:
+        t.close()
+
+
+def test_disabled_by_the_environment():
+    assert Template.start({**os.environ, "SLIMECLI_TEMPLATE": "0"}, Path("/nonexistent/template.log")) is None
