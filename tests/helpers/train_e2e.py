@@ -13,6 +13,7 @@ import pytest
 from filelock import FileLock
 
 from slimecli.observe.metrics import read_metrics
+from slimecli.process import command_line
 from tests.helpers import ROOT, wait_dead
 
 
@@ -113,12 +114,7 @@ def rank_pids(pids: list[int], module: bytes = b"slimecli.train") -> list[int]:
 
 
 def cmdline(pid: int) -> bytes:
-    """A process's NUL-separated command line (b"" once it is gone). A process forked from the run's template
-    shows its command as one string (setproctitle, launch/template.py): split at its spaces, the same form."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return b""
-    parts = [p for p in raw.split(b"\0") if p]
-    return b"\0".join(parts[0].split(b" ")) + b"\0" if len(parts) == 1 else raw
+    """A process's NUL-separated command line (b"" once it is gone), a template-forked one's split at its spaces
+    (slimecli.process.command_line)."""
+    args = command_line(pid)
+    return b"\0".join(a.encode() for a in args) + b"\0" if args else b""
