@@ -92,9 +92,10 @@ def tree_cpu(root: int) -> dict[int, float]:
 
 def label(pid: int) -> str:
     """A short name of a process from its command line."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
+    from slimecli.process import command_line
+
+    argv = command_line(pid)  # a template-forked process's one-string title, split
+    if not argv:
         return str(pid)
     modules = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-m"]
     if modules:
