@@ -73,6 +73,7 @@ def test_only_commands_a_fresh_interpreter_would_run_alike_are_forked(template):
     # a variable read while the interpreter or its libraries start differs from the template's: not forked
     assert template.fork(shell("true"), {**env, "PYTHONPATH": "/elsewhere"}, None) is None
     assert template.fork(shell("true"), {**env, "MALLOC_ARENA_MAX": "1"}, None) is None
+    assert template.fork(shell("true"), {**env, "OMP_WAIT_POLICY": "PASSIVE"}, None) is None  # read by OpenMP's init
     proc = template.fork(shell("exit 0"), {**env, "OMP_NUM_THREADS": "3"}, None)  # set by the child itself
     assert proc is not None and proc.wait(timeout=30) == 0
 

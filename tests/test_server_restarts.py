@@ -102,7 +102,7 @@ def at_step(run: Path, step: int, proc: subprocess.Popen, lines: list[str]) -> N
     assert proc.poll() is None, "".join(lines)[-3000:]
 
 
-STEPS = 30
+STEPS = 16
 
 
 @pytest.mark.slow

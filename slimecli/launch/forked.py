@@ -24,8 +24,10 @@ from slimecli.launch import pdeathsig
 
 TEMPLATE_ENV = "SLIMECLI_TEMPLATE"  # "0": every child starts as its own `python -m` (imports its own torch)
 MODULE = "slimecli.launch.template"
-START_VARS = ("PYTHON", "MALLOC_", "LD_", "GLIBC_TUNABLES", "TORCH_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_",
-              "TOKENIZERS_", "KMP_", "MKL_", "OPENBLAS_", "CUDA_", "LC_", "LANG")
+# read once, when the interpreter or a library starts (OpenMP's wait policy among them: a spinning pool on shared
+# cores slows the other side 5-8x, launch/plan.py); OMP_NUM_THREADS is set by the child itself
+START_VARS = ("PYTHON", "MALLOC_", "LD_", "GLIBC_TUNABLES", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "TORCH_",
+              "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "CUDA_", "LC_", "LANG")
 READY_TIMEOUT_S = 300.0  # the imports, on a loaded machine
 FORK_TIMEOUT_S = 30.0
 PR_SET_CHILD_SUBREAPER = 36

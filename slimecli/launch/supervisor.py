@@ -159,10 +159,11 @@ class Supervisor:
         raise _Interrupted(signum)
 
     def _start_template(self) -> None:
-        """The run's template, importing torch and transformers once for all the children it will fork."""
-        first = next((s for s in self.specs if forkable(s.argv)), None)
-        if first is not None:
-            self.template = Template.start(self._env(first), self.log_dir / "template.log")
+        """The run's template, importing torch and transformers once for all the children it will fork: where
+        there are several, or a server it may restart (one child alone would pay the same imports)."""
+        forked = [s for s in self.specs if forkable(s.argv)]
+        if len(forked) > 1 or any(s.kind == "server" and s.health is not None for s in forked):
+            self.template = Template.start(self._env(forked[0]), self.log_dir / "template.log")
 
     def _env(self, spec: ProcessSpec) -> dict[str, str]:
         return {**os.environ, **spec.env, PARENT_ENV: str(os.getpid())}
