@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 def test_the_tool_environment_reward_rises(tmp_path):
     run = tmp_path / "run"
-    proc = run_train(run, "+recipe=env_lookup", "trainer.max_steps=30", "trainer.save_interval=0", "trainer.nproc=1")
+    proc = run_train(run, "+recipe=env_lookup", "trainer.max_steps=30", "trainer.save_interval=0")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = metrics(run)
     rewards = [row["env/lookup/reward"] for row in rows if "env/lookup/reward" in row]

@@ -115,7 +115,8 @@ def test_profile_startup_reports_every_process_and_the_controller_never_imports_
         "assert 'torch' not in sys.modules, 'the controller imported torch'\n"
         "print('NO_TORCH')\n"
     )
-    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    env = {**os.environ, "SLIMECLI_TEMPLATE": "1"}  # the run's template too (launch/template.py)
+    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
     assert "NO_TORCH" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
     table = out.stdout[out.stdout.index("start-up"):]
     names = [p.process for p in startup.read(run / "logs" / startup.STARTUP_FILE)]

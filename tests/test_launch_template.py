@@ -22,6 +22,7 @@ from slimecli.launch.forked import ForkedProcess, Template, forkable
 from tests.helpers import ROOT, pid_alive, wait_dead
 
 pytestmark = pytest.mark.slow  # the template imports torch and transformers (~3 s)
+ON = {**os.environ, "SLIMECLI_TEMPLATE": "1"}  # opt-in (launch/forked.py)
 
 
 def shell(command: str, parent: int | None = None) -> list[str]:
@@ -35,7 +36,7 @@ def stat_fields(pid: int) -> list[str]:
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory):
     log = tmp_path_factory.mktemp("template") / "template.log"
-    t = Template.start(dict(os.environ), log)
+    t = Template.start(ON, log)
     assert t is not None
     yield t
     t.close()
@@ -43,7 +44,7 @@ def template(tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_a_child_runs_as_asked_is_adopted_and_its_exit_code_and_output_come_back(template, tmp_path):
-    env = {**os.environ, "SLIMECLI_PROBE": "42"}
+    env = {**ON, "SLIMECLI_PROBE": "42"}
     proc = template.fork(shell('echo "cwd=$(pwd) probe=$SLIMECLI_PROBE"; echo to-stderr >&2; exit 3'), env,
                          str(tmp_path))
     assert isinstance(proc, ForkedProcess), template.why
@@ -51,11 +52,11 @@ def test_a_child_runs_as_asked_is_adopted_and_its_exit_code_and_output_come_back
     assert proc.wait(timeout=30) == 3
     assert f"cwd={tmp_path} probe=42" in out and "to-stderr" in out
 
-    sleeper = template.fork(shell("sleep 60"), dict(os.environ), None)
+    sleeper = template.fork(shell("sleep 60"), ON, None)
     assert sleeper is not None
     ppid, pgrp, session = (int(x) for x in stat_fields(sleeper.pid)[1:4])
     assert ppid == os.getpid()  # adopted: waitpid and the process-group signals work as for Popen
-    assert pgrp == session == sleeper.pid  # its own session, like start_new_session=True
+    assert pgrp == session == sleeper.pid  # its own session (before fork() returned), like start_new_session=True
     assert sleeper.poll() is None
     with pytest.raises(subprocess.TimeoutExpired):
         sleeper.wait(timeout=0.2)
@@ -65,7 +66,7 @@ def test_a_child_runs_as_asked_is_adopted_and_its_exit_code_and_output_come_back
 
 
 def test_only_commands_a_fresh_interpreter_would_run_alike_are_forked(template):
-    env = dict(os.environ)
+    env = ON
     assert not forkable(["/usr/bin/env", "-m", "slimecli.engine"])  # another program
     assert not forkable([sys.executable, "-m", "json.tool"])  # not slimecli's
     assert not forkable([sys.executable, "-c", "print(1)"])
@@ -84,9 +85,9 @@ def test_children_die_with_the_controller_and_so_does_the_template(tmp_path):
         import os, sys, time
         from pathlib import Path
         from slimecli.launch.forked import Template
-        t = Template.start(dict(os.environ), Path({str(tmp_path / 'template.log')!r}))
+        t = Template.start({{**os.environ, "SLIMECLI_TEMPLATE": "1"}}, Path({str(tmp_path / 'template.log')!r}))
         cmd = [sys.executable, "-m", "slimecli.launch.pdeathsig", str(os.getpid()), "15", "sleep", "300"]
-        child = t.fork(cmd, dict(os.environ), None)
+        child = t.fork(cmd, {{**os.environ, "SLIMECLI_TEMPLATE": "1"}}, None)
         print(child.pid, t.proc.pid, flush=True)
         time.sleep(300)
     """)
@@ -107,7 +108,7 @@ def test_a_template_that_cannot_serve_says_why_and_nothing_is_forked(tmp_path):
     broken = tmp_path / "site"
     (broken / "torch").mkdir(parents=True)
     (broken / "torch" / "__init__.py").write_text("raise ImportError('a broken torch')\n")
-    env = {**os.environ, "PYTHONPATH": f"{broken}{os.pathsep}{ROOT}"}
+    env = {**ON, "PYTHONPATH": f"{broken}{os.pathsep}{ROOT}"}
     t = Template.start(env, tmp_path / "template.log")
     assert t is not None
     try:
@@ -121,5 +122,7 @@ def test_a_template_that_cannot_serve_says_why_and_nothing_is_forked(tmp_path):
         t.close()
 
 
-def test_disabled_by_the_environment():
-    assert Template.start({**os.environ, "SLIMECLI_TEMPLATE": "0"}, Path("/nonexistent/template.log")) is None
+def test_off_unless_asked_for():
+    off = {k: v for k, v in os.environ.items() if k != "SLIMECLI_TEMPLATE"}
+    for env in (off, {**off, "SLIMECLI_TEMPLATE": "0"}):
+        assert Template.start(env, Path("/nonexistent/template.log")) is None

@@ -96,16 +96,19 @@ def main(argv: list[str]) -> int:
 
 
 def spawn(request: dict[str, Any], out: int, sock: socket.socket, controller: int, threads: int) -> int:
-    """Fork the requested child (returns its pid here; never returns in the child)."""
+    """Fork the requested child (returns its pid here, once the child has its own session; never returns in the
+    child)."""
     argv, env, cwd = list(request["argv"]), dict(request["env"]), request.get("cwd")
     if len(argv) < 3 or argv[1] != "-m":
         raise ValueError(f"not a `python -m MODULE` command: {argv[:3]}")
-    read, write = os.pipe()
+    read, write = os.pipe()  # the intermediate parent says the child's pid
+    settled, says_settled = os.pipe()  # the child says it leads its own session (its group can be signalled)
     sys.stdout.flush()
     sys.stderr.flush()
     first = os.fork()
     if first == 0:  # the intermediate parent: forks the child, says its pid, exits so the controller adopts it
         os.close(read)
+        os.close(settled)
         me = os.getpid()  # not the child's getppid(): once this process has exited, that is the controller
         try:
             child = os.fork()
@@ -113,26 +116,33 @@ def spawn(request: dict[str, Any], out: int, sock: socket.socket, controller: in
             os._exit(1)  # the template reads no pid: the request fails
         if child == 0:
             os.close(write)
-            become(argv, env, cwd, out, sock, controller, me, threads)
+            become(argv, env, cwd, out, sock, controller, me, threads, says_settled)
         try:
             os.write(write, str(child).encode())
         finally:
             os._exit(0)
     os.close(write)
+    os.close(says_settled)
     try:
         data = os.read(read, 32)
+        ok = os.read(settled, 1)  # empty: the child ended before it settled (its log says why)
     finally:
         os.close(read)
+        os.close(settled)
         os.waitpid(first, 0)
+    if not ok:
+        raise OSError(f"the forked child {data.decode() or '?'} ended before it started")
     return int(data)
 
 
 def become(argv: list[str], env: dict[str, str], cwd: str | None, out: int, sock: socket.socket, controller: int,
-           first: int, threads: int) -> NoReturn:
+           first: int, threads: int, settled: int) -> NoReturn:
     """In the forked child: become `argv` as the supervisor would have started it. It never returns to the
     template's loop: a failure before the module runs ends the process, the module's own exit ends it too."""
     try:
         _prepare(argv, env, cwd, out, sock, controller, first, threads)
+        os.write(settled, b"1")
+        os.close(settled)
     except BaseException:  # noqa: BLE001 - said on the child's stderr (its log), then the child ends
         traceback.print_exc()
         sys.stderr.flush()
