@@ -19,6 +19,7 @@ imported slimecli file is checked and printed). --breakdown prints, for the curr
 CPU-seconds of each process at the first step's line.
 
     python bench/bench_startup.py [--repeats 2] [--baseline-ref GITREF] [--only train eval agent] [--breakdown]
+                                  [--template 1|0]
 """
 
 from __future__ import annotations
@@ -151,6 +152,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=2, help="baseline/current pairs per command")
     parser.add_argument("--only", nargs="+", choices=("train", "eval", "agent"), default=("train", "eval", "agent"))
     parser.add_argument("--breakdown", action="store_true", help="CPU-seconds per process at the first step")
+    parser.add_argument("--template", choices=("1", "0"), default="1",
+                        help="SLIMECLI_TEMPLATE for both sides (the run's template, launch/template.py; the "
+                             "baseline predates it and ignores it)")
     args = parser.parse_args()
     commit = git("rev-parse", "--verify", "--end-of-options", f"{args.baseline_ref}^{{commit}}")
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as name:
@@ -166,7 +170,8 @@ def main() -> int:
                     work = tmp / f"{case.name}-{side}-{i}"
                     work.mkdir()
                     argv = [sys.executable, "-m", "slimecli", *case.args(work)]
-                    m = measure(argv, work, checkout_env(checkout), case.marker)
+                    env = {**checkout_env(checkout), "SLIMECLI_TEMPLATE": args.template}
+                    m = measure(argv, work, env, case.marker)
                     got[side].append(m)
                     print(f"  {case.name:<6} {side:<8} {i + 1}: {m.seconds:6.2f} s, {m.cpu_s:6.2f} CPU-s "
                           f"(command {m.total_s:.2f} s)", flush=True)
