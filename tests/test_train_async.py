@@ -102,7 +102,7 @@ def test_async_quickstart_trains_one_version_behind(tmp_path: Path):
 
 
 
-AHEAD_STEPS = 60
+AHEAD_STEPS = 70  # four versions stale the curve can lag: at 60 steps a loaded CI machine measured 0.89 still rising
 AHEAD = ("trainer.async_rollout=true", "trainer.max_staleness=4", "trainer.partial_rollouts=true",
          f"trainer.max_steps={AHEAD_STEPS}", "trainer.save_interval=5", "trainer.nproc=1", "eval.interval=20",
          "rollout.dynamic_filter=none")
@@ -148,5 +148,5 @@ def test_four_steps_ahead_with_partial_rollouts_learns_and_a_kill_in_flight_resu
     assert max(r["rollout/staleness_max"] for r in rows) <= 4 and all(r["rollout/stale_dropped"] == 0 for r in rows)
     assert statistics.mean(r["reward/mean"] for r in rows[-5:]) >= 0.95  # it reaches the quickstart's bar
     evals = [r for r in rows if "eval/heldout/reward_mean" in r]
-    assert [r["eval/weight_version"] for r in evals] == [0, 20, 40, 60]  # at_start, every 20 steps, at_end
+    assert [r["eval/weight_version"] for r in evals] == [0, 20, 40, 60, 70]  # at_start, every 20 steps, at_end
     assert all(r["step"] >= r["eval/weight_version"] for r in evals) and evals[-1]["step"] == AHEAD_STEPS
