@@ -11,7 +11,6 @@ slower start; it becomes the default once the whole suite has run green with it.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import socket
@@ -45,13 +44,8 @@ def start_vars(env: dict[str, str]) -> dict[str, str]:
 
 
 def _subreaper(on: bool) -> bool:
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return False
-    prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
-    prctl.restype = ctypes.c_int
-    return int(prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)) == 0
+    """Orphans of our descendants become our children (while on): how a template's child is adopted."""
+    return pdeathsig.prctl(PR_SET_CHILD_SUBREAPER, int(on))
 
 
 class ForkedProcess:

@@ -33,17 +33,22 @@ def command(argv: list[str], parent: int | None = None, sig: int = signal.SIGTER
     return [sys.executable, "-I", "-S", os.path.abspath(__file__), str(parent), str(int(sig)), *argv]
 
 
-def set_parent_death_signal(sig: int) -> bool:
-    """Ask the kernel for `sig` when our parent dies; False where that is not available."""
+def prctl(option: int, value: int) -> bool:
+    """Linux's prctl(option, value); False where that is not available."""
     if not sys.platform.startswith("linux"):
         return False
     try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        call = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return False
-    prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
-    prctl.restype = ctypes.c_int
-    return int(prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)) == 0
+    call.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+    call.restype = ctypes.c_int
+    return int(call(option, value, 0, 0, 0)) == 0
+
+
+def set_parent_death_signal(sig: int) -> bool:
+    """Ask the kernel for `sig` when our parent dies; False where that is not available."""
+    return prctl(PR_SET_PDEATHSIG, sig)
 
 
 def main(args: list[str]) -> NoReturn:
