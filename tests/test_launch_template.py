@@ -22,7 +22,7 @@ from slimecli.launch.forked import ForkedProcess, Template, forkable
 from tests.helpers import ROOT, pid_alive, wait_dead
 
 pytestmark = pytest.mark.slow  # the template imports torch and transformers (~3 s)
-ON = {**os.environ, "SLIMECLI_TEMPLATE": "1"}  # opt-in (launch/forked.py)
+ON = {**os.environ, "SLIMECLI_TEMPLATE": "1"}  # the default (launch/forked.py), whatever this shell says
 
 
 def shell(command: str, parent: int | None = None) -> list[str]:
@@ -122,7 +122,8 @@ def test_a_template_that_cannot_serve_says_why_and_nothing_is_forked(tmp_path):
         t.close()
 
 
-def test_off_unless_asked_for():
-    off = {k: v for k, v in os.environ.items() if k != "SLIMECLI_TEMPLATE"}
-    for env in (off, {**off, "SLIMECLI_TEMPLATE": "0"}):
-        assert Template.start(env, Path("/nonexistent/template.log")) is None
+def test_on_by_default_and_off_when_asked():
+    unset = {k: v for k, v in os.environ.items() if k != "SLIMECLI_TEMPLATE"}
+    assert Template.start({**unset, "SLIMECLI_TEMPLATE": "0"}, Path("/nonexistent/template.log")) is None
+    with pytest.raises(FileExistsError):  # on: it went on to make its log's folder
+        Template.start(unset, Path("/dev/null/template.log"))

@@ -65,6 +65,27 @@ def test_a_killed_server_is_restarted_and_a_stopped_one_past_the_budget_ends_the
     assert wait_dead(seen) == []
 
 
+def test_a_server_that_hangs_right_after_it_is_ready_counts_as_hung_not_as_loading(tmp_path, capsys):
+    """A server the workers start beside (awaited_by_workers) is said ready by its readiness probe; a hang at once,
+    before the health probe's own first answer, is a hang after health.timeout_s, not a start-up that may take
+    start_timeout_s."""
+    port = free_port()
+    health = Health(f"http://127.0.0.1:{port}/", interval_s=120.0, timeout_s=1.5, start_grace_s=0.0, max_restarts=0,
+                    setting="srv.max_restarts")  # its first probe (refused: not up yet) is its last in this test
+    sup = Supervisor([server_spec(tmp_path, "srv", port, health=health, start_timeout_s=600, awaited_by_workers=True),
+                      worker_spec("work", "import time; time.sleep(120)")], tmp_path / "logs", grace_s=3)
+
+    def hang() -> None:
+        wait_until(lambda: "srv" in sup.probes and sup.probes["srv"].ready, 60, "srv said ready")
+        os.kill(pids_of(tmp_path, "srv")[0], signal.SIGSTOP)
+
+    threading.Thread(target=hang, daemon=True).start()
+    assert sup.run() == 1
+    out = capsys.readouterr().out
+    assert "srv is ready" in out and "srv is hung: no answer from" in out, out
+    assert "not ready within" not in out, out
+
+
 def read_lines(proc: subprocess.Popen, lines: list[str]) -> None:
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -102,7 +123,7 @@ def at_step(run: Path, step: int, proc: subprocess.Popen, lines: list[str]) -> N
     assert proc.poll() is None, "".join(lines)[-3000:]
 
 
-STEPS = 8
+STEPS = 40  # room for the faults after each restart: a forked engine is back within a second and a step takes 0.1 s
 
 
 @pytest.mark.slow

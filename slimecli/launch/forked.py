@@ -4,9 +4,7 @@ each forked child as the part of a Popen the supervisor uses.
 A child is forked only when a fresh `python -m slimecli.X` would start the same: the same interpreter, and the
 same environment variables read while the interpreter and its libraries start (PYTHON*, malloc's, OpenMP's, the
 loader's, torch's and Hugging Face's). Anything else, a GPU build of torch (CUDA must not be touched before a
-fork), or a template that failed, starts with Popen as before. Opt-in for now (SLIMECLI_TEMPLATE=1): a restarted
-server comes back in about a second instead of five, and the timing of the restart tests was built around the
-slower start; it becomes the default once the whole suite has run green with it.
+fork), or a template that failed, starts with Popen as before; so does every child with SLIMECLI_TEMPLATE=0.
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ from typing import IO, Any
 
 from slimecli.launch import pdeathsig
 
-TEMPLATE_ENV = "SLIMECLI_TEMPLATE"  # "1": fork the run's children from a template; else each is its own `python -m`
+TEMPLATE_ENV = "SLIMECLI_TEMPLATE"  # "0": each child is its own `python -m` (the default forks them from a template)
 MODULE = "slimecli.launch.template"
 # read once, when the interpreter or a library starts (OpenMP's wait policy among them: a spinning pool on shared
 # cores slows the other side 5-8x, launch/plan.py); OMP_NUM_THREADS is set by the child itself
@@ -105,7 +103,7 @@ class Template:
         """The template, importing in the background; None where children cannot be forked here."""
         from slimecli.launch.ranks import gpu_build
 
-        if env.get(TEMPLATE_ENV, "0") != "1" or not sys.platform.startswith("linux") or gpu_build():
+        if env.get(TEMPLATE_ENV, "1") == "0" or not sys.platform.startswith("linux") or gpu_build():
             return None
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -57,6 +57,12 @@ class HealthProbe:
             return None
         return f"hung: no answer from {self.health.url} for {quiet:.0f}s"
 
+    def answered(self) -> None:
+        """The server answered its readiness probe: from now a silence counts as a hang (health.timeout_s), even
+        one that begins before this thread's own first probe gets through."""
+        if self.last_ok is None:
+            self.last_ok = time.monotonic()
+
     @property
     def ready(self) -> bool:
         return self.last_ok is not None

@@ -239,6 +239,8 @@ class Supervisor:
                 del self._loading[pid]
             elif probe_ok(child.spec.probe.url, child.spec.probe.status):
                 del self._loading[pid]
+                if (probe := self.probes.get(child.spec.name)) is not None:
+                    probe.answered()
                 self._say(f"[bold]{child.spec.name}[/] is ready ({child.spec.probe.url})")
             elif time.monotonic() > deadline and child.spec.health is None:
                 self.failed = "server"
