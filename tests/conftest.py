@@ -27,11 +27,17 @@ _slow_marked: set[str] = set()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        # two workers on two cores: one intra-op thread each, so in-process torch work does not oversubscribe
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        # Each worker gets its share of the cores, and so does every process its tests start (an engine, trainer
+        # ranks): an OpenMP region wider than the cores left free waits on whichever of its threads the other
+        # worker's processes descheduled; with a core taken, a 2-thread engine made a tool-environment step 7x
+        # slower than a 1-thread one, which is as fast on idle cores. What the environment sets wins.
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, cores // workers)))
         import torch
 
-        torch.set_num_threads(1)
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 def _file_cost(file: str, items: list[pytest.Item], recorded: dict[str, float]) -> float:
