@@ -128,35 +128,3 @@ def test_on_by_default_and_off_when_asked():
     with pytest.raises(FileExistsError):  # on: it went on to make its log's folder
         Template.start(unset, Path("/dev/null/template.log"))
 
-
-def test_a_forked_child_ends_without_the_teardown_but_nothing_it_wrote_is_lost(tmp_path):
-    """end(): what the interpreter's exit does that a program can see (non-daemon threads joined, atexit run,
-    files still open flushed, the exit status or the signal), less the teardown of every module."""
-    script = textwrap.dedent(f"""
-        import atexit, sys, threading, time
-        from slimecli.launch.template import end
-        left_open = open({str(tmp_path / 'open.txt')!r}, "w")
-        left_open.write("buffered, never closed")
-        atexit.register(lambda: open({str(tmp_path / 'atexit.txt')!r}, "w").write("ran"))
-        def late():
-            time.sleep(0.5)
-            open({str(tmp_path / 'thread.txt')!r}, "w").write("joined")
-        threading.Thread(target=late).start()
-        print("on stdout", end="")
-        end(int(sys.argv[1]), int(sys.argv[2]) or None)
-    """)
-    out = subprocess.run([sys.executable, "-c", script, "7", "0"], cwd=ROOT, capture_output=True, text=True)
-    assert out.returncode == 7 and out.stdout == "on stdout", out.stderr
-    assert (tmp_path / "open.txt").read_text() == "buffered, never closed"
-    assert (tmp_path / "atexit.txt").read_text() == "ran" and (tmp_path / "thread.txt").read_text() == "joined"
-    killed = subprocess.run([sys.executable, "-c", script, "1", str(int(signal.SIGINT))], cwd=ROOT,
-                            capture_output=True, text=True)
-    assert killed.returncode == -signal.SIGINT and killed.stdout == "on stdout"
-
-
-def test_exit_codes_are_the_interpreters():
-    from slimecli.launch.template import exit_code
-
-    assert exit_code(SystemExit()) == 0 and exit_code(SystemExit(None)) == 0
-    assert exit_code(SystemExit(3)) == 3 and exit_code(SystemExit(256 + 2)) == 2
-    assert exit_code(SystemExit("a message")) == 1

@@ -23,7 +23,8 @@ SKIP = (PACKAGE / "swe" / "data",)  # the built-in task repositories: their own 
 
 LAYERS: list[tuple[str, ...]] = [
     ("slimecli",),  # __version__
-    ("config", "net", "process", "checkpoint"),  # the schema and its rules; HTTP plumbing; process groups;
+    ("config", "net", "process", "quick_exit", "checkpoint"),  # the schema and its rules; HTTP plumbing; process
+    # groups; ending a process without the teardown;
     # checkpoint directories (the controller checks them, the trainer writes and loads them)
     ("model", "observe", "sandbox"),
     ("swe", "engine", "reward"),  # SWE tasks, workspaces and grading (in sandboxes); the embedded inference server;

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 
 import typer
 
@@ -59,4 +60,11 @@ tidy(app)
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except SystemExit as exc:
+        if "torch" in sys.modules:  # a command that loaded it (a tokenizer, an in-process model): a second saved
+            from slimecli.quick_exit import exit_code, exit_now
+
+            exit_now(exit_code(exc))
+        raise

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import faulthandler
 import importlib
-import io
 import json
 import os
 import runpy
@@ -31,6 +30,7 @@ from typing import Any, NoReturn
 
 from slimecli.launch.pdeathsig import set_parent_death_signal
 from slimecli.observe import startup
+from slimecli.quick_exit import exit_code, exit_now
 
 # What the run's children import before their work (their own imports are inside their main()).
 PRELOAD = ("torch", "transformers.modeling_utils", "transformers.models.auto.modeling_auto",
@@ -157,51 +157,11 @@ def become(argv: list[str], env: dict[str, str], cwd: str | None, out: int, sock
         code = exit_code(exc)
     except KeyboardInterrupt:  # as `python -m` ends on one: its traceback, then killed by SIGINT
         traceback.print_exc()
-        end(1, signal.SIGINT)
+        exit_now(1, signal.SIGINT)
     except Exception:  # noqa: BLE001 - as the interpreter ends on an uncaught one
         traceback.print_exc()
         code = 1
-    end(code)
-
-
-def exit_code(exc: SystemExit) -> int:
-    """The status `python` exits with for this SystemExit (a message is printed and counts as 1)."""
-    if exc.code is None:
-        return 0
-    if isinstance(exc.code, int):
-        return exc.code & 0xFF
-    print(exc.code, file=sys.stderr)
-    return 1
-
-
-BUFFERED = (io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom)
-
-
-def end(code: int, signum: int | None = None) -> NoReturn:
-    """End as the interpreter would, less its teardown of every module (about a second with torch and
-    transformers loaded, paid by each forked child as it exits, an engine's stop included): the non-daemon
-    threads joined, the atexit functions run, the logging handlers and every file still open flushed (the
-    teardown would have flushed them as it freed them)."""
-    import atexit
-    import gc
-    import logging
-    import threading
-
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()
-    logging.shutdown()
-    for stream in [o for o in gc.get_objects() if type(o) in BUFFERED]:  # 0.05 s with torch loaded
-        try:
-            if not stream.closed and stream.writable():
-                stream.flush()
-        except (OSError, ValueError):
-            pass
-    if signum is not None:
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-    os._exit(code)
+    exit_now(code)  # without the teardown of every module: about a second with torch loaded
 
 
 def _prepare(argv: list[str], env: dict[str, str], cwd: str | None, out: int, sock: socket.socket,
