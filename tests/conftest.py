@@ -34,10 +34,10 @@ def pytest_configure(config: pytest.Config) -> None:
         # worker's processes descheduled; with a core taken, a 2-thread engine made a tool-environment step 7x
         # slower than a 1-thread one, which is as fast on idle cores. What the environment sets wins.
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, cores // workers)))
+        share = os.environ.setdefault("OMP_NUM_THREADS", str(max(1, cores // workers)))
         import torch
 
-        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+        torch.set_num_threads(int(share) if share.isdigit() and int(share) > 0 else 1)
 
 
 def _file_cost(file: str, items: list[pytest.Item], recorded: dict[str, float]) -> float:

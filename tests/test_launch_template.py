@@ -127,4 +127,3 @@ def test_on_by_default_and_off_when_asked():
     assert Template.start({**unset, "SLIMECLI_TEMPLATE": "0"}, Path("/nonexistent/template.log")) is None
     with pytest.raises(FileExistsError):  # on: it went on to make its log's folder
         Template.start(unset, Path("/dev/null/template.log"))
-
