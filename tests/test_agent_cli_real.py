@@ -147,6 +147,26 @@ def test_codex_plain_text_turn_real_engine(tmp_path, tiny):
     assert text and text in s["metadata"]["cli_stdout"]
 
 
+@needs_cli("codex")
+def test_codex_takes_the_config_that_keeps_it_off_the_network(tmp_path):
+    """The config.toml a codex run gets (a valid TOML file the pinned Codex reads without complaint) turns off what
+    Codex does at start-up beyond the task: its release check, analytics, the plugin sync from GitHub."""
+    import tomllib
+
+    from slimecli.agent.harness.clis import codex_config_toml
+
+    text = codex_config_toml("http://127.0.0.1:1", "tiny", 4096)
+    config = tomllib.loads(text)
+    assert config["check_for_update_on_startup"] is False and config["analytics"] == {"enabled": False}
+    assert config["model_providers"]["slimecli"]["base_url"] == "http://127.0.0.1:1/v1"
+    (tmp_path / "config.toml").write_text(text)
+    env = {**os.environ, "CODEX_HOME": str(tmp_path)}
+    proc = subprocess.run([CLIS["codex"], "features", "list"], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    features = {line.split()[0]: line.split()[-1] for line in proc.stdout.splitlines() if len(line.split()) >= 3}
+    assert features["plugins"] == "false", proc.stdout[-2000:]
+
+
 @needs_cli("claude_code")
 def test_claude_tool_turn_writes_a_file(tmp_path, tiny, scripted):
     target = tmp_path / "ws" / "hello.txt"

@@ -209,10 +209,13 @@ def test_readme_says_what_make_test_does():
     assert m, "no test target in the Makefile"
     prerequisites, recipe = m.group(1).split(), m.group(2)
     deps = re.search(r"^test-deps:(.*)$", makefile, re.MULTILINE)
-    assert "setup" in prerequisites and deps and "test-deps" in recipe  # the test-only installs, side by side
-    for name in ("$(BIN)/.installed-megatron", "agent-clis", "sandbox-deps", "sglang-contract"):
+    # the venv with everything the tests import (one pip run), then the other test-only installs side by side
+    assert prerequisites == ["$(BIN)/.installed-megatron"] and deps and "test-deps" in recipe
+    for name in ("agent-clis", "sandbox-deps", "sglang-contract"):
         assert name in deps.group(1).split(), name
-    assert ".[dev,megatron,wandb,envs]" in makefile
+    venv = re.search(r"^\$\(BIN\)/\.installed-megatron:.*\n((?:\t.*\n?)+)", makefile, re.MULTILINE)
+    assert venv and '"$(TORCH)" -e ".[dev,megatron,wandb,envs]"' in venv.group(1), "the test venv's one pip run"
+    assert "$(BIN)/.installed " in venv.group(1), "the test venv is also the user's set-up (make setup)"
     assert "ruff check ." in recipe and "mypy" in recipe
     pytest_args = next(line for line in recipe.splitlines() if " pytest" in line).partition(" pytest")[2]
     assert not re.search(r"(^|\s)(-m|-k|--deselect|--ignore)\b|\stests/\S", pytest_args), pytest_args
