@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from slimecli.net.probe import poll_delays
 from slimecli.net.retry import (
     HttpStatusError,
     RetryPolicy,
@@ -116,6 +118,14 @@ def test_a_custom_predicate_decides_what_is_retried():
     attempt, calls = failing(KeyError("busy"), KeyError("busy"))
     assert run(attempt, RetryPolicy(max_retries=3), clock, retryable=lambda e: isinstance(e, KeyError)) == "ok"
     assert calls[0] == 3
+
+
+def test_readiness_polls_start_quick_and_slow_down_to_their_period():
+    delays = list(itertools.islice(poll_delays(0.5), 12))
+    assert delays[0] == 0.05 and delays[-1] == 0.5 and max(delays) == 0.5
+    assert all(b == min(0.5, a * 1.5) for a, b in zip(delays, delays[1:], strict=False))
+    assert sum(delays[:4]) < 0.5  # four polls in the first half second: a quick server is seen soon after it is up
+    assert next(poll_delays(0.01)) == 0.01  # a period shorter than the first wait is the wait
 
 
 def test_zero_retries_is_one_attempt():

@@ -30,7 +30,7 @@ from slimecli.launch.restarts import AWAIT_WEIGHTS_ENV, SERVER_RESTART_ENV, Heal
 from slimecli.launch.spec import ProcessSpec
 from slimecli.launch.stall import StallWatch, dump_stacks
 from slimecli.launch.watchdog import PARENT_ENV
-from slimecli.net.probe import probe_ok
+from slimecli.net.probe import poll_delays, probe_ok
 from slimecli.observe.restarts import record_restart
 from slimecli.process import kill_group, terminate_groups
 
@@ -96,6 +96,7 @@ class Supervisor:
         self.failed: str | None = None  # what ended a failed run: "worker" (it died), "server", or "stall"
         self._loading: dict[int, tuple[Child, float]] = {}  # awaited servers not ready yet: pid -> (child, deadline)
         self.template: Template | None = None  # forks the plan's `python -m slimecli.X` children (launch/forked.py)
+        self._output_ended = threading.Event()  # a child's output reached its end (it is exiting): _watch looks
 
     # ---- public -------------------------------------------------------------------------
     def run(self) -> int:
@@ -202,6 +203,7 @@ class Supervisor:
                     continue
                 with self._print_lock:
                     self.console.print(f"[{child.colour}]{child.spec.name:>10} |[/] {escape(line)}")
+        self._output_ended.set()
 
     def _shown(self, child: Child, line: str) -> bool:
         """Whether the console shows a child's line: all when verbose; else a worker's lines less library noise
@@ -216,12 +218,13 @@ class Supervisor:
         if probe is None:
             return
         deadline = time.monotonic() + child.spec.start_timeout_s
+        delays = poll_delays(0.5)
         while time.monotonic() < deadline:
             self._check_alive()
             if probe_ok(probe.url, probe.status):
                 self._say(f"[bold]{child.spec.name}[/] is ready ({probe.url})")
                 return
-            time.sleep(0.5)
+            time.sleep(next(delays))
         raise self._not_ready(child)
 
     def _not_ready(self, child: Child) -> LaunchError:
@@ -326,8 +329,9 @@ class Supervisor:
         workers = [c for c in self.children if c.spec.kind == "worker"]
         if self.stall is not None:
             self.stall = StallWatch(self.stall.progress, self.stall.timeout_s, self.stall.start_grace_s)  # from now
-        probed = 0.0
+        probed, wait_s = 0.0, self.poll_s
         while True:
+            self._output_ended.clear()
             self._check_alive()
             if workers and all(c.proc.poll() == 0 for c in workers):
                 return
@@ -336,7 +340,9 @@ class Supervisor:
                 probed = time.monotonic()
             self._check_health()
             self._check_progress()
-            time.sleep(self.poll_s)
+            # a child's output ends as it exits: look again at once, and soon after (its exit may not be
+            # reapable yet when its pipe closes), instead of a poll period later
+            wait_s = 0.02 if self._output_ended.wait(wait_s) else self.poll_s
 
     def _check_progress(self) -> None:
         """A run with no step for run.stall_timeout_s: every worker's stacks to its log, then fail, naming them."""

@@ -17,6 +17,7 @@ import aiohttp
 
 from slimecli.engine.bodies import AWAITING_WEIGHTS
 from slimecli.net.auth import engine_api_key
+from slimecli.net.probe import poll_delays
 from slimecli.net.retry import RetryPolicy, with_retries
 
 T = TypeVar("T")
@@ -365,10 +366,11 @@ class EngineClient:
     async def wait_ready(self, timeout_s: float = 300.0, poll_s: float = 0.5) -> None:
         """Poll /health_generate until it answers 200; TimeoutError after timeout_s."""
         deadline = time.monotonic() + timeout_s
+        delays = poll_delays(poll_s)
         while time.monotonic() < deadline:
             if await self.health_generate(timeout_s=max(1.0, min(30.0, deadline - time.monotonic()))):
                 return
-            await asyncio.sleep(poll_s)
+            await asyncio.sleep(next(delays))
         raise TimeoutError(f"{self.base_url} was not ready within {timeout_s:.0f}s")
 
     async def get_model_info(self) -> dict[str, Any]:
