@@ -2,7 +2,8 @@
 
 `app_runner(app, read_timeout_s=...)`: aiohttp closes a connection that has not sent a complete request
 head within read_timeout_s of connecting or of its last reply (its keep-alive timer, which partial headers
-do not reset); body reads are bounded by the BodyLimits of slimecli.net.server. `start_site(...)` listens
+do not reset); body reads are bounded by the BodyLimits of slimecli.net.server, and what is left of a body
+after an early reply is drained for at most read_timeout_s too. `start_site(...)` listens
 with at most `max_connections` open connections; one more is answered 503 (JSON) and closed at once, so a
 crowd of stalled clients cannot use up the process's file descriptors.
 """
@@ -16,6 +17,7 @@ from typing import Any
 from aiohttp import web
 
 READ_TIMEOUT_S = 60.0
+LINGERING_S = 10.0  # aiohttp's default
 MAX_CONNECTIONS = 1024
 
 
@@ -23,6 +25,10 @@ def app_runner(app: web.Application, *, read_timeout_s: float = READ_TIMEOUT_S, 
     """An AppRunner with slimecli's defaults (handler cancellation, no access log, the read timeout)."""
     kw.setdefault("handler_cancellation", True)
     kw.setdefault("access_log", None)
+    # After a reply sent before the body was read (413, a 408 for a stalled body), aiohttp drains the rest of
+    # the body so the client reads the reply, for up to its lingering time (10 s). A client's bytes are waited
+    # for at most read_timeout_s anywhere else: the same bound here.
+    kw.setdefault("lingering_time", min(LINGERING_S, read_timeout_s))
     return web.AppRunner(app, keepalive_timeout=read_timeout_s, **kw)
 
 
