@@ -136,9 +136,14 @@ RANK_MODULE = textwrap.dedent("""
     keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS")
     record = {k: os.environ.get(k) for k in keys}
     record.update(pid=os.getpid(), ppid=os.getppid(), preloaded=preloaded, argv=sys.argv[1:])
-    if sys.argv[2] in ("fail", "sleep"):
-        with open(out, "w") as f:
+
+    def write():  # whole or not at all: the test reads it as soon as it exists
+        with open(out + ".tmp", "w") as f:
             json.dump(record, f)
+        os.replace(out + ".tmp", out)
+
+    if sys.argv[2] in ("fail", "sleep"):
+        write()
         if os.environ["RANK"] == "1" and sys.argv[2] == "fail":
             raise ValueError("rank one gives up")
         time.sleep(120)
@@ -148,8 +153,7 @@ RANK_MODULE = textwrap.dedent("""
     dist.all_reduce(total)
     record["sum"] = int(total)
     dist.destroy_process_group()
-    with open(out, "w") as f:
-        json.dump(record, f)
+    write()
 """)
 
 
