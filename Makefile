@@ -91,7 +91,7 @@ test: $(BIN)/.installed-megatron
 	$(BIN)/ruff check .
 	$(BIN)/python -m compileall -qq slimecli tests bench
 	@types=$$(mktemp); $(BIN)/python -m mypy > $$types 2>&1 & mypy=$$!; \
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS); \
+	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS); \
 	tests=$$?; if wait $$mypy; then rm -f $$types; else cat $$types; rm -f $$types; echo "mypy failed"; exit 1; fi; \
 	exit $$tests
 

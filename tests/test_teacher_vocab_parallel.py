@@ -18,9 +18,9 @@ from tests.helpers import ROOT
 def reports(tmp_path_factory) -> list[dict]:
     out = tmp_path_factory.mktemp("vp")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node", "2",
-            str(ROOT / "tests" / "helpers" / "vocab_parallel_check.py"), str(out)]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    argv = [sys.executable, "-m", "slimecli.launch.ranks", "--nproc", "2", "-m", "tests.helpers.vocab_parallel_check",
+            str(out)]  # two gloo ranks, launched as slimecli launches a node's ranks
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
 

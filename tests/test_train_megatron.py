@@ -49,13 +49,8 @@ def odd_vocab_model(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 
 def megatron_result(model: Path, out: Path, tp: int, pp: int, optimizer: str = "adam",
                     sequence_parallel: bool = False, dp: int = 1, export: bool = False) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-            "--nproc-per-node", str(tp * pp * dp), str(ROOT / "tests" / "helpers" / "megatron_check.py"), str(out),
-            str(model), str(tp), str(pp), optimizer, *(["sp"] if sequence_parallel else []),
-            *(["export"] if export else [])]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    _ranks("megatron_check.py", tp * pp * dp, str(out), str(model), str(tp), str(pp), optimizer,
+           *(["sp"] if sequence_parallel else []), *(["export"] if export else []))
     return json.loads((out / "result.json").read_text())
 
 
@@ -121,11 +116,13 @@ def test_data_parallel_2_matches_the_torch_trainer(odd_vocab_model, torch_result
     assert_same(result, torch_result)
 
 
-def _torchrun(script: str, nproc: int, *args: str) -> None:
+def _ranks(script: str, nproc: int, *args: str) -> None:
+    """tests/helpers/SCRIPT on `nproc` gloo ranks, launched as slimecli launches a trainer's ranks on one node
+    (slimecli.launch.ranks: what torchrun gives each rank, the ranks forked once torch is imported)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node",
-            str(nproc), str(ROOT / "tests" / "helpers" / script), *args]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+    argv = [sys.executable, "-m", "slimecli.launch.ranks", "--nproc", str(nproc), "-m",
+            f"tests.helpers.{script.removesuffix('.py')}", *args]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
 
 
@@ -141,10 +138,10 @@ def test_sharded_checkpoint_resumes_at_another_tp_and_at_dp2(odd_vocab_model, tm
 
     run, model = "megatron_resume_check.py", str(odd_vocab_model)
     dp_dir, tp_dir = tmp_path / "dp", tmp_path / "tp"
-    _torchrun(run, 2, "save-straight", str(dp_dir), model, "1")  # TP=1 on 2 ranks: DP=2
-    _torchrun(run, 2, "resume", str(dp_dir), model, "1")
-    _torchrun(run, 2, "save", str(tp_dir), model, "2")
-    _torchrun(run, 1, "resume", str(tp_dir), model, "1")
+    _ranks(run, 2, "save-straight", str(dp_dir), model, "1")  # TP=1 on 2 ranks: DP=2
+    _ranks(run, 2, "resume", str(dp_dir), model, "1")
+    _ranks(run, 2, "save", str(tp_dir), model, "2")
+    _ranks(run, 1, "resume", str(tp_dir), model, "1")
     straight = json.loads((dp_dir / "straight-1x2.json").read_text())
     for resumed_at in (dp_dir / "resume-1x2.json", tp_dir / "resume-1.json"):
         resumed = json.loads(resumed_at.read_text())

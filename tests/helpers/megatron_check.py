@@ -1,6 +1,6 @@
-"""Run under torchrun (gloo): one scoring pass and one optimizer update through trainer=megatron's back-end.
+"""Run on gloo ranks: one scoring pass and one optimizer update through trainer=megatron's back-end.
 
-    torchrun --nproc-per-node N tests/helpers/megatron_check.py OUT MODEL_DIR TP PP OPTIMIZER [sp] [export]
+    python -m slimecli.launch.ranks --nproc N -m tests.helpers.megatron_check OUT MODEL TP PP OPTIMIZER [sp] [export]
 
 Rank 0 writes OUT/result.json: the scored log-probs, the update's metrics and the whole model after the
 update (HF names, as lists). The pytest side runs the same batch through trainer=torch in its own process
@@ -80,7 +80,7 @@ def run(cfg: SlimeConfig, batch: StepBatch, export: bool = False) -> dict[str, o
 def main() -> int:
     out, model_dir, tp, pp, optimizer = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     sequence_parallel = "sp" in sys.argv[6:]
-    dp = int(os.environ.get("WORLD_SIZE", "1")) // (tp * pp)  # the ranks torchrun started beyond one replica
+    dp = int(os.environ.get("WORLD_SIZE", "1")) // (tp * pp)  # the ranks started beyond one replica
     from transformers import AutoConfig
 
     vocab = AutoConfig.from_pretrained(model_dir).vocab_size

@@ -1,6 +1,6 @@
-"""Run under torchrun (gloo): trainer=megatron's sharded checkpoint, saved at one layout, resumed at another.
+"""Run on gloo ranks: trainer=megatron's sharded checkpoint, saved at one layout, resumed at another.
 
-    torchrun --nproc-per-node TPxDP tests/helpers/megatron_resume_check.py MODE OUT MODEL_DIR TP
+    python -m slimecli.launch.ranks --nproc TPxDP -m tests.helpers.megatron_resume_check MODE OUT MODEL_DIR TP
 
 MODE straight: two updates, then the gathered weights to OUT/straight-LAYOUT.json. save: one update, then
 policy.save_sharded(OUT/sharded). save-straight: both (the save between the updates). resume:

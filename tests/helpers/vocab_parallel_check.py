@@ -1,4 +1,4 @@
-"""Run under torchrun (gloo): checks the vocab-parallel ops against a full-vocabulary reference.
+"""Run on gloo ranks: checks the vocab-parallel ops against a full-vocabulary reference.
 
 Every rank writes its findings to OUT/rank<R>.json; the pytest side asserts on them.
 """
