@@ -29,10 +29,14 @@ PINNED_EXTRAS = ("dev", "megatron")  # what CI installs, so what constraints.txt
 
 
 def installed(name: str) -> Version | None:
-    try:
-        return Version(md.version(name))
-    except md.PackageNotFoundError:
-        return None
+    """The version installed here, SGLang's contract files (make sglang-contract) included whichever tests ran
+    before: test_sglang_contract.py puts them on sys.path, and this answer must not depend on the order."""
+    from tests.helpers.sglang_contract import TARGET
+
+    paths = [*sys.path, *([str(TARGET)] if TARGET.is_dir() and str(TARGET) not in sys.path else [])]
+    for dist in md.distributions(name=name, path=paths):
+        return Version(dist.version)
+    return None
 
 
 def constraints() -> dict[str, Version]:
