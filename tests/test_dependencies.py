@@ -33,8 +33,7 @@ def installed(name: str) -> Version | None:
     before: test_sglang_contract.py puts them on sys.path, and this answer must not depend on the order."""
     from tests.helpers.sglang_contract import TARGET
 
-    paths = [*sys.path, *([str(TARGET)] if TARGET.is_dir() and str(TARGET) not in sys.path else [])]
-    for dist in md.distributions(name=name, path=paths):
+    for dist in md.distributions(name=name, path=[*sys.path, str(TARGET)]):
         return Version(dist.version)
     return None
 

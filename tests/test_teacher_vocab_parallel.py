@@ -3,25 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from slimecli.teacher import vocab_parallel as vp
-from tests.helpers import ROOT
+from tests.helpers import run_ranks
 
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory) -> list[dict]:
     out = tmp_path_factory.mktemp("vp")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    argv = [sys.executable, "-m", "slimecli.launch.ranks", "--nproc", "2", "-m", "tests.helpers.vocab_parallel_check",
-            str(out)]  # two gloo ranks, launched as slimecli launches a node's ranks
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_ranks("vocab_parallel_check", 2, str(out), timeout=300)
     return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
 
 

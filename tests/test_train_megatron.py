@@ -7,15 +7,13 @@ vocabulary cut to 4093 rows, so tensor parallelism has to pad the vocabulary (to
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from tests.helpers import run_ranks
 from tests.helpers.megatron_check import check_cfg, fixed_batch, run
 
 pytestmark = pytest.mark.slow  # every test here starts real processes
@@ -49,7 +47,7 @@ def odd_vocab_model(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 
 def megatron_result(model: Path, out: Path, tp: int, pp: int, optimizer: str = "adam",
                     sequence_parallel: bool = False, dp: int = 1, export: bool = False) -> dict[str, Any]:
-    _ranks("megatron_check.py", tp * pp * dp, str(out), str(model), str(tp), str(pp), optimizer,
+    run_ranks("megatron_check", tp * pp * dp, str(out), str(model), str(tp), str(pp), optimizer,
            *(["sp"] if sequence_parallel else []), *(["export"] if export else []))
     return json.loads((out / "result.json").read_text())
 
@@ -116,16 +114,6 @@ def test_data_parallel_2_matches_the_torch_trainer(odd_vocab_model, torch_result
     assert_same(result, torch_result)
 
 
-def _ranks(script: str, nproc: int, *args: str) -> None:
-    """tests/helpers/SCRIPT on `nproc` gloo ranks, launched as slimecli launches a trainer's ranks on one node
-    (slimecli.launch.ranks: what torchrun gives each rank, the ranks forked once torch is imported)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    argv = [sys.executable, "-m", "slimecli.launch.ranks", "--nproc", str(nproc), "-m",
-            f"tests.helpers.{script.removesuffix('.py')}", *args]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-
-
 def test_sharded_checkpoint_resumes_at_another_tp_and_at_dp2(odd_vocab_model, tmp_path):
     """megatron-core's distributed checkpoint (weights and Adam moments, each rank its shards): saved after one
     update at TP=2 and resumed at TP=1; saved at DP=2 (the distributed optimizer: each replica holds half of the
@@ -136,12 +124,12 @@ def test_sharded_checkpoint_resumes_at_another_tp_and_at_dp2(odd_vocab_model, tm
     a wrong reshard, lost moments or a wrong Adam step move weights by a quarter of lr (1e-2) or more."""
     from slimecli.train.megatron.dist_checkpoint import check_optimizer_kind
 
-    run, model = "megatron_resume_check.py", str(odd_vocab_model)
+    run, model = "megatron_resume_check", str(odd_vocab_model)
     dp_dir, tp_dir = tmp_path / "dp", tmp_path / "tp"
-    _ranks(run, 2, "save-straight", str(dp_dir), model, "1")  # TP=1 on 2 ranks: DP=2
-    _ranks(run, 2, "resume", str(dp_dir), model, "1")
-    _ranks(run, 2, "save", str(tp_dir), model, "2")
-    _ranks(run, 1, "resume", str(tp_dir), model, "1")
+    run_ranks(run, 2, "save-straight", str(dp_dir), model, "1")  # TP=1 on 2 ranks: DP=2
+    run_ranks(run, 2, "resume", str(dp_dir), model, "1")
+    run_ranks(run, 2, "save", str(tp_dir), model, "2")
+    run_ranks(run, 1, "resume", str(tp_dir), model, "1")
     straight = json.loads((dp_dir / "straight-1x2.json").read_text())
     for resumed_at in (dp_dir / "resume-1x2.json", tp_dir / "resume-1.json"):
         resumed = json.loads(resumed_at.read_text())
