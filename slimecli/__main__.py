@@ -1,3 +1,3 @@
-from slimecli.cli.app import main
+from slimecli.cli.entry import main
 
 main()

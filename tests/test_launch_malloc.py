@@ -1,4 +1,4 @@
-"""Every process slimecli starts keeps its large freed blocks (launch/plan.py: malloc_env)."""
+"""Every process slimecli starts keeps its large freed blocks (launch/child_env.py: malloc_env)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from slimecli.config.compose import load
+from slimecli.launch.child_env import MALLOC_ENV, malloc_env
 from slimecli.launch.free_ports import with_free_ports
-from slimecli.launch.plan import MALLOC_ENV, build_plan, malloc_env
+from slimecli.launch.plan import build_plan
 from tests.helpers import ROOT
 from tests.helpers.teacher import make_checkpoint
 

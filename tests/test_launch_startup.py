@@ -103,13 +103,15 @@ def test_the_table_has_a_row_per_process_and_a_column_per_phase(tmp_path):
 
 @pytest.mark.slow
 def test_profile_startup_reports_every_process_and_the_controller_never_imports_torch(tmp_path):
-    """A one-step quickstart with --profile-startup, its controller in this interpreter's own process tree."""
+    """A one-step quickstart with --profile-startup, its controller in this interpreter's own process tree, started
+    as the `slimecli` command starts it (its entry point)."""
     run = tmp_path / "run"
     code = (
         "import sys\n"
-        "from slimecli.cli.app import app\n"
+        "from slimecli.cli.entry import main\n"
+        f"sys.argv = ['slimecli', 'train', 'trainer.max_steps=1', 'run.dir={run}', '--profile-startup']\n"
         "try:\n"
-        f"    app(['train', 'trainer.max_steps=1', 'run.dir={run}', '--profile-startup'])\n"
+        "    main()\n"
         "except SystemExit as e:\n"
         "    assert not e.code, e.code\n"
         "assert 'torch' not in sys.modules, 'the controller imported torch'\n"
@@ -126,6 +128,9 @@ def test_profile_startup_reports_every_process_and_the_controller_never_imports_
         assert f"\n{name} " in table
     first_step = next(line for line in table.splitlines() if line.startswith("trainer rank 0"))
     assert first_step.split()[-1] != "-"  # rank 0 reached its first step
+    # the command started the template before it had composed the config (launch/forked.py: start_early)
+    template = next(p for p in startup.read(run / "logs" / startup.STARTUP_FILE) if p.process == "template")
+    assert template.started < (run / "config.yaml").stat().st_mtime
 
 
 # A rank module for slimecli.launch.ranks: records what it was given, joins the gloo group, rank 1 fails on demand.

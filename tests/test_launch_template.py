@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from slimecli.launch import forked
+from slimecli.launch.child_env import child_env
 from slimecli.launch.forked import ForkedProcess, Template, forkable
 from tests.helpers import ROOT, pid_alive, wait_dead
 
@@ -127,3 +129,42 @@ def test_on_by_default_and_off_when_asked():
     assert Template.start({**unset, "SLIMECLI_TEMPLATE": "0"}, Path("/nonexistent/template.log")) is None
     with pytest.raises(FileExistsError):  # on: it went on to make its log's folder
         Template.start(unset, Path("/dev/null/template.log"))
+
+
+def test_commands_that_launch_a_run_start_its_template_first_and_the_run_takes_it(monkeypatch, tmp_path):
+    """`slimecli train` and `slimecli eval` start the template before they compose their config (start_early);
+    the run's supervisor takes it when its children start with the same start variables, else ends it."""
+    monkeypatch.setenv("SLIMECLI_TEMPLATE", "1")
+    for args in ([], ["config", "show"], ["plan"], ["train", "--help"], ["eval", "-h"], ["train", "--dry-run"]):
+        forked.start_early(args)
+        assert forked._early == [], args
+    env = {**os.environ, **child_env(), "SLIMECLI_RUN_DIR": str(tmp_path)}
+    forked.start_early(["train", "trainer.max_steps=1"])
+    (early,) = forked._early
+    policy = "ACTIVE" if os.environ.get("OMP_WAIT_POLICY") == "PASSIVE" else "PASSIVE"
+    other = Template.start({**env, "OMP_WAIT_POLICY": policy}, None)  # read as OpenMP loads: not this template
+    try:
+        assert other is not None and other is not early and forked._early == []
+        assert early.proc.wait(timeout=30) is not None  # ended, not left behind
+    finally:
+        assert other is not None
+        other.close()
+    forked.start_early(["eval", "model.path=DIR"])
+    (early,) = forked._early
+    log = tmp_path / "logs" / "template.log"
+    taken = Template.start(env, log)
+    try:
+        assert taken is early and forked._early == [] and log.is_file()
+        assert taken.proc.poll() is None
+    finally:
+        assert taken is not None
+        taken.close()
+
+
+def test_a_command_that_stops_before_its_run_ends_its_early_template():
+    """A config error ends the command before any run: the template it started early ends with it."""
+    script = ("import sys\nfrom slimecli.launch import forked\nforked.start_early(['train', 'trainer.max_stepz=1'])\n"
+              "print(forked._early[0].proc.pid, flush=True)\nsys.exit(2)\n")
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=ON, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert wait_dead([int(out.stdout)], timeout=30) == []

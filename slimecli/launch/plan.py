@@ -21,6 +21,7 @@ from slimecli.config.layout import (
 )
 from slimecli.config.schema import SlimeConfig
 from slimecli.config.teachers import GROUP_PROCESS, RunTeacher, run_teachers, teacher_view
+from slimecli.launch.child_env import child_env
 from slimecli.launch.spec import Health, Probe, ProcessSpec
 from slimecli.launch.torchrun import rank_command
 
@@ -236,21 +237,6 @@ def teacher_plan(cfg: SlimeConfig, run_dir: str | Path) -> list[ProcessSpec]:
 
 
 def in_run(specs: list[ProcessSpec], run_dir: Path) -> list[ProcessSpec]:
-    """What every process slimecli starts gets: its run directory, unbuffered output, malloc_env."""
-    env = {"SLIMECLI_RUN_DIR": str(run_dir), "PYTHONUNBUFFERED": "1", **malloc_env()}
+    """What every process slimecli starts gets: its run directory and child_env (unbuffered output, malloc_env)."""
+    env = {"SLIMECLI_RUN_DIR": str(run_dir), **child_env()}
     return [replace(s, env={**env, **s.env}) for s in specs]
-
-
-# glibc hands a freed block of more than its mmap threshold back to the kernel (and trims a heap top over its
-# trim threshold), so a CPU step's large temporaries (logits, their softmax, gradients) are faulted in afresh
-# on every step: computing a [256, 4096] entropy took 10 ms, 2 ms with the blocks kept. Blocks up to 64 MiB
-# stay in the process; larger ones (weights, big-vocabulary logits) are still mapped and unmapped.
-MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(128 << 20)}
-
-
-def malloc_env() -> dict[str, str]:
-    """The allocator settings, unless the environment sets the allocator itself (its own values, GLIBC_TUNABLES,
-    or another malloc preloaded)."""
-    if any(k in os.environ for k in (*MALLOC_ENV, "GLIBC_TUNABLES", "LD_PRELOAD")):
-        return {}
-    return dict(MALLOC_ENV)

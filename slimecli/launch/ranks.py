@@ -172,6 +172,10 @@ def main(argv: list[str]) -> int:
         os.environ["OMP_NUM_THREADS"] = "1"  # torchrun's default for several ranks, before any OpenMP loads
     os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
     fork = os.environ.get(FORK_ENV, "1") != "0" and not gpu_build() and preload(module)
+    if fork:
+        from slimecli.launch.template import freeze_imports
+
+        freeze_imports()
     startup.name(f"ranks of {module}")
     startup.mark("imported")
     port, launcher = free_port(), os.getpid()

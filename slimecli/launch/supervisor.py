@@ -24,7 +24,7 @@ from rich.markup import escape
 
 from slimecli.launch import pdeathsig
 from slimecli.launch.failure import strip_prefix, summary
-from slimecli.launch.forked import ForkedProcess, Template, forkable
+from slimecli.launch.forked import ForkedProcess, Template, drop_early, forkable
 from slimecli.launch.quiet import ConsoleFilter
 from slimecli.launch.restarts import AWAIT_WEIGHTS_ENV, SERVER_RESTART_ENV, HealthProbe, keep_log
 from slimecli.launch.spec import ProcessSpec
@@ -142,6 +142,8 @@ class Supervisor:
         self._tearing_down = True  # shutdown noise (e.g. torchrun's SIGTERM traceback) stays in the logs
         for probe in self.probes.values():
             probe.stop()
+        if self.template is not None:
+            self.template.stop()  # ends beside the children, not after them
         by_group = {c.proc.pid: c for c in self.children}  # each child leads its own session's group
         stubborn = terminate_groups({pgid: c.proc for pgid, c in by_group.items()}, self.grace_s)
         for pgid in stubborn:
@@ -165,6 +167,8 @@ class Supervisor:
         forked = [s for s in self.specs if forkable(s.argv)]
         if len(forked) > 1 or any(s.kind == "server" and s.health is not None for s in forked):
             self.template = Template.start(self._env(forked[0]), self.log_dir / "template.log")
+        else:
+            drop_early()  # the command started one early (launch/forked.py: start_early); this plan needs none
 
     def _env(self, spec: ProcessSpec) -> dict[str, str]:
         return {**os.environ, **spec.env, PARENT_ENV: str(os.getpid())}

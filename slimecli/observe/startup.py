@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 STARTUP_ENV = "SLIMECLI_PROFILE_STARTUP"
 STARTUP_FILE = "startup.jsonl"  # in RUN/logs/
@@ -54,18 +56,30 @@ def mark(phase: str, path: str | Path | None = None) -> None:
     Never fails."""
     if not enabled() or not _name:
         return
-    if path is None:
-        run_dir = os.environ.get("SLIMECLI_RUN_DIR")
-        if not run_dir:
-            return
-        path = Path(run_dir) / "logs" / STARTUP_FILE
+    path = path or run_file(os.environ)
+    if path is not None:
+        write(row(_name[0], phase), path)
+
+
+def row(process: str, phase: str) -> dict[str, Any]:
+    """A line of startup.jsonl: this process, named ``process``, reached ``phase`` now."""
     times = os.times()
-    row = {"process": _name[0], "pid": os.getpid(), "phase": phase, "at": time.time(),
-           "cpu_s": round(times.user + times.system, 3), "started": process_started()}
+    return {"process": process, "pid": os.getpid(), "phase": phase, "at": time.time(),
+            "cpu_s": round(times.user + times.system, 3), "started": process_started()}
+
+
+def run_file(env: Mapping[str, str]) -> Path | None:
+    """RUN/logs/startup.jsonl of a process with this environment, where it profiles its start-up."""
+    run_dir = env.get("SLIMECLI_RUN_DIR")
+    return Path(run_dir) / "logs" / STARTUP_FILE if env.get(STARTUP_ENV) == "1" and run_dir else None
+
+
+def write(line: dict[str, Any], path: str | Path) -> None:
+    """Append one line (never fails)."""
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a") as f:  # one short append: lines of several processes do not interleave
-            f.write(json.dumps(row) + "\n")
+            f.write(json.dumps(line) + "\n")
     except OSError:
         pass
 
