@@ -359,3 +359,22 @@ def test_both_adapters_read_tools_alike_and_offer_only_their_client_tools():
         with pytest.raises(ApiError, match=message) as info:
             tools_of(raw, responses._function, "parameters")
         assert info.value.status == 400
+
+
+def test_the_engine_wait_looks_soon_then_every_tenth_of_a_second(monkeypatch):
+    """`agent run` waits on nothing but its engine: polled from 50 ms, at most every 0.1 s, not every 0.5 s."""
+    from slimecli.agent.api import service
+
+    waits: list[float] = []
+    calls = iter([False] * 8 + [True])
+
+    async def healthy() -> bool:
+        return next(calls)
+
+    async def sleep(delay: float) -> None:
+        waits.append(delay)
+
+    monkeypatch.setattr(service.asyncio, "sleep", sleep)
+    asyncio.run(service.wait_engine(healthy, "http://127.0.0.1:1", timeout_s=60))
+    assert len(waits) == 8 and waits[0] == 0.05 and max(waits) == service.ENGINE_POLL_S == 0.1
+    assert waits == sorted(waits)
