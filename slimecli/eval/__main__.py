@@ -25,17 +25,18 @@ async def _evaluate(cfg: SlimeConfig, run_dir: Path, step: int) -> int:
     r = cfg.rollout
     engines = [EngineClient(slot.url, timeout_s=r.request_timeout_s, api_key=r.api_key)
                for slot in engine_slots(cfg)]
-    try:
-        await asyncio.gather(*(e.wait_ready(r.start_timeout_s) for e in engines))
-        startup.mark("ready")
-        evaluator = Evaluator(cfg, load_tokenizer(cfg.model.resolved_tokenizer_path), engines, run_dir)
-        results = await evaluator.evaluate(step)
-    finally:
-        for engine in engines:
-            close = getattr(engine, "close", None)
-            if close is not None:
-                await close()
-    with MetricsLogger(run_dir) as metrics:
+    # opened while the engines load, not after the evaluation: TensorBoard's writer imports in 0.1 s
+    with MetricsLogger(run_dir, observe=cfg.observe) as metrics:
+        try:
+            await asyncio.gather(*(e.wait_ready(r.start_timeout_s) for e in engines))
+            startup.mark("ready")
+            evaluator = Evaluator(cfg, load_tokenizer(cfg.model.resolved_tokenizer_path), engines, run_dir)
+            results = await evaluator.evaluate(step)
+        finally:
+            for engine in engines:
+                close = getattr(engine, "close", None)
+                if close is not None:
+                    await close()
         metrics.log(step, {**flat_metrics(results), "eval/weight_version": step})
     print(f"evaluator: step {step}: {headline(results)}", flush=True)
     return 0

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from slimecli.config.groups.observe import ObserveConfig
 from slimecli.observe.metrics import MetricsLogger, drop_steps_after, read_metrics
 from slimecli.observe.progress import RecentRewards, StepProgress, reward_text
 from slimecli.observe.restarts import RESTARTS_FILE, count_restarts
@@ -32,10 +33,11 @@ class StepRecords:
     """Opened once the engines are up (and a resumed run's weights pushed), closed at the end of the run."""
 
     def __init__(self, run_dir: Path, max_steps: int, step: int, reward_key: str | None,
-                 restored_row: dict[str, Any] | None) -> None:
+                 restored_row: dict[str, Any] | None, observe: ObserveConfig | None = None) -> None:
         self.meter = RewardMeter(reward_key)  # counts the invalid rewards
         self.recent = RecentRewards()
-        self.metrics_log = MetricsLogger(run_dir, resume_step=step)
+        # observe: the run's settings as this rank has them (None: read again from RUN/config.yaml)
+        self.metrics_log = MetricsLogger(run_dir, resume_step=step, observe=observe)
         log_lost_row(self.metrics_log, step, restored_row)
         self.prompts_path = run_dir / PROMPTS_FILE
         drop_steps_after(self.prompts_path, step)

@@ -193,7 +193,8 @@ class RolloutCoordinator(Coordinator):
         a collector that reports as it goes (the agent kind) shows its status on the progress line."""
         from slimecli.train.records import StepRecords
 
-        self.records = StepRecords(self.run_dir, self.cfg.trainer.max_steps, step, self.cfg.reward.key, restored_row)
+        self.records = StepRecords(self.run_dir, self.cfg.trainer.max_steps, step, self.cfg.reward.key, restored_row,
+                                   self.cfg.observe)
         if self.collector is not None and hasattr(self.collector, "on_progress"):
             cast(Any, self.collector).on_progress = self.records.progress.note
 
