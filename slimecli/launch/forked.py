@@ -5,6 +5,9 @@ A child is forked only when a fresh `python -m slimecli.X` would start the same:
 same environment variables read while the interpreter and its libraries start (PYTHON*, malloc's, OpenMP's, the
 loader's, torch's and Hugging Face's). Anything else, a GPU build of torch (CUDA must not be touched before a
 fork), or a template that failed, starts with Popen as before; so does every child with SLIMECLI_TEMPLATE=0.
+
+`slimecli train` and `slimecli eval` start the template before anything else (start_early), and the run's
+supervisor takes that one.
 """
 
 from __future__ import annotations
@@ -109,7 +112,7 @@ class Template:
     def start(cls, env: dict[str, str], log_path: Path | None) -> Template | None:
         """The template, importing in the background; None where children cannot be forked here. One started
         early (start_early) with the same start variables is taken instead. ``log_path``: where its output goes
-        (None: kept until log_to names a file)."""
+        (None: kept until its log's `to` names one)."""
         from slimecli.launch.ranks import gpu_build
 
         early = _take_early(env)
