@@ -135,7 +135,8 @@ def test_commands_that_launch_a_run_start_its_template_first_and_the_run_takes_i
     """`slimecli train` and `slimecli eval` start the template before they compose their config (start_early);
     the run's supervisor takes it when its children start with the same start variables, else ends it."""
     monkeypatch.setenv("SLIMECLI_TEMPLATE", "1")
-    for args in ([], ["config", "show"], ["plan"], ["train", "--help"], ["eval", "-h"], ["train", "--dry-run"]):
+    for args in ([], ["config", "show"], ["plan"], ["train", "--help"], ["eval", "-h"], ["train", "--dry-run"],
+                 ["teacher"], ["rollout", "serve"], ["teacher", "serve", "--help"]):
         forked.start_early(args)
         assert forked._early == [], args
     env = {**os.environ, **child_env(), "SLIMECLI_RUN_DIR": str(tmp_path)}
@@ -149,6 +150,10 @@ def test_commands_that_launch_a_run_start_its_template_first_and_the_run_takes_i
     finally:
         assert other is not None
         other.close()
+    forked.start_early(["teacher", "serve", "model.path=DIR"])
+    (early,) = forked._early
+    forked.drop_early()
+    assert early.proc.poll() is not None and forked._early == []
     forked.start_early(["eval", "model.path=DIR"])
     (early,) = forked._early
     log = tmp_path / "logs" / "template.log"

@@ -6,8 +6,8 @@ same environment variables read while the interpreter and its libraries start (P
 loader's, torch's and Hugging Face's). Anything else, a GPU build of torch (CUDA must not be touched before a
 fork), or a template that failed, starts with Popen as before; so does every child with SLIMECLI_TEMPLATE=0.
 
-`slimecli train` and `slimecli eval` start the template before anything else (start_early), and the run's
-supervisor takes that one.
+`slimecli train`, `slimecli eval` and `slimecli teacher serve` start the template before anything else
+(start_early), and the run's supervisor takes that one.
 """
 
 from __future__ import annotations
@@ -246,18 +246,18 @@ class _LateLog:
 
 # A template started by start_early, before the command composed its config: Template.start takes it.
 _early: list[Template] = []
-EARLY_COMMANDS = ("train", "eval")  # the commands whose runs fork their children from a template
+EARLY_COMMANDS = (("train",), ("eval",), ("teacher", "serve"))  # commands whose processes fork from a template
 NOT_A_RUN = frozenset({"-h", "--help", "--version", "--dry-run"})
 
 
 def start_early(args: list[str]) -> None:
-    """`slimecli train` and `slimecli eval` start their run's template before anything else (args: the command
-    line after `slimecli`). Its imports, 3 CPU-seconds on one core, then overlap the command line's own start and
-    the composing and checking of the config on the other, instead of following them: about 0.2 s sooner to
-    every child. The environment is what every child gets (launch/child_env.py); a run whose children need other
+    """`slimecli train`, `slimecli eval` and `slimecli teacher serve` start their template before anything else
+    (args: the command line after `slimecli`). Its imports, 3 CPU-seconds on one core, then overlap the command
+    line's own start and the composing and checking of the config on the other, instead of following them: about
+    0.2 s sooner to every child. The environment is what every child gets (launch/child_env.py); a run whose children need other
     start variables (an overlapped run's OpenMP wait policy) ends it and starts its own. A command that stops
     before it launches anything (a config error) ends it as it exits."""
-    if not args or args[0] not in EARLY_COMMANDS or NOT_A_RUN & set(args):
+    if not any(tuple(args[:len(c)]) == c for c in EARLY_COMMANDS) or NOT_A_RUN & set(args):
         return
     from slimecli.launch.child_env import child_env
 
