@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from slimecli.launch import pdeathsig
+from slimecli.launch.child_env import child_env
 from slimecli.observe import startup
 
 TEMPLATE_ENV = "SLIMECLI_TEMPLATE"  # "0": each child is its own `python -m` (the default forks them from a template)
@@ -102,8 +103,6 @@ class Template:
         self.proc, self.sock, self.env = proc, sock, env
         self.ready: bool | None = None  # None until the template has said
         self.why = ""  # why it cannot serve
-        self.imported: dict[str, Any] | None = None  # its startup.jsonl line, once ready
-        self._recorded = False
         self._lock = threading.Lock()
         assert proc.stdout is not None
         self.log = _LateLog(proc.stdout)
@@ -167,14 +166,13 @@ class Template:
             return ForkedProcess(int(answer["pid"]), list(argv), os.fdopen(read, "rb"))
 
     def _await_ready(self, env: dict[str, str]) -> bool:
+        """Its answer, once; its imports' line goes where the first child's run profiles its start-up."""
         if self.ready is None:
             answer = self._receive(READY_TIMEOUT_S)
             self.ready, self.why = bool(answer.get("ready")), str(answer.get("why") or answer.get("error", ""))
-            self.imported = answer.get("imported")
-        path = startup.run_file(env)
-        if self.ready and self.imported and path is not None and not self._recorded:
-            startup.write(self.imported, path)  # where the run that forks from it profiles its start-up
-            self._recorded = True
+            path = startup.run_file(env)
+            if self.ready and answer.get("imported") and path is not None:
+                startup.write(answer["imported"], path)
         return self.ready
 
     def _receive(self, timeout_s: float) -> dict[str, Any]:
@@ -254,17 +252,15 @@ def start_early(args: list[str]) -> None:
     """`slimecli train`, `slimecli eval` and `slimecli teacher serve` start their template before anything else
     (args: the command line after `slimecli`). Its imports, 3 CPU-seconds on one core, then overlap the command
     line's own start and the composing and checking of the config on the other, instead of following them: about
-    0.2 s sooner to every child. The environment is what every child gets (launch/child_env.py); a run whose children need other
-    start variables (an overlapped run's OpenMP wait policy) ends it and starts its own. A command that stops
-    before it launches anything (a config error) ends it as it exits."""
+    0.2 s sooner to every child. The environment is what every child gets (launch/child_env.py); a run whose
+    children need other start variables (an overlapped run's OpenMP wait policy) ends it and starts its own. A
+    command that stops before it launches anything (a config error) ends it as it exits."""
     if not any(tuple(args[:len(c)]) == c for c in EARLY_COMMANDS) or NOT_A_RUN & set(args):
         return
-    from slimecli.launch.child_env import child_env
-
     template = Template.start({**os.environ, **child_env()}, None)
     if template is not None:
         _early.append(template)
-        atexit.register(_drop_early_at_exit)
+        atexit.register(drop_early, wait=False)
 
 
 def _take_early(env: dict[str, str]) -> Template | None:
@@ -285,6 +281,3 @@ def drop_early(wait: bool = True) -> None:
         else:
             template.stop()
 
-
-def _drop_early_at_exit() -> None:
-    drop_early(wait=False)
