@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from slimecli.cli.entry import launches_a_run
 from slimecli.launch import forked
 from slimecli.launch.child_env import child_env
 from slimecli.launch.forked import ForkedProcess, Template, forkable
@@ -132,15 +133,16 @@ def test_on_by_default_and_off_when_asked():
 
 
 def test_commands_that_launch_a_run_start_its_template_first_and_the_run_takes_it(monkeypatch, tmp_path):
-    """`slimecli train` and `slimecli eval` start the template before they compose their config (start_early);
+    """`slimecli train`, `eval` and `teacher serve` start the template before composing their config (start_early);
     the run's supervisor takes it when its children start with the same start variables, else ends it."""
     monkeypatch.setenv("SLIMECLI_TEMPLATE", "1")
     for args in ([], ["config", "show"], ["plan"], ["train", "--help"], ["eval", "-h"], ["train", "--dry-run"],
                  ["teacher"], ["rollout", "serve"], ["teacher", "serve", "--help"]):
-        forked.start_early(args)
-        assert forked._early == [], args
+        assert not launches_a_run(args), args
+    for args in (["train", "trainer.max_steps=1"], ["eval"], ["teacher", "serve", "model.path=DIR"]):
+        assert launches_a_run(args), args
     env = {**os.environ, **child_env(), "SLIMECLI_RUN_DIR": str(tmp_path)}
-    forked.start_early(["train", "trainer.max_steps=1"])
+    forked.start_early()
     (early,) = forked._early
     policy = "ACTIVE" if os.environ.get("OMP_WAIT_POLICY") == "PASSIVE" else "PASSIVE"
     other = Template.start({**env, "OMP_WAIT_POLICY": policy}, None)  # read as OpenMP loads: not this template
@@ -150,11 +152,11 @@ def test_commands_that_launch_a_run_start_its_template_first_and_the_run_takes_i
     finally:
         assert other is not None
         other.close()
-    forked.start_early(["teacher", "serve", "model.path=DIR"])
+    forked.start_early()
     (early,) = forked._early
     forked.drop_early()
     assert early.proc.poll() is not None and forked._early == []
-    forked.start_early(["eval", "model.path=DIR"])
+    forked.start_early()
     (early,) = forked._early
     log = tmp_path / "logs" / "template.log"
     taken = Template.start(env, log)
@@ -168,7 +170,7 @@ def test_commands_that_launch_a_run_start_its_template_first_and_the_run_takes_i
 
 def test_a_command_that_stops_before_its_run_ends_its_early_template():
     """A config error ends the command before any run: the template it started early ends with it."""
-    script = ("import sys\nfrom slimecli.launch import forked\nforked.start_early(['train', 'trainer.max_stepz=1'])\n"
+    script = ("import sys\nfrom slimecli.launch import forked\nforked.start_early()\n"
               "print(forked._early[0].proc.pid, flush=True)\nsys.exit(2)\n")
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=ON, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2, out.stderr

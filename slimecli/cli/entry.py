@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import sys
 
+EARLY_COMMANDS = (("train",), ("eval",), ("teacher", "serve"))  # their processes fork from the run's template
+NOT_A_RUN = frozenset({"-h", "--help", "--version", "--dry-run"})
+
+
+def launches_a_run(args: list[str]) -> bool:
+    """Whether `slimecli ARGS` starts a run's processes (every other command leaves launch/ unimported)."""
+    return any(tuple(args[:len(c)]) == c for c in EARLY_COMMANDS) and not NOT_A_RUN & set(args)
+
 
 def main() -> None:
-    from slimecli.launch.forked import start_early
+    if launches_a_run(sys.argv[1:]):
+        from slimecli.launch.forked import start_early
 
-    start_early(sys.argv[1:])
+        start_early()
     from slimecli.cli.app import main as app_main
 
     app_main()

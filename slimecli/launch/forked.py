@@ -244,19 +244,15 @@ class _LateLog:
 
 # A template started by start_early, before the command composed its config: Template.start takes it.
 _early: list[Template] = []
-EARLY_COMMANDS = (("train",), ("eval",), ("teacher", "serve"))  # commands whose processes fork from a template
-NOT_A_RUN = frozenset({"-h", "--help", "--version", "--dry-run"})
 
 
-def start_early(args: list[str]) -> None:
-    """`slimecli train`, `slimecli eval` and `slimecli teacher serve` start their template before anything else
-    (args: the command line after `slimecli`). Its imports, 3 CPU-seconds on one core, then overlap the command
-    line's own start and the composing and checking of the config on the other, instead of following them: about
-    0.2 s sooner to every child. The environment is what every child gets (launch/child_env.py); a run whose
+def start_early() -> None:
+    """The template of the run this command will launch, started before anything else (cli/entry.py: `slimecli
+    train`, `eval` and `teacher serve`). Its imports, 3 CPU-seconds on one core, then overlap the command line's
+    own start and the composing and checking of the config on the other, instead of following them: about 0.2 s
+    sooner to every child. The environment is what every child gets (launch/child_env.py); a run whose
     children need other start variables (an overlapped run's OpenMP wait policy) ends it and starts its own. A
     command that stops before it launches anything (a config error) ends it as it exits."""
-    if not any(tuple(args[:len(c)]) == c for c in EARLY_COMMANDS) or NOT_A_RUN & set(args):
-        return
     template = Template.start({**os.environ, **child_env()}, None)
     if template is not None:
         _early.append(template)
