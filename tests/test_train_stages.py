@@ -21,6 +21,7 @@ from slimecli.rollout.sample import Sample
 from slimecli.train import stages
 from slimecli.train.coordinator import Coordinator
 from slimecli.train.losses import loss_weights
+from slimecli.train.micro_batches import micro_batches, rank_micro_batches
 from slimecli.train.policy import TorchPolicy
 from slimecli.train.stages import RankContext, StageTimer, StepBatch, StepTensors
 
@@ -270,14 +271,15 @@ def test_advantages_opd_missing_logprobs_are_errors():
 
 
 # ---- update -------------------------------------------------------------------------------------------------
-def run_update(global_batch_size: int, **trainer: Any) -> tuple[TinyLM, dict[str, float], StepTensors]:
+def run_update(global_batch_size: int, ctx: RankContext = CTX, **trainer: Any
+               ) -> tuple[TinyLM, dict[str, float], StepTensors]:
     model, batch = TinyLM(0), make_batch()
     cfg = make_cfg(global_batch_size=global_batch_size, micro_batch_size=1, **trainer)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    old = stages.old_logp(torch_policy(model), batch, cfg.trainer, CTX, has_ref=False)
+    old = stages.old_logp(torch_policy(model), batch, cfg.trainer, ctx, has_ref=False)
     tensors = StepTensors(old, None, stages.advantages(batch, old, None, cfg.trainer, 2))
-    return model, stages.update(torch_policy(model, optimizer), scheduler, batch, tensors, cfg, CTX), tensors
+    return model, stages.update(torch_policy(model, optimizer), scheduler, batch, tensors, cfg, ctx), tensors
 
 
 CHECKSUM_ONE_UPDATE = (-8.78691, 79.336441)  # (row-weighted sum of the head, |embedding| sum) after the step
@@ -419,7 +421,8 @@ def forked_batch() -> StepBatch:
     return StepBatch(samples, [1.0, 1.0, 0.0, 0.5, 0.5], {})
 
 
-def ragged_update(rank: int, world_size: int, port: int, tensors: StepTensors, out: Any) -> None:
+def ragged_update(rank: int, world_size: int, port: int, tensors: StepTensors, out: Any, max_tokens: int | None
+                  ) -> None:
     import os
     import sys
 
@@ -434,11 +437,12 @@ def ragged_update(rank: int, world_size: int, port: int, tensors: StepTensors, o
         cfg = make_cfg(global_batch_size=3, micro_batch_size=1, loss_reduction="per_rollout")
         optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-        ctx = dataclasses.replace(CTX, micro_batch_size=1, rank=rank, world_size=world_size)
+        ctx = dataclasses.replace(CTX, micro_batch_size=1, rank=rank, world_size=world_size, max_tokens=max_tokens)
+        scored = flat(stages.score(torch_policy(model, None, ctx), make_samples(), ctx))
         metrics = stages.update(torch_policy(model, optimizer, ctx), scheduler, forked_batch(), tensors, cfg, ctx)
         state = {k: v.full_tensor() for k, v in model.state_dict().items()}
         if rank == 0:
-            out.put((metrics, {k: v.tolist() for k, v in state.items()}))
+            out.put((metrics, {k: v.tolist() for k, v in state.items()}, scored))
         del model, optimizer, scheduler
     finally:
         torch_dist.destroy_process_group()
@@ -450,16 +454,42 @@ def ragged_update(rank: int, world_size: int, port: int, tensors: StepTensors, o
     os._exit(0)
 
 
-def test_rank_chunks_pad_every_rank_to_the_busiest():
-    assert stages.rank_chunks(list(range(5)), 0, 2, 1) == [[0], [2], [4]]
-    assert stages.rank_chunks(list(range(5)), 1, 2, 1) == [[1], [3], []]
-    assert stages.rank_chunks(list(range(5)), 1, 2, 2) == [[1, 3], []]
-    assert stages.rank_chunks([7], 1, 2, 4) == [[]]
+def test_rank_micro_batches_pad_every_rank_to_the_busiest():
+    assert rank_micro_batches([5] * 5, 2, 1, None) == [[[0], [2], [4]], [[1], [3], []]]
+    assert rank_micro_batches([5] * 5, 2, 2, None) == [[[0, 2], [4]], [[1, 3], []]]
+    assert rank_micro_batches([5], 2, 4, None) == [[[0]], [[]]]
 
 
-def test_fsdp_update_with_forked_runs_matches_one_process():
+def test_a_token_budget_puts_long_samples_together_and_many_short_ones_in_one_micro_batch():
+    lengths = [10, 80, 12, 10, 80, 11, 12, 10]  # a long tail: 2 of 8 samples 8x as long
+    assert micro_batches(lengths, 4, None) == [[0, 1, 2, 3], [4, 5, 6, 7]]  # 8 rows x 80 padded tokens
+    assert micro_batches(lengths, 4, 160) == [[1, 4], [0, 2, 3, 5, 6, 7]]  # 2 x 80 and 6 x 12
+    assert micro_batches(lengths, 4, 100) == [[1], [4], [0, 2, 3, 5, 6, 7]]
+    assert micro_batches([300, 10], 4, 100) == [[0], [1]]  # a sample over the budget goes alone
+    assert micro_batches([], 4, 100) == []
+    # every rank computes every rank's micro-batches, and pads its own to the busiest's count
+    assert rank_micro_batches(lengths, 2, 4, 100) == [[[4], [0, 2, 6]], [[1], [3, 5, 7]]]
+    assert rank_micro_batches([80, 10, 10, 10], 2, 4, 100) == [[[0], [2]], [[1, 3], []]]
+
+
+def test_a_token_budget_changes_no_log_prob_and_no_update():
+    """The pinned values of the fixed micro-batches, with the samples regrouped by a budget of 9 padded tokens
+    (micro-batches [0], [2], [1, 3] and, for the update, each rank's own)."""
+    budget = dataclasses.replace(CTX, max_tokens=9)
+    assert budget.rank_micro_batches(make_samples()) == [[[0], [2], [1, 3]]]
+    model, batch = TinyLM(0), make_batch()
+    old = stages.old_logp(torch_policy(model), batch, make_cfg(global_batch_size=2).trainer, budget, has_ref=False)
+    close(flat(old), OLD_LOGP)
+    model, metrics, _ = run_update(4, ctx=budget)
+    assert metrics["train/grad_norm"] == pytest.approx(0.4956819, rel=RTOL)
+    assert checksum(model) == pytest.approx(CHECKSUM_ONE_UPDATE, rel=RTOL)
+
+
+@pytest.mark.parametrize("max_tokens", [None, 9])
+def test_fsdp_update_with_forked_runs_matches_one_process(max_tokens):
     """Ranks get 3 and 2 samples of one update (forked agent runs); FSDP ranks stay in step (no hang) and the
-    weights after the update equal a single process's."""
+    weights after the update equal a single process's. With a token budget of 9 the ranks' micro-batches differ in
+    count too (3 and 1 for the update, 2 and 1 for the sharded scoring): the lighter rank runs fillers."""
     import torch.multiprocessing as mp
 
     from tests.helpers import free_port, wait_until
@@ -475,9 +505,10 @@ def test_fsdp_update_with_forked_runs_matches_one_process():
                          dataclasses.replace(CTX, micro_batch_size=1))
 
     queue = mp.get_context("spawn").SimpleQueue()
-    ctx = mp.spawn(ragged_update, args=(2, free_port(), tensors, queue), nprocs=2, join=False)
+    ctx = mp.spawn(ragged_update, args=(2, free_port(), tensors, queue, max_tokens), nprocs=2, join=False)
     wait_until(lambda: ctx.join(timeout=1), 120, "both ranks to finish the update (they hung)", interval=0)
-    metrics, state = queue.get()
+    metrics, state, scored = queue.get()
+    close(scored, OLD_LOGP)  # make_samples() scored by the two ranks, before the update
     for name, value in single.state_dict().items():
         close(flat([torch.tensor(state[name])]), flat([value]))
     assert metrics["train/updates"] == 1

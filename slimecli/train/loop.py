@@ -66,7 +66,7 @@ class Trainer:
             self.critic = make_critic(cfg, self.info)
         startup.mark("model loaded")
         self.ctx = RankContext(pad_id, cfg.trainer.micro_batch_size, cfg.rollout.temperature, self.info.device,
-                               self.policy.data_rank, self.policy.data_size)
+                               self.policy.data_rank, self.policy.data_size, cfg.trainer.max_tokens_per_micro_batch)
         self.scheduler = build_scheduler(self.policy.lr_optimizer(), cfg.optimizer, cfg.trainer.max_steps)
         self.step = 0  # completed steps
         self.restored_metrics: dict[str, Any] | None = None  # the resumed checkpoint's metrics row

@@ -13,7 +13,6 @@ PolicyBackend (backend.py), so the stages are the same for trainer=torch and tra
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -32,6 +31,7 @@ from slimecli.train import dist
 from slimecli.train.backend import PolicyBackend
 from slimecli.train.batch import PackedBatch, pack
 from slimecli.train.losses import kl_penalty, loss_weights, pad_sequences, policy_loss
+from slimecli.train.micro_batches import rank_micro_batches
 
 STAGES = ("rollout", "old_logp", "ref_logp", "advantages", "update", "sync_weights", "eval", "save")
 
@@ -67,6 +67,12 @@ class RankContext:
     device: torch.device
     rank: int = 0
     world_size: int = 1
+    max_tokens: int | None = None  # trainer.max_tokens_per_micro_batch: micro-batches by padded tokens (micro_batches.py)
+
+    def rank_micro_batches(self, samples: Sequence[Sample], world_size: int | None = None) -> list[list[list[int]]]:
+        """Every data rank's micro-batches of ``samples`` (split rank, rank + world, ...), as positions into it."""
+        return rank_micro_batches([len(s.tokens) for s in samples], world_size or self.world_size,
+                                  self.micro_batch_size, self.max_tokens)
 
 
 class RolloutSource(Protocol):
@@ -112,15 +118,16 @@ def score(policy: PolicyBackend, samples: Sequence[Sample], ctx: RankContext) ->
     that FSDP ranks run the same number of forwards.
     """
     sharded = ctx.world_size > 1 and len(samples) % ctx.world_size == 0
-    mine = list(samples[ctx.rank::ctx.world_size]) if sharded else list(samples)
-    mb = ctx.micro_batch_size
-    chunks = [mine[i:i + mb] for i in range(0, len(mine), mb)]
-    scored = policy.score([pack(chunk, ctx.pad_id).to(ctx.device) for chunk in chunks], ctx.temperature)
-    out: Tensors = [logp[j, :s.response_length].float().cpu()
-                    for chunk, logp in zip(chunks, scored, strict=True) for j, s in enumerate(chunk)]
+    chunks = ctx.rank_micro_batches(samples, ctx.world_size if sharded else 1)[ctx.rank if sharded else 0]
+    # a rank with fewer micro-batches than the busiest scores its first sample again, and drops it
+    packs = [pack([samples[i] for i in chunk or [ctx.rank]], ctx.pad_id).to(ctx.device) for chunk in chunks]
+    scored = policy.score(packs, ctx.temperature)
+    by_position = {i: logp[j, :samples[i].response_length].float().cpu()
+                   for chunk, logp in zip(chunks, scored, strict=True) for j, i in enumerate(chunk)}
     if not sharded:
-        return out
-    shards = dist.gather_by_data_rank(out, ctx.rank, ctx.world_size)
+        return [by_position[i] for i in range(len(samples))]
+    mine = [by_position[i] for i in range(ctx.rank, len(samples), ctx.world_size)]
+    shards = dist.gather_by_data_rank(mine, ctx.rank, ctx.world_size)
     return [shards[i % ctx.world_size][i // ctx.world_size] for i in range(len(samples))]
 
 
@@ -160,16 +167,6 @@ def update_slices(samples: Sequence[Sample], cfg: TrainerConfig) -> list[list[in
 def update_weights(samples: Sequence[Sample], cfg: SlimeConfig) -> Tensors:
     """The loss weights of one update's samples (trainer.loss_reduction; token_sum_norm by rollout.max_new_tokens)."""
     return loss_weights(samples, cfg.trainer.loss_reduction, norm_tokens=cfg.rollout.max_new_tokens)
-
-
-def rank_chunks(idx: list[int], rank: int, world_size: int, micro_batch_size: int) -> list[list[int]]:
-    """This rank's micro-batches of one update (samples rank, rank + world, ...), padded with empty chunks to the
-    count of the busiest rank: agent runs fork, so an update need not split evenly, and FSDP ranks must run the
-    same number of forwards and backwards."""
-    mine = idx[rank::world_size]
-    busiest = math.ceil(len(idx) / world_size)
-    n = math.ceil(busiest / micro_batch_size)
-    return [mine[i * micro_batch_size:(i + 1) * micro_batch_size] for i in range(n)]
 
 
 # ---- the stages ---------------------------------------------------------------------------------------------
@@ -311,8 +308,8 @@ def update_chunks(samples: list[Sample], idx: list[int], cfg: SlimeConfig, ctx: 
     step_weights: Tensors = [torch.zeros(0)] * len(samples)
     for k, w in zip(idx, update_weights([samples[i] for i in idx], cfg), strict=True):
         step_weights[k] = w
-    chunks = [(chunk or idx[:1], not chunk) for chunk in rank_chunks(idx, ctx.rank, ctx.world_size,
-                                                                     cfg.trainer.micro_batch_size)]
+    mine = ctx.rank_micro_batches([samples[i] for i in idx])[ctx.rank]
+    chunks = [([idx[j] for j in chunk] or idx[:1], not chunk) for chunk in mine]
     packs = [pack([samples[i] for i in chunk], ctx.pad_id).to(ctx.device) for chunk, _ in chunks]
     return step_weights, chunks, packs
 
