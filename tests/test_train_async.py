@@ -105,13 +105,14 @@ def test_async_quickstart_trains_one_version_behind(tmp_path: Path):
 AHEAD_STEPS = 70  # four versions stale the curve can lag: at 60 steps a loaded CI machine measured 0.89 still rising
 AHEAD = ("trainer.async_rollout=true", "trainer.max_staleness=4", "trainer.partial_rollouts=true",
          f"trainer.max_steps={AHEAD_STEPS}", "trainer.save_interval=5", "trainer.nproc=1", "eval.interval=20",
-         "rollout.dynamic_filter=none")
+         "rollout.dynamic_filter=none", "trainer.max_tokens_per_micro_batch=1024")
 
 
 @pytest.mark.slow
 def test_four_steps_ahead_with_partial_rollouts_learns_and_a_kill_in_flight_resumes_the_prompt_stream_whole(
         tmp_path: Path):
-    """The quickstart four versions ahead with partial rollouts, kill -9 of the controller while rollouts are in
+    """The quickstart four versions ahead with partial rollouts (micro-batched by padded tokens, as a long-tail run
+    would be), kill -9 of the controller while rollouts are in
     flight, then the same command: it resumes from the checkpoint, re-issues the prompts that were in flight, and
     trains every prompt-stream position exactly once; no token trains more than 4 versions after it was
     sampled; the quickstart still learns; every evaluation names the weights it scored."""

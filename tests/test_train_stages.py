@@ -463,20 +463,23 @@ def test_rank_micro_batches_pad_every_rank_to_the_busiest():
 def test_a_token_budget_puts_long_samples_together_and_many_short_ones_in_one_micro_batch():
     lengths = [10, 80, 12, 10, 80, 11, 12, 10]  # a long tail: 2 of 8 samples 8x as long
     assert micro_batches(lengths, 4, None) == [[0, 1, 2, 3], [4, 5, 6, 7]]  # 8 rows x 80 padded tokens
-    assert micro_batches(lengths, 4, 160) == [[1, 4], [0, 2, 3, 5, 6, 7]]  # 2 x 80 and 6 x 12
-    assert micro_batches(lengths, 4, 100) == [[1], [4], [0, 2, 3, 5, 6, 7]]
-    assert micro_batches([300, 10], 4, 100) == [[0], [1]]  # a sample over the budget goes alone
+    assert micro_batches(lengths, 4, 160) == [[0, 2, 3, 5, 6, 7], [1, 4]]  # 6 x 12 and 2 x 80
+    assert micro_batches(lengths, 4, 100) == [[0, 2, 3, 5, 6, 7], [1], [4]]
+    # filled shortest first: two micro-batches either way, but none of the short samples is padded to 8
+    # (filled longest first: [8, 8, 3] and five 3s, 39 padded tokens against 34)
+    assert micro_batches([8, 8, 3, 3, 3, 3, 3, 3], 4, 24) == [[2, 3, 4, 5, 6, 7], [0, 1]]
+    assert micro_batches([300, 10], 4, 100) == [[1], [0]]  # a sample over the budget goes alone
     assert micro_batches([], 4, 100) == []
     # every rank computes every rank's micro-batches, and pads its own to the busiest's count
-    assert rank_micro_batches(lengths, 2, 4, 100) == [[[4], [0, 2, 6]], [[1], [3, 5, 7]]]
-    assert rank_micro_batches([80, 10, 10, 10], 2, 4, 100) == [[[0], [2]], [[1, 3], []]]
+    assert rank_micro_batches(lengths, 2, 4, 100) == [[[0, 2, 6], [4]], [[3, 5, 7], [1]]]
+    assert rank_micro_batches([80, 10, 10, 10], 2, 4, 100) == [[[2], [0]], [[1, 3], []]]
 
 
 def test_a_token_budget_changes_no_log_prob_and_no_update():
     """The pinned values of the fixed micro-batches, with the samples regrouped by a budget of 9 padded tokens
-    (micro-batches [0], [2], [1, 3] and, for the update, each rank's own)."""
+    (micro-batches [1, 3], [0] and [2])."""
     budget = dataclasses.replace(CTX, max_tokens=9)
-    assert budget.rank_micro_batches(make_samples()) == [[[0], [2], [1, 3]]]
+    assert budget.rank_micro_batches(make_samples()) == [[[1, 3], [0], [2]]]
     model, batch = TinyLM(0), make_batch()
     old = stages.old_logp(torch_policy(model), batch, make_cfg(global_batch_size=2).trainer, budget, has_ref=False)
     close(flat(old), OLD_LOGP)
