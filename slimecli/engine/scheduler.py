@@ -37,7 +37,7 @@ T = TypeVar("T")  # what a command run on the scheduler thread returns
 
 
 class Scheduler:
-    def __init__(self, model: Any, tokenizer: Any, *, max_running: int = 64, pad_id: int = 0,
+    def __init__(self, model: Any, tokenizer: Any, *, max_running: int = 128, pad_id: int = 0,
                  max_prefill_tokens: int = 8192, seed: int | None = None, prefix_cache_bytes: int = 1 << 30,
                  prefix_cache_min_tokens: int = 256, jump_forward: bool = True,
                  dispatch: Callable[[list[Update]], None] | None = None) -> None:

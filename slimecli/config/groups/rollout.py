@@ -34,7 +34,7 @@ class RolloutConfig:
     health_timeout_s: float = spec(120.0, gt=0, resumable=True)
     health_start_grace_s: float = spec(60.0, ge=0, note="after a (re)start, before a failing probe counts",
                                        resumable=True)
-    max_running_requests: int = spec(64, gt=0)  # embedded engine batch limit
+    max_running_requests: int = spec(128, gt=0)  # embedded engine batch limit (and the rollouts in flight an engine)
     device: str = "auto"  # embedded engine: auto (the first GPU when there is one, else the CPU) | cpu | cuda | cuda:N
     # the engines' weights: auto = SGLang's own choice from the checkpoint (--dtype auto); the embedded engine
     # bfloat16 on a GPU, model.dtype on the CPU. fp32 serving on a GPU costs twice the memory for nothing.
