@@ -44,6 +44,20 @@ def test_the_watch_counts_from_the_last_change_of_the_progress_file(tmp_path: Pa
     assert first.stalled_for() is None
     time.sleep(0.15)
     assert first.stalled_for() is not None
+    busy = tmp_path / "busy.jsonl"  # a loaded machine: the file created and its first row written between two looks
+    late = StallWatch(busy, timeout_s=0.1, start_grace_s=60)
+    busy.write_text('{"step": 1}\n')
+    assert late.stalled_for() is None
+    time.sleep(0.15)
+    assert late.stalled_for() is not None  # a step completed: no grace left
+    early = tmp_path / "early.jsonl"  # the first step done before the supervisor's watch loop began
+    before = StallWatch(early, timeout_s=0.1, start_grace_s=60)
+    early.write_text('{"step": 1}\n')
+    time.sleep(0.15)
+    before.rearm()  # the clock from now, the progress against the file as it was when the watch was made
+    assert before.stalled_for() is None
+    time.sleep(0.15)
+    assert before.stalled_for() is not None
 
 
 def test_stacks_are_asked_of_python_workers_and_a_stopped_one_is_named(tmp_path: Path):

@@ -35,13 +35,19 @@ class StallWatch:
     def __post_init__(self) -> None:
         self._seen = self._look()  # a resumed run's file as it was: not progress
 
+    def rearm(self) -> None:
+        """Count from now (the workers have just started); what the file held when the watch was made stays what
+        progress is measured against, so a first step that completed meanwhile still counts as one."""
+        self._since = time.monotonic()
+
     def stalled_for(self) -> float | None:
         """The seconds without progress once they pass the timeout, else None."""
         if self.timeout_s <= 0:
             return None
         seen, now = self._look(), time.monotonic()
         if seen != self._seen:
-            grew = seen is not None and self._seen is not None and seen[1] > self._seen[1]
+            # a new run's file may be created and get its first row between two looks: that is growth too
+            grew = seen is not None and seen[1] > (self._seen[1] if self._seen is not None else 0)
             self._started, self._seen, self._since = self._started or grew, seen, now
         quiet = now - self._since
         allowed = self.timeout_s + (0.0 if self._started else self.start_grace_s)

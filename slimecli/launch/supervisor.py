@@ -332,7 +332,7 @@ class Supervisor:
     def _watch(self) -> None:
         workers = [c for c in self.children if c.spec.kind == "worker"]
         if self.stall is not None:
-            self.stall = StallWatch(self.stall.progress, self.stall.timeout_s, self.stall.start_grace_s)  # from now
+            self.stall.rearm()
         probed, wait_s = 0.0, self.poll_s
         while True:
             self._output_ended.clear()
