@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from slimecli.engine.protocol import Item, SamplingParams
-from slimecli.engine.runner import Runner
+from slimecli.engine.runner import PREFILL_SPLIT_PAD, Runner
 from slimecli.engine.sampling import RowState, make_generator, sample
 from slimecli.engine.seq import Seq
 from slimecli.model.tiny import create_tiny_model
@@ -110,6 +110,24 @@ def test_runner_joins_rows_mid_batch_and_matches_full_forward(tiny: Path, arch: 
             n = len(s.prompt_ids)
             for k, lg in enumerate(got[id(s)]):
                 assert torch.allclose(lg, full[n - 1 + k], atol=1e-4), (s.prompt_ids, k)
+
+
+def test_prefill_groups_split_where_padding_would_cost_more_than_a_forward(tiny: Path) -> None:
+    def seq(n: int) -> Seq:
+        prompt = list(range(1, n + 1))
+        item = Item(index=0, rid="r", prompt_ids=prompt, text=None, params=SamplingParams(temperature=0.0))
+        return Seq(item=item, prompt_ids=prompt, eos_ids=frozenset())
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny)).eval()
+    runner = Runner(model, pad_id=0, max_prefill_tokens=1000)
+    lengths = [80, 60, 61, 62, 20, 21, 63, 22]
+    groups = runner.groups([seq(n) for n in lengths])
+    # three groups of like length: each member padded by at most 3 tokens (the 20s and 60s would have cost 8 x 40)
+    assert [[len(s.prompt_ids) for s in g] for g in groups] == [[20, 21, 22], [60, 61, 62, 63], [80]]
+    assert all((n - len(g[0].prompt_ids)) * (len(g) - 1) <= PREFILL_SPLIT_PAD
+               for g in groups for n in [len(g[-1].prompt_ids)])
+    small = Runner(model, pad_id=0, max_prefill_tokens=130)  # the padded size bound still holds
+    assert [len(g) for g in small.groups([seq(n) for n in lengths])] == [3, 2, 2, 1]
 
 
 def test_prefix_cache_reuses_a_shared_prefix(tiny: Path) -> None:

@@ -17,6 +17,10 @@ from slimecli.engine.kvcache import GROW_MIN, BatchCache
 from slimecli.engine.prefix_cache import PrefixCache
 from slimecli.engine.seq import Seq
 
+# Prefill groups split where padding the members so far up to a longer sequence would cost more than this many
+# tokens: a forward's fixed cost is about that many tokens' worth of a small model's prefill on a CPU core
+PREFILL_SPLIT_PAD = 64
+
 
 def _cache_kwarg(model: Any) -> str:
     params = inspect.signature(model.forward).parameters
@@ -63,7 +67,9 @@ class Runner:
         return logits
 
     def groups(self, seqs: list[Seq]) -> list[list[Seq]]:
-        """Split new sequences into prefill groups whose padded size stays under max_prefill_tokens."""
+        """Split new sequences, shortest first, into prefill groups whose padded size stays under
+        max_prefill_tokens, and where a longer sequence would pad the group's others by PREFILL_SPLIT_PAD
+        tokens or more in all, into a group of its own."""
         groups: list[list[Seq]] = []
         cur: list[Seq] = []
         longest = 0
@@ -72,7 +78,10 @@ class Runner:
             if self._needs_all_logits(s):
                 groups.append([s])  # needs logits at every prompt position: alone
                 continue
-            if cur and max(longest, n) * (len(cur) + 1) > self.max_prefill_tokens:
+            # a longer sequence pads every member so far up to it: past PREFILL_SPLIT_PAD tokens of padding, a
+            # forward of its own costs less
+            if cur and (max(longest, n) * (len(cur) + 1) > self.max_prefill_tokens
+                        or (n - longest) * len(cur) > PREFILL_SPLIT_PAD):
                 groups.append(cur)
                 cur, longest = [], 0
             cur.append(s)
