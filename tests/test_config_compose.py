@@ -202,6 +202,18 @@ def test_sequence_parallel_needs_megatron_tensor_parallelism():
     assert load(ok).trainer.sequence_parallel is True
 
 
+def test_a_token_budget_is_refused_with_pipeline_stages_and_taken_elsewhere():
+    budget = "trainer.max_tokens_per_micro_batch=4096"
+    want = "trainer.max_tokens_per_micro_batch: pipeline stages exchange activations of one shape"
+    piped = errors_of(["trainer=megatron", "trainer.nproc=2", "trainer.pipeline_parallel_size=2", budget])
+    assert any(m.startswith(want) for m in piped), piped
+    assert load([budget]).trainer.max_tokens_per_micro_batch == 4096
+    assert load(["trainer=megatron", "trainer.nproc=2", "trainer.tensor_parallel_size=2", budget]
+                ).trainer.max_tokens_per_micro_batch == 4096
+    assert any(m.startswith("trainer.max_tokens_per_micro_batch: must be > 0")
+               for m in errors_of(["trainer.max_tokens_per_micro_batch=0"]))
+
+
 def test_model_path_must_be_hf_checkpoint(tmp_path):
     assert f"model.path: directory does not exist (got '{tmp_path}/nope')" in errors_of([f"model.path={tmp_path}/nope"])
     assert f"model.path: not a Hugging Face checkpoint (no config.json) (got '{tmp_path}')" in errors_of(

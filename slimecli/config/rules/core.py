@@ -165,6 +165,12 @@ def parallel(cfg: SlimeConfig) -> list[ConfigError]:
         errors.append(ConfigError("trainer.sequence_parallel", True, "sequence parallelism splits what tensor "
                                   "parallelism replicates: it needs trainer=megatron and tensor_parallel_size > 1",
                                   "set trainer=megatron trainer.tensor_parallel_size=2 (or more), or drop it"))
+    if t.max_tokens_per_micro_batch is not None and t.name == "megatron" and t.pipeline_parallel_size > 1:
+        errors.append(ConfigError("trainer.max_tokens_per_micro_batch", t.max_tokens_per_micro_batch,
+                                  "pipeline stages exchange activations of one shape, so every micro-batch is padded "
+                                  "to the most rows and the longest sample of any: a token budget would pad more, "
+                                  "not less", "unset it (trainer.micro_batch_size sets the rows), or use "
+                                  "trainer.pipeline_parallel_size=1"))
     if c.nnodes > 1 and not cfg.run.dir and c.name != "slurm":  # slurm: the submitting command makes one
         errors.append(ConfigError("run.dir", None, "a multi-node run needs run.dir: one directory shared by every node",
                                   "set run.dir to a path on a shared file system"))
