@@ -24,6 +24,7 @@ from slimecli.engine.prefix_cache import PrefixCache
 from slimecli.engine.runner import Runner
 from slimecli.engine.sampling import NEG_INF, sample
 from slimecli.engine.seq import FinishReason, Seq
+from slimecli.engine.settings import EngineSettings
 from slimecli.process import AWAIT_WEIGHTS_ENV
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ T = TypeVar("T")  # what a command run on the scheduler thread returns
 
 
 class Scheduler:
-    def __init__(self, model: Any, tokenizer: Any, *, max_running: int = 128, pad_id: int = 0,
+    def __init__(self, model: Any, tokenizer: Any, *, max_running: int = EngineSettings.max_running, pad_id: int = 0,
                  max_prefill_tokens: int = 8192, seed: int | None = None, prefix_cache_bytes: int = 1 << 30,
                  prefix_cache_min_tokens: int = 256, jump_forward: bool = True,
                  dispatch: Callable[[list[Update]], None] | None = None) -> None:

@@ -18,7 +18,7 @@ class EngineSettings:
     port: int = 30000
     dtype: str = "float32"
     device: str = "auto"  # rollout.device: auto picks the first GPU when there is one
-    max_running: int = 128  # rollout.max_running_requests
+    max_running: int = RolloutConfig.max_running_requests
     seed: int | None = None
     prefix_cache_mb: int = RolloutConfig.prefix_cache_mb  # 0 turns the prefix cache off
     trust_remote_code: bool = False

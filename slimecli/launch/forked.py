@@ -121,8 +121,6 @@ class Template:
             return early
         if env.get(TEMPLATE_ENV, "1") == "0" or not sys.platform.startswith("linux") or gpu_build():
             return None
-        if log_path is not None:
-            log_path.parent.mkdir(parents=True, exist_ok=True)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             argv = [sys.executable, "-m", MODULE, str(theirs.fileno()), str(os.getpid())]

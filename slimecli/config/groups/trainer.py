@@ -20,8 +20,8 @@ class TrainerConfig:
     max_steps: int = spec(100, gt=0, resumable=True)
     global_batch_size: int = spec(8, gt=0)  # samples per optimizer step
     micro_batch_size: int = spec(4, gt=0, resumable=True)
-    # set: micro-batches of at most this many padded tokens (samples x the longest), longest samples first, in place
-    # of micro_batch_size (verl's use_dynamic_bsz): a long tail's short samples are not padded to its long ones
+    # set: micro-batches of at most this many padded tokens (samples x the longest), samples of like length together,
+    # in place of micro_batch_size (verl's use_dynamic_bsz): a long tail's short samples are not padded to its long ones
     max_tokens_per_micro_batch: int | None = spec(None, gt=0, resumable=True, note="or unset: micro_batch_size")
     strategy: Literal["ddp", "fsdp"] = "ddp"  # torch back-end: DDP, or FSDP2 (fully_shard) sharding
     dist_backend: Literal["auto", "gloo", "nccl"] = "auto"
