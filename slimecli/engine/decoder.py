@@ -23,7 +23,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.nn import functional
+
+from slimecli.model.plain_decoder import PlainDecoderLM, decode_mask, layer_forward
 
 # Architectures whose causal-LM forward is exactly: embed, rotary, layers, norm, lm_head.
 PLAIN_DECODERS = frozenset({"llama", "mistral", "qwen2", "qwen3"})
@@ -34,26 +35,11 @@ def _is_rms_norm(m: Any) -> bool:
     return type(m).__name__.endswith("RMSNorm") and hasattr(m, "variance_epsilon") and hasattr(m, "weight")
 
 
-def _rms_norm(norm: Any, x: torch.Tensor) -> torch.Tensor:
-    """transformers' RMSNorm of these architectures, op for op (so rounded the same)."""
-    dtype = x.dtype
-    h = x.to(torch.float32)
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-    out: torch.Tensor = norm.weight * h.to(dtype)
-    return out
-
-
-def _linear(lin: Any, x: torch.Tensor) -> torch.Tensor:
-    return functional.linear(x, lin.weight, lin.bias)
-
-
 class _Layer:
     """One decoder layer's parts, when they are the plain ones this step reproduces."""
 
     def __init__(self, layer: Any, rope: Rope) -> None:
-        self.layer, self.attn, self.mlp, self.rope = layer, layer.self_attn, layer.mlp, rope
-        self.norm1, self.norm2 = layer.input_layernorm, layer.post_attention_layernorm
-        self.qk_norm = hasattr(self.attn, "q_norm")
+        self.layer, self.rope = layer, rope
 
     @staticmethod
     def plain(layer: Any) -> bool:
@@ -69,19 +55,7 @@ class _Layer:
     def __call__(self, hidden: torch.Tensor, pos: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
                  mask: torch.Tensor | None, cache: Any, attention: Callable[..., tuple[torch.Tensor, Any]]
                  ) -> torch.Tensor:
-        a, m = self.attn, self.mlp
-        shape = (*hidden.shape[:-1], -1, a.head_dim)
-        x = _rms_norm(self.norm1, hidden)
-        q, k = _linear(a.q_proj, x).view(shape), _linear(a.k_proj, x).view(shape)
-        if self.qk_norm:
-            q, k = _rms_norm(a.q_norm, q), _rms_norm(a.k_norm, k)
-        v = _linear(a.v_proj, x).view(shape).transpose(1, 2)
-        q, k = self.rope(q.transpose(1, 2), k.transpose(1, 2), *rope)
-        k, v = cache.update(k, v, a.layer_idx)
-        out, _ = attention(a, q, k, v, mask, dropout=0.0, scaling=a.scaling)
-        hidden = hidden + _linear(a.o_proj, out.reshape(*hidden.shape[:-1], -1).contiguous())
-        x = _rms_norm(self.norm2, hidden)
-        return hidden + _linear(m.down_proj, m.act_fn(_linear(m.gate_proj, x)) * _linear(m.up_proj, x))
+        return layer_forward(self.layer, hidden, rope, mask, cache, attention, self.rope)
 
 
 class Decoder:
@@ -115,8 +89,11 @@ class Decoder:
         return run
 
     @staticmethod
-    def of(model: Any) -> Decoder | None:
-        """The decoder of `model`, or None where only its full forward is known to be right."""
+    def of(model: Any) -> Decoder | PlainDecoderLM | None:
+        """The decoder of `model`, or None where only its full forward is known to be right. The engine's own
+        implementation (model/plain_decoder.py) decodes itself."""
+        if isinstance(model, PlainDecoderLM):
+            return model
         cfg = model.config.get_text_config()
         base = getattr(model, "model", None)
         if (cfg.model_type not in PLAIN_DECODERS or cfg._attn_implementation != "sdpa"
@@ -132,10 +109,7 @@ class Decoder:
 
     def step(self, ids: torch.Tensor, pos: torch.Tensor, pads: list[int], cache: Any) -> torch.Tensor:
         """ids, pos: [rows, 1]; pads: each row's leading padding columns in `cache`. Returns logits [rows, vocab]."""
-        mask = None
-        if any(pads):
-            columns = torch.arange(cache.get_seq_length() + 1, device=ids.device)
-            mask = (columns >= torch.tensor(pads, device=ids.device).unsqueeze(1))[:, None, None, :]
+        mask = decode_mask(pads, cache.get_seq_length() + 1, ids.device)
         with torch.inference_mode():
             hidden = self.embed(ids)
             rope = self.rotary(hidden, pos)

@@ -97,11 +97,11 @@ async def _update(self: EngineCore, request: web.Request) -> web.Response:
 
 
 def _load_compatible(self: EngineCore, path: str) -> Any:
-    from slimecli.model.loading import load_model
+    from slimecli.model.loading import load_serving_model
 
     if not (Path(path) / "config.json").is_file():
         raise FileNotFoundError(f"no config.json in {path}")
-    model = load_model(path, self.dtype, self.device)
+    model = load_serving_model(path, self.dtype, self.device)
     cfg = model.config.get_text_config()
     if int(cfg.vocab_size) != self.vocab_size:
         raise ValueError(f"vocab_size {cfg.vocab_size} differs from the served model's {self.vocab_size}")

@@ -123,9 +123,9 @@ class EngineServer:
     # ---- start-up ----------------------------------------------------------------------------
     def load(self) -> None:
         """Load model + tokenizer and start the scheduler (blocking; run off the event loop)."""
-        from slimecli.model.loading import load_model, load_tokenizer
+        from slimecli.model.loading import load_serving_model, load_tokenizer
 
-        model = load_model(self.model_path, self.dtype, self.device)
+        model = load_serving_model(self.model_path, self.dtype, self.device)
         self.tokenizer = load_tokenizer(self.tokenizer_path)
         self.config = model.config.get_text_config()
         self.vocab_size = int(self.config.vocab_size)
