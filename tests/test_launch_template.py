@@ -8,6 +8,7 @@ execs a shell command (and checks its parent is PPID, which only an adopted chil
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -175,3 +176,58 @@ def test_a_command_that_stops_before_its_run_ends_its_early_template():
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=ON, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2, out.stderr
     assert wait_dead([int(out.stdout)], timeout=30) == []
+
+
+def test_a_serving_template_imports_no_transformers_model_code(tmp_path):
+    """Engines and evaluators run the engine's own model code (model/plain_decoder.py): their template leaves
+    transformers' out (1.4 CPU-seconds), and still forks them."""
+    code = ("import sys; from slimecli.launch.template import SERVING_PRELOAD, preload; why = preload(SERVING_PRELOAD); "
+            "print(repr(why), sorted(m for m in ('transformers.modeling_utils', 'torch._dynamo') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**ON, "OMP_NUM_THREADS": "1"}).stdout
+    assert out.split() == ["''", "[]"]
+    t = Template.start(ON, tmp_path / "template.log", serving=True)
+    assert t is not None
+    try:
+        assert t.proc.args[-1] == "serving"
+        proc = t.fork(shell("echo served"), ON, None)
+        assert isinstance(proc, ForkedProcess), t.why
+        assert "served" in proc.stdout.read().decode() and proc.wait(timeout=30) == 0
+    finally:
+        t.close()
+
+
+def test_a_command_forks_its_server_from_itself_with_one_import_of_torch(tmp_path):
+    """fork_here (`slimecli agent run`'s engine): the child is this process's, in a session of its own, runs the
+    module with the environment and directory asked, its output in the file given; this process's other files
+    and atexit functions stay behind, and torch was imported once, with one OpenMP thread."""
+    (tmp_path / "probe_mod.py").write_text(textwrap.dedent("""
+        import json, os, sys
+        print(json.dumps({"session": os.getsid(0) == os.getpid(), "fds": sorted(os.listdir("/proc/self/fd")),
+                          "probe": os.environ.get("PROBE"), "cwd": os.getcwd(), "argv": sys.argv[1:],
+                          "torch": "torch" in sys.modules}), flush=True)
+        sys.exit(7)
+    """))
+    script = textwrap.dedent(f"""
+        import atexit, json, os, sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        from slimecli.launch.template import fork_here
+        atexit.register(lambda: open({str(tmp_path / 'atexit')!r}, "a").write("x"))
+        stray = open({str(tmp_path / 'stray')!r}, "w")
+        out = os.open({str(tmp_path / 'out.log')!r}, os.O_WRONLY | os.O_CREAT)
+        pid = fork_here([sys.executable, "-m", "probe_mod", "a", "b"], {{**os.environ, "PROBE": "1"}},
+                        {str(tmp_path)!r}, out, imports=("torch",))
+        _, status = os.waitpid(pid, 0)
+        print(json.dumps({{"code": os.waitstatus_to_exitcode(status), "omp": os.environ.get("OMP_NUM_THREADS"),
+                          "atexit": os.path.exists({str(tmp_path / 'atexit')!r})}}))
+    """)
+    env = {k: v for k, v in ON.items() if k != "OMP_NUM_THREADS"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    parent = json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                                       env=env).stdout)
+    assert parent == {"code": 7, "omp": None, "atexit": False}  # the child ran no atexit function of its parent
+    child = json.loads((tmp_path / "out.log").read_text())
+    assert child["session"] and child["probe"] == "1" and child["cwd"] == str(tmp_path)
+    assert child["argv"] == ["a", "b"] and child["torch"]  # imported before the fork, not again
+    assert child["fds"] == ["0", "1", "2", "3"]  # stdio, and the listing's own: not the parent's stray file
+    assert (tmp_path / "atexit").read_text() == "x"  # the parent's, once, at its own exit

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 EARLY_COMMANDS = (("train",), ("eval",), ("teacher", "serve"))  # their processes fork from the run's template
+SERVING_COMMANDS = (("eval",),)  # ... which runs engines and evaluators only (launch/template.py: SERVING_PRELOAD)
 NOT_A_RUN = frozenset({"-h", "--help", "--version", "--dry-run"})
 
 
@@ -18,7 +19,7 @@ def main() -> None:
     if launches_a_run(sys.argv[1:]):
         from slimecli.launch.forked import start_early
 
-        start_early()
+        start_early(serving=any(tuple(sys.argv[1:1 + len(c)]) == c for c in SERVING_COMMANDS))
     from slimecli.cli.app import main as app_main
 
     app_main()

@@ -108,10 +108,11 @@ class Template:
         self.log = _LateLog(proc.stdout)
 
     @classmethod
-    def start(cls, env: dict[str, str], log_path: Path | None) -> Template | None:
+    def start(cls, env: dict[str, str], log_path: Path | None, serving: bool = False) -> Template | None:
         """The template, importing in the background; None where children cannot be forked here. One started
         early (start_early) with the same start variables is taken instead. ``log_path``: where its output goes
-        (None: kept until its log's `to` names one)."""
+        (None: kept until its log's `to` names one). ``serving``: its children are engines and evaluators only, and
+        it imports what they need (launch/template.py: SERVING_PRELOAD)."""
         from slimecli.launch.ranks import gpu_build
 
         early = _take_early(env)
@@ -123,7 +124,7 @@ class Template:
             return None
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            argv = [sys.executable, "-m", MODULE, str(theirs.fileno()), str(os.getpid())]
+            argv = [sys.executable, "-m", MODULE, str(theirs.fileno()), str(os.getpid()), *(["serving"] if serving else [])]
             proc = subprocess.Popen(pdeathsig.command(argv), env={**env, "OMP_NUM_THREADS": "1"},
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     start_new_session=True, pass_fds=(theirs.fileno(),))
@@ -244,14 +245,15 @@ class _LateLog:
 _early: list[Template] = []
 
 
-def start_early() -> None:
+def start_early(serving: bool = False) -> None:
     """The template of the run this command will launch, started before anything else (cli/entry.py: `slimecli
     train`, `eval` and `teacher serve`). Its imports, 3 CPU-seconds on one core, then overlap the command line's
     own start and the composing and checking of the config on the other, instead of following them: about 0.2 s
     sooner to every child. The environment is what every child gets (launch/child_env.py); a run whose
     children need other start variables (an overlapped run's OpenMP wait policy) ends it and starts its own. A
-    command that stops before it launches anything (a config error) ends it as it exits."""
-    template = Template.start({**os.environ, **child_env()}, None)
+    command that stops before it launches anything (a config error) ends it as it exits. ``serving``: the command
+    runs engines and evaluators only (`slimecli eval`)."""
+    template = Template.start({**os.environ, **child_env()}, None, serving)
     if template is not None:
         _early.append(template)
         atexit.register(drop_early, wait=False)

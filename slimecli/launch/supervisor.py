@@ -29,6 +29,7 @@ from slimecli.launch.quiet import ConsoleFilter
 from slimecli.launch.restarts import AWAIT_WEIGHTS_ENV, SERVER_RESTART_ENV, HealthProbe, keep_log
 from slimecli.launch.spec import ProcessSpec
 from slimecli.launch.stall import StallWatch, dump_stacks
+from slimecli.launch.template import SERVING
 from slimecli.launch.watchdog import PARENT_ENV
 from slimecli.net.probe import poll_delays, probe_ok
 from slimecli.observe.restarts import record_restart
@@ -166,7 +167,8 @@ class Supervisor:
         there are several, or a server it may restart (one child alone would pay the same imports)."""
         forked = [s for s in self.specs if forkable(s.argv)]
         if len(forked) > 1 or any(s.kind == "server" and s.health is not None for s in forked):
-            self.template = Template.start(self._env(forked[0]), self.log_dir / "template.log")
+            serving = all(s.argv[2] in SERVING for s in forked)  # engines and evaluators: no transformers model code
+            self.template = Template.start(self._env(forked[0]), self.log_dir / "template.log", serving)
         else:
             drop_early()  # the command started one early (launch/forked.py: start_early); this plan needs none
 

@@ -39,14 +39,20 @@ PRELOAD = ("torch", "transformers.modeling_utils", "transformers.models.auto.mod
            "transformers.models.auto.tokenization_auto", "aiohttp", "slimecli.engine.server",
            "slimecli.engine.runner", "slimecli.train.loop", "slimecli.rollout.client", "slimecli.model.loading",
            "slimecli.eval.runner")  # not the modules run with -m (runpy warns when one is already imported)
+# What serving children (engines, evaluators) import: not transformers' model code, which the engine does without
+# for the architectures it implements itself (model/plain_decoder.py; 1.4 CPU-seconds)
+SERVING_PRELOAD = ("torch", "transformers.models.auto.tokenization_auto", "transformers.cache_utils", "aiohttp",
+                   "slimecli.engine.server", "slimecli.engine.runner", "slimecli.model.plain_decoder",
+                   "slimecli.rollout.client", "slimecli.model.loading", "slimecli.eval.runner")
+SERVING = frozenset({"slimecli.engine", "slimecli.eval"})  # the modules SERVING_PRELOAD is enough for
 LAUNCHERS = ("slimecli.launch.ranks",)  # fork children of their own: their ranks set their threads
 MAX_REQUEST = 1 << 20
 
 
-def preload() -> str:
-    """Import PRELOAD; why this process cannot serve as a template, or "" when it can (one thread: a fork copies
+def preload(names: tuple[str, ...] = PRELOAD) -> str:
+    """Import `names`; why this process cannot serve as a template, or "" when it can (one thread: a fork copies
     only the calling thread, and a lock another thread holds would stay held in the child)."""
-    for name in PRELOAD:
+    for name in names:
         try:
             importlib.import_module(name)
         except Exception as exc:  # noqa: BLE001 - the children will import it themselves and say what is wrong
@@ -75,11 +81,12 @@ def default_threads() -> int:
 
 def main(argv: list[str]) -> int:
     fd, controller = int(argv[0]), int(argv[1])
+    names = SERVING_PRELOAD if argv[2:] == ["serving"] else PRELOAD
     if set_parent_death_signal(signal.SIGTERM) and os.getppid() != controller:
         return 128 + signal.SIGTERM  # the controller is already gone
     threads = default_threads()  # before torch: OMP_NUM_THREADS=1 here says nothing about the machine
     sock = socket.socket(fileno=fd)
-    why = preload()
+    why = preload(names)
     # the controller records the imports' end where the run profiles its start-up (this process may have started
     # before the run directory was known: launch/forked.py, start_early)
     imported = startup.row("template", "imported")
@@ -155,13 +162,76 @@ def become(argv: list[str], env: dict[str, str], cwd: str | None, out: int, sock
     """In the forked child: become `argv` as the supervisor would have started it. It never returns to the
     template's loop: a failure before the module runs ends the process, the module's own exit ends it too."""
     try:
-        _prepare(argv, env, cwd, out, sock, controller, first, threads)
+        _adopted(controller, first)
+        sock.close()
+        _settle(argv, env, cwd, out, threads)
         os.write(settled, b"1")
         os.close(settled)
     except BaseException:  # noqa: BLE001 - said on the child's stderr (its log), then the child ends
         traceback.print_exc()
         sys.stderr.flush()
         os._exit(1)
+    run_module(argv)
+
+
+def fork_here(argv: list[str], env: dict[str, str], cwd: str | None, out: int,
+              imports: tuple[str, ...] = SERVING_PRELOAD) -> int | None:
+    """Fork `python -m MODULE ARGS` from this process, once it has imported what the child needs (`imports`): one
+    import of torch for a command and the server it starts (`slimecli agent run`: its tokenizer needs torch too).
+    The child's pid, a child of this process; None where this process cannot fork it (other threads, a GPU build;
+    start it with Popen). The child is set up as the template's children are, and drops this process's other
+    files and atexit functions."""
+    from slimecli.launch.ranks import gpu_build
+
+    if gpu_build() or not forkable_here():
+        return None
+    threads = default_threads()
+    if "torch" not in sys.modules:  # imported with one OpenMP thread, as in the template: its pool would not fork
+        asked = os.environ.get("OMP_NUM_THREADS")
+        os.environ["OMP_NUM_THREADS"] = "1"
+        try:
+            why = preload(imports)
+        finally:
+            if asked is None:
+                os.environ.pop("OMP_NUM_THREADS", None)
+            else:
+                os.environ["OMP_NUM_THREADS"] = asked
+    else:
+        why = preload(imports)
+    if why:
+        return None
+    parent = os.getpid()
+    _title_ready()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    gc.freeze()  # the child's objects out of its collector's sight (freeze_imports)
+    pid = os.fork()
+    if pid:
+        gc.unfreeze()
+        return pid
+    try:
+        os.setsid()
+        if not set_parent_death_signal(signal.SIGTERM) or os.getppid() != parent:
+            os._exit(128 + signal.SIGTERM)
+        import atexit
+
+        atexit._clear()  # this process's exit functions are its parent's
+        os.closerange(3, out)
+        os.closerange(out + 1, 1 << 16)
+        _settle(argv, env, cwd, out, threads)
+    except BaseException:  # noqa: BLE001 - said on the child's stderr (its log), then the child ends
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    run_module(argv)
+
+
+def forkable_here() -> bool:
+    return sys.platform.startswith("linux") and os.environ.get("SLIMECLI_TEMPLATE", "1") != "0"
+
+
+def run_module(argv: list[str]) -> NoReturn:
+    """Run `python -m MODULE ARGS` in this (forked) process, and end it as that command would end."""
     module, args = argv[2], argv[3:]
     sys.argv = [module, *args]
     try:
@@ -178,15 +248,19 @@ def become(argv: list[str], env: dict[str, str], cwd: str | None, out: int, sock
     exit_now(code)  # without the teardown of every module: about a second with torch loaded
 
 
-def _prepare(argv: list[str], env: dict[str, str], cwd: str | None, out: int, sock: socket.socket,
-             controller: int, first: int, threads: int) -> None:
+def _adopted(controller: int, first: int) -> None:
+    """Wait until the intermediate parent has exited and the controller adopted this child; a session of its own."""
     deadline = time.monotonic() + 10.0
-    while os.getppid() == first and time.monotonic() < deadline:  # until the intermediate parent has exited
+    while os.getppid() == first and time.monotonic() < deadline:
         time.sleep(0.0005)
     os.setsid()
     if not set_parent_death_signal(signal.SIGTERM) or os.getppid() != controller:
         os._exit(128 + signal.SIGTERM)  # not adopted by the controller (it died): must not outlive it
-    sock.close()
+
+
+def _settle(argv: list[str], env: dict[str, str], cwd: str | None, out: int, threads: int) -> None:
+    """What `python -m` with this environment, directory and output would have: stdin from /dev/null, stdout and
+    stderr to `out`, default signal handlers, the thread count, the command line `ps` shows."""
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)

@@ -7,6 +7,7 @@ import asyncio
 import atexit
 import dataclasses
 import logging
+import os
 import subprocess
 import sys
 import tempfile
@@ -29,6 +30,7 @@ from slimecli.net.probe import poll_delays
 
 if TYPE_CHECKING:
     from slimecli.config.schema import SlimeConfig
+    from slimecli.launch.forked import ForkedProcess
 
 log = logging.getLogger(__name__)
 ENGINE_POLL_S = 0.1  # the most wait_engine waits between two looks
@@ -45,13 +47,20 @@ class EngineProcess:
         self.url = f"http://{cfg.rollout.host}:{port}"
         self.config_path = save_frozen(self.cfg, workdir / "config.yaml")
         self.log_path = workdir / "engine.log"
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | ForkedProcess | None = None
 
     def start(self) -> None:
+        """Forked from this process once it has imported the engine's modules (launch/template.py: fork_here):
+        this process's tokenizer needs torch and transformers too, and both import them once; else Popen."""
+        from slimecli.launch.forked import ForkedProcess
+        from slimecli.launch.template import fork_here
+
+        argv = [sys.executable, "-m", "slimecli.engine", "--config", str(self.config_path)]
         log_file = self.log_path.open("ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "slimecli.engine", "--config",
-                                      str(self.config_path)], stdout=log_file, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        pid = fork_here(argv, dict(os.environ), os.getcwd(), log_file.fileno())
+        self.proc = (ForkedProcess(pid, argv, log_file) if pid is not None else
+                     subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      start_new_session=True))
         atexit.register(self.stop)  # a command that exits before its service's stop() (a failure, Ctrl-C)
 
     def failed(self) -> str | None:
