@@ -21,6 +21,15 @@ class Reapable(Protocol):
     def poll(self) -> int | None: ...
 
 
+class Started(Reapable, Protocol):
+    """A started child as its owner sees it: a Popen, or a forked child (launch/forked.py: ForkedProcess)."""
+
+    pid: int
+    returncode: int | None
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
 Leader: TypeAlias = "Reapable | None"  # a group's leader, reaped while we wait
 
 POLL_S = 0.05

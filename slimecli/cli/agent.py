@@ -56,9 +56,10 @@ def _config(ctx: typer.Context, recipe_dir: list[str],
 
 def _service(cfg, port: int | None = None):
     from slimecli.agent.api.service import AgentService
+    from slimecli.launch.forked import fork_from_here
 
-    try:
-        return AgentService(cfg, port=port)
+    try:  # its engine forked from this process: its tokenizer imports torch too (one import, launch/template.py)
+        return AgentService(cfg, port=port, spawn=fork_from_here)
     except ValueError as exc:
         fail(str(exc))
 

@@ -96,6 +96,16 @@ class ForkedProcess:
         self.send_signal(9)
 
 
+def fork_from_here(argv: list[str], out: IO[bytes]) -> ForkedProcess | None:
+    """`python -m slimecli.X` forked from this process once it has imported the serving modules (template.py:
+    fork_here), its output to `out`: a command that imports torch itself and starts one server (`slimecli agent
+    run`); None where it cannot be forked (start it with Popen)."""
+    from slimecli.launch.template import fork_here
+
+    pid = fork_here(argv, dict(os.environ), os.getcwd(), out.fileno())
+    return None if pid is None else ForkedProcess(pid, argv, out)
+
+
 class Template:
     """The template process of one supervisor, and the requests to it (one at a time)."""
 
@@ -113,7 +123,7 @@ class Template:
         early (start_early) with the same start variables is taken instead. ``log_path``: where its output goes
         (None: kept until its log's `to` names one). ``serving``: its children are engines and evaluators only, and
         it imports what they need (launch/template.py: SERVING_PRELOAD)."""
-        from slimecli.launch.ranks import gpu_build
+        from slimecli.launch.torch_build import gpu_build
 
         early = _take_early(env)
         if early is not None:

@@ -26,8 +26,8 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
+from slimecli.launch.torch_build import gpu_build
 from slimecli.net.ports import free_port
 from slimecli.observe import startup
 
@@ -48,15 +48,6 @@ def rank_env(rank: int, nproc: int, port: int) -> dict[str, str]:
     return {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc),
             "GROUP_RANK": "0", "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": str(nproc), "GROUP_WORLD_SIZE": "1",
             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-
-
-def gpu_build() -> bool:
-    """Whether the installed torch has CUDA or ROCm (seen from its files: importing it is what we decide on)."""
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
-        return False
-    lib = Path(list(spec.submodule_search_locations)[0]) / "lib"
-    return any(lib.glob("libtorch_cuda*")) or any(lib.glob("libtorch_hip*")) or any(lib.glob("libc10_cuda*"))
 
 
 def threads() -> int:

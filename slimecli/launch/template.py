@@ -181,7 +181,7 @@ def fork_here(argv: list[str], env: dict[str, str], cwd: str | None, out: int,
     The child's pid, a child of this process; None where this process cannot fork it (other threads, a GPU build;
     start it with Popen). The child is set up as the template's children are, and drops this process's other
     files and atexit functions."""
-    from slimecli.launch.ranks import gpu_build
+    from slimecli.launch.torch_build import gpu_build
 
     if gpu_build() or not forkable_here():
         return None

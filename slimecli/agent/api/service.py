@@ -7,14 +7,13 @@ import asyncio
 import atexit
 import dataclasses
 import logging
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from aiohttp import web
 
@@ -30,9 +29,10 @@ from slimecli.net.probe import poll_delays
 
 if TYPE_CHECKING:
     from slimecli.config.schema import SlimeConfig
-    from slimecli.launch.forked import ForkedProcess
+    from slimecli.process import Started
 
 log = logging.getLogger(__name__)
+Spawn = Callable[[list[str], IO[bytes]], "Started | None"]  # starts `python -m slimecli.engine ...`, output to IO
 ENGINE_POLL_S = 0.1  # the most wait_engine waits between two looks
 
 
@@ -47,20 +47,15 @@ class EngineProcess:
         self.url = f"http://{cfg.rollout.host}:{port}"
         self.config_path = save_frozen(self.cfg, workdir / "config.yaml")
         self.log_path = workdir / "engine.log"
-        self.proc: subprocess.Popen | ForkedProcess | None = None
+        self.proc: subprocess.Popen | Started | None = None
 
-    def start(self) -> None:
-        """Forked from this process once it has imported the engine's modules (launch/template.py: fork_here):
-        this process's tokenizer needs torch and transformers too, and both import them once; else Popen."""
-        from slimecli.launch.forked import ForkedProcess
-        from slimecli.launch.template import fork_here
-
+    def start(self, spawn: Spawn | None = None) -> None:
+        """`spawn(argv, log)`: how the command starts it (`slimecli agent run` forks it from itself, once it has
+        imported the engine's modules: launch/forked.py, fork_from_here); None, or where it cannot: Popen."""
         argv = [sys.executable, "-m", "slimecli.engine", "--config", str(self.config_path)]
         log_file = self.log_path.open("ab")
-        pid = fork_here(argv, dict(os.environ), os.getcwd(), log_file.fileno())
-        self.proc = (ForkedProcess(pid, argv, log_file) if pid is not None else
-                     subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                      start_new_session=True))
+        self.proc = (spawn(argv, log_file) if spawn is not None else None) or subprocess.Popen(
+            argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         atexit.register(self.stop)  # a command that exits before its service's stop() (a failure, Ctrl-C)
 
     def failed(self) -> str | None:
@@ -115,8 +110,10 @@ def dial_url(host: str, port: int, advertise_host: str | None = None) -> str:
 
 
 class AgentService:
-    def __init__(self, cfg: SlimeConfig, port: int | None = None, engine_urls: list[str] | None = None) -> None:
-        """`engine_urls`: managed engines to share (training: every rollout engine), sessions sticky to one."""
+    def __init__(self, cfg: SlimeConfig, port: int | None = None, engine_urls: list[str] | None = None,
+                 spawn: Spawn | None = None) -> None:
+        """`engine_urls`: managed engines to share (training: every rollout engine), sessions sticky to one;
+        without them, the service starts its own engine (`spawn`: EngineProcess.start)."""
         from slimecli.model.loading import resolve_model_path
 
         self.cfg = cfg
@@ -130,7 +127,7 @@ class AgentService:
         self.engine_proc = None if urls else EngineProcess(cfg, self.tmp)
         if self.engine_proc is not None:
             urls = [self.engine_proc.url]
-            self.engine_proc.start()  # it imports and loads its model while this process loads the tokenizer
+            self.engine_proc.start(spawn)
         try:
             self._set_up(cfg, urls, adapter_cls, port)
         except BaseException:
