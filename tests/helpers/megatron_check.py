@@ -24,6 +24,9 @@ from slimecli.train.stages import StepBatch
 TEMPERATURE = 0.7
 
 
+LR = 1e-2  # large enough that one update moves every weight visibly
+
+
 def check_cfg(model_dir: str, tp: int = 1, pp: int = 1, optimizer: str = "adam", name: str = "megatron",
               sequence_parallel: bool = False, dp: int = 1) -> SlimeConfig:
     base = SlimeConfig()
@@ -34,7 +37,7 @@ def check_cfg(model_dir: str, tp: int = 1, pp: int = 1, optimizer: str = "adam",
                                     global_batch_size=4, micro_batch_size=2, nproc=tp * pp * dp,
                                     sequence_parallel=sequence_parallel),
         rollout=dataclasses.replace(base.rollout, batch_size=2, n_samples_per_prompt=2, temperature=TEMPERATURE),
-        optimizer=dataclasses.replace(base.optimizer, name=optimizer, lr=1e-2, clip_grad=0.5))
+        optimizer=dataclasses.replace(base.optimizer, name=optimizer, lr=LR, clip_grad=0.5))
 
 
 def fixed_batch(vocab: int) -> StepBatch:
