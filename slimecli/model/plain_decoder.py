@@ -228,12 +228,12 @@ class PlainDecoderLM(nn.Module):
                 logits_to_keep: int = 0) -> Output:
         """As the HF causal LM's forward: logits of the last `logits_to_keep` positions (0: all); keys and values
         appended to `past_key_values` (a transformers cache) when given."""
-        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        cache = past_key_values if use_cache else None
+        past = cache.get_seq_length() if cache is not None else 0
         batch, q_len = input_ids.shape
         if position_ids is None:
             position_ids = (torch.arange(q_len, device=input_ids.device) + past).unsqueeze(0)
         mask = causal_mask(attention_mask, q_len, past, batch, input_ids.device)
-        cache = past_key_values if use_cache else None
         return Output(self._run(input_ids, position_ids, mask, cache, logits_to_keep))
 
     def step(self, ids: torch.Tensor, pos: torch.Tensor, pads: list[int], cache: Any) -> torch.Tensor:
@@ -290,6 +290,7 @@ def _tensor_files(path: Path) -> list[Path]:
 def plain_decoder_or_why(path: str | Path, dtype: torch.dtype, device: str = "cpu"
                          ) -> tuple[PlainDecoderLM | None, str]:
     """The checkpoint at `path` as a PlainDecoderLM, or None and why transformers must load it instead."""
+    from safetensors import safe_open
     from safetensors.torch import load_file
     from transformers import AutoConfig, GenerationConfig
 
@@ -306,18 +307,22 @@ def plain_decoder_or_why(path: str | Path, dtype: torch.dtype, device: str = "cp
         model = PlainDecoderLM(cfg)
     expected = {name: p for name, p in model.state_dict(keep_vars=True).items()
                 if not (cfg.tie_word_embeddings and name == "lm_head.weight")}
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in files:  # names and shapes from the headers: a layout it refuses is not read twice
+        with safe_open(str(file), framework="pt") as f:
+            shapes.update({name: tuple(f.get_slice(name).get_shape()) for name in f.keys()})
+    if cfg.tie_word_embeddings:
+        shapes.pop("lm_head.weight", None)
+    if shapes.keys() != expected.keys():
+        odd = sorted(shapes.keys() ^ expected.keys())
+        return None, f"its tensors are not the plain layout ({', '.join(odd[:3])}{' ...' if len(odd) > 3 else ''})"
+    for name, shape in shapes.items():
+        if shape != tuple(expected[name].shape):
+            return None, f"{name} has shape {shape}, the config says {tuple(expected[name].shape)}"
     tensors: dict[str, torch.Tensor] = {}
     for file in files:
-        tensors.update(load_file(str(file), device=device))
-    if cfg.tie_word_embeddings:
-        tensors.pop("lm_head.weight", None)
-    if tensors.keys() != expected.keys():
-        odd = sorted(tensors.keys() ^ expected.keys())
-        return None, f"its tensors are not the plain layout ({', '.join(odd[:3])}{' ...' if len(odd) > 3 else ''})"
-    for name, tensor in tensors.items():
-        if tuple(tensor.shape) != tuple(expected[name].shape):
-            return None, f"{name} has shape {tuple(tensor.shape)}, the config says {tuple(expected[name].shape)}"
-        tensors[name] = tensor.to(dtype)
+        tensors.update((name, t.to(dtype)) for name, t in load_file(str(file), device=device).items()
+                       if name in expected)
     model.load_state_dict(tensors, strict=False, assign=True)
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
