@@ -218,14 +218,18 @@ def test_a_command_forks_its_server_from_itself_with_one_import_of_torch(tmp_pat
         pid = fork_here([sys.executable, "-m", "probe_mod", "a", "b"], {{**os.environ, "PROBE": "1"}},
                         {str(tmp_path)!r}, out, imports=("torch",))
         _, status = os.waitpid(pid, 0)
+        import asyncio
+
+        async def in_loop():  # a child would find this loop running: not forked here
+            return fork_here([sys.executable, "-m", "probe_mod"], dict(os.environ), None, out, imports=())
         print(json.dumps({{"code": os.waitstatus_to_exitcode(status), "omp": os.environ.get("OMP_NUM_THREADS"),
-                          "atexit": os.path.exists({str(tmp_path / 'atexit')!r})}}))
+                          "atexit": os.path.exists({str(tmp_path / 'atexit')!r}), "in_loop": asyncio.run(in_loop())}}))
     """)
     env = {k: v for k, v in ON.items() if k != "OMP_NUM_THREADS"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     parent = json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                                        env=env).stdout)
-    assert parent == {"code": 7, "omp": None, "atexit": False}  # the child ran no atexit function of its parent
+    assert parent == {"code": 7, "omp": None, "atexit": False, "in_loop": None}  # the child ran no atexit function of its parent
     child = json.loads((tmp_path / "out.log").read_text())
     assert child["session"] and child["probe"] == "1" and child["cwd"] == str(tmp_path)
     assert child["argv"] == ["a", "b"] and child["torch"]  # imported before the fork, not again

@@ -183,7 +183,7 @@ def fork_here(argv: list[str], env: dict[str, str], cwd: str | None, out: int,
     files and atexit functions."""
     from slimecli.launch.torch_build import gpu_build
 
-    if gpu_build() or not forkable_here():
+    if gpu_build() or not forkable_here() or _in_event_loop():
         return None
     threads = default_threads()
     if "torch" not in sys.modules:  # imported with one OpenMP thread, as in the template: its pool would not fork
@@ -224,6 +224,18 @@ def fork_here(argv: list[str], env: dict[str, str], cwd: str | None, out: int,
         sys.stderr.flush()
         os._exit(1)
     run_module(argv)
+
+
+def _in_event_loop() -> bool:
+    """Whether this thread runs an asyncio loop: a forked child would find it still running (before 3.12)."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return False
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def forkable_here() -> bool:
