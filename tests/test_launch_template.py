@@ -217,6 +217,7 @@ def test_a_command_forks_its_server_from_itself_with_one_import_of_torch(tmp_pat
         out = os.open({str(tmp_path / 'out.log')!r}, os.O_WRONLY | os.O_CREAT)
         pid = fork_here([sys.executable, "-m", "probe_mod", "a", "b"], {{**os.environ, "PROBE": "1"}},
                         {str(tmp_path)!r}, out, imports=("torch",))
+        assert os.getsid(pid) == pid  # its own session before its pid is returned: its group can be signalled
         _, status = os.waitpid(pid, 0)
         import asyncio
 

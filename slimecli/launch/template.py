@@ -208,6 +208,7 @@ def fork_here(argv: list[str], env: dict[str, str], cwd: str | None, out: int,
     pid = os.fork()
     if pid:
         gc.unfreeze()
+        _until_own_session(pid)
         return pid
     try:
         os.setsid()
@@ -224,6 +225,19 @@ def fork_here(argv: list[str], env: dict[str, str], cwd: str | None, out: int,
         sys.stderr.flush()
         os._exit(1)
     run_module(argv)
+
+
+def _until_own_session(pid: int, timeout_s: float = 5.0) -> None:
+    """Wait until the forked child leads its own session, as a template's child does before its pid is given: its
+    process group can then be signalled at once (or it has already ended)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if os.getsid(pid) == pid:
+                return
+        except ProcessLookupError:
+            return
+        time.sleep(0.0005)
 
 
 def _in_event_loop() -> bool:
