@@ -24,10 +24,10 @@ from typing import Any
 
 import torch
 
-from slimecli.model.plain_decoder import PlainDecoderLM, decode_mask, layer_forward
+from slimecli.model.plain_decoder import ARCHITECTURES, PlainDecoderLM, decode_mask, layer_forward
 
 # Architectures whose causal-LM forward is exactly: embed, rotary, layers, norm, lm_head.
-PLAIN_DECODERS = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+PLAIN_DECODERS = frozenset(ARCHITECTURES)
 Rope = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 

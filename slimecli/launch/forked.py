@@ -28,7 +28,6 @@ from slimecli.launch import pdeathsig
 from slimecli.launch.child_env import child_env
 from slimecli.observe import startup
 
-TEMPLATE_ENV = "SLIMECLI_TEMPLATE"  # "0": each child is its own `python -m` (the default forks them from a template)
 MODULE = "slimecli.launch.template"
 # read once, when the interpreter or a library starts (OpenMP's wait policy among them: a spinning pool on shared
 # cores slows the other side 5-8x, launch/plan.py); OMP_NUM_THREADS is set by the child itself
@@ -123,14 +122,14 @@ class Template:
         early (start_early) with the same start variables is taken instead. ``log_path``: where its output goes
         (None: kept until its log's `to` names one). ``serving``: its children are engines and evaluators only, and
         it imports what they need (launch/template.py: SERVING_PRELOAD)."""
-        from slimecli.launch.torch_build import gpu_build
+        from slimecli.launch.template import can_fork
 
         early = _take_early(env)
         if early is not None:
             if log_path is not None:
                 early.log.to(log_path)
             return early
-        if env.get(TEMPLATE_ENV, "1") == "0" or not sys.platform.startswith("linux") or gpu_build():
+        if not can_fork(env):
             return None
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:

@@ -28,6 +28,7 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Mapping
 from typing import Any, NoReturn
 
 from slimecli.launch.pdeathsig import set_parent_death_signal
@@ -45,6 +46,7 @@ SERVING_PRELOAD = ("torch", "transformers.models.auto.tokenization_auto", "trans
                    "slimecli.engine.server", "slimecli.engine.runner", "slimecli.model.plain_decoder",
                    "slimecli.rollout.client", "slimecli.model.loading", "slimecli.eval.runner")
 SERVING = frozenset({"slimecli.engine", "slimecli.eval"})  # the modules SERVING_PRELOAD is enough for
+TEMPLATE_ENV = "SLIMECLI_TEMPLATE"  # "0": each child is its own `python -m` (the default forks them from a template)
 LAUNCHERS = ("slimecli.launch.ranks",)  # fork children of their own: their ranks set their threads
 MAX_REQUEST = 1 << 20
 
@@ -181,9 +183,7 @@ def fork_here(argv: list[str], env: dict[str, str], cwd: str | None, out: int,
     The child's pid, a child of this process; None where this process cannot fork it (other threads, a GPU build;
     start it with Popen). The child is set up as the template's children are, and drops this process's other
     files and atexit functions."""
-    from slimecli.launch.torch_build import gpu_build
-
-    if gpu_build() or not forkable_here() or _in_event_loop():
+    if not can_fork(os.environ) or _in_event_loop():
         return None
     threads = default_threads()
     if "torch" not in sys.modules:  # imported with one OpenMP thread, as in the template: its pool would not fork
@@ -252,8 +252,12 @@ def _in_event_loop() -> bool:
     return True
 
 
-def forkable_here() -> bool:
-    return sys.platform.startswith("linux") and os.environ.get("SLIMECLI_TEMPLATE", "1") != "0"
+def can_fork(env: Mapping[str, str]) -> bool:
+    """Whether a process with this environment may fork the run's Python children from one that imported torch:
+    Linux, not turned off (SLIMECLI_TEMPLATE=0), and a CPU build of torch (CUDA does not survive a fork)."""
+    from slimecli.launch.torch_build import gpu_build
+
+    return sys.platform.startswith("linux") and env.get(TEMPLATE_ENV, "1") != "0" and not gpu_build()
 
 
 def run_module(argv: list[str]) -> NoReturn:

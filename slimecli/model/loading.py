@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from slimecli.config.groups.model import ModelConfig
 
+log = logging.getLogger(__name__)
 TINY_PARAMS = ("seed", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size",
                "max_position_embeddings")
 
@@ -61,14 +63,12 @@ def load_serving_model(path: str | Path, dtype: str = "float32", device: str = "
     """The model a server runs: the engine's own implementation where it reproduces the checkpoint exactly
     (model/plain_decoder.py: Llama, Mistral, Qwen2, Qwen3 without custom code), else load_model's. Without
     transformers' model code the server starts 1.4 CPU-seconds sooner."""
-    import logging
-
     from slimecli.model.plain_decoder import plain_decoder_or_why
 
     model, why = plain_decoder_or_why(path, torch_dtype(dtype), device)
     if model is not None:
         return model
-    logging.getLogger(__name__).info("loading %s with transformers: %s", path, why)
+    log.info("loading %s with transformers: %s", path, why)
     return load_model(path, dtype, device)
 
 

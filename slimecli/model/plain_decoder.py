@@ -202,9 +202,10 @@ class Output:
 class PlainDecoderLM(nn.Module):
     """A causal LM of one of ARCHITECTURES; `config` and `generation_config` are transformers' own objects."""
 
-    def __init__(self, cfg: Any, generation_config: Any = None) -> None:
+    def __init__(self, cfg: Any) -> None:
         super().__init__()
-        self.config, self.generation_config = cfg, generation_config
+        self.config: Any = cfg
+        self.generation_config: Any = None  # the checkpoint's (plain_decoder_or_why)
         self.model = Backbone(cfg, ARCHITECTURES[cfg.model_type])
         self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
