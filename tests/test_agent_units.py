@@ -378,3 +378,28 @@ def test_the_engine_wait_looks_soon_then_every_tenth_of_a_second(monkeypatch):
     asyncio.run(service.wait_engine(healthy, "http://127.0.0.1:1", timeout_s=60))
     assert len(waits) == 8 and waits[0] == 0.05 and max(waits) == service.ENGINE_POLL_S == 0.1
     assert waits == sorted(waits)
+
+
+def test_an_engine_started_for_a_command_leaves_no_directory_behind(tmp_path, monkeypatch):
+    """EngineProcess keeps its frozen config and log in a directory of its own: a failure quotes the log, and
+    stop() ends the process and removes the directory."""
+    import subprocess
+    import tempfile
+
+    from slimecli.agent.api.service import EngineProcess
+    from slimecli.config.schema import SlimeConfig
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    engine = EngineProcess(SlimeConfig())
+    assert engine.workdir.parent == tmp_path and engine.config_path.is_file()
+
+    def spawn(argv: list[str], log) -> subprocess.Popen:
+        assert argv[-2:] == ["--config", str(engine.config_path)]
+        return subprocess.Popen(["sh", "-c", "echo no model here; exit 3"], stdout=log, start_new_session=True)
+
+    engine.start(spawn)
+    engine.proc.wait(timeout=10)
+    assert engine.failed() == "engine exited with 3:\nno model here\n"
+    engine.stop()
+    assert list(tmp_path.iterdir()) == []
+    engine.stop()  # again (atexit calls it too): nothing left to do

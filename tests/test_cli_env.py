@@ -125,4 +125,4 @@ def test_run_plays_episodes_on_the_embedded_engine(tmp_path: Path):
         assert kinds[:2] == ["reset", "policy"], kinds
         assert row["source"] == "lookup" and row["turns"] >= 1
     assert host_processes_with(str(tmp_path)) == []  # the engine it started is gone
-    assert not list(tmp_path.glob("slimecli-env-*"))  # and its config and log with it
+    assert not list(tmp_path.glob("slimecli-engine-*"))  # and its config and log with it

@@ -144,7 +144,7 @@ def test_engine_hung_then_stopped_then_a_trainer_rank_killed_the_run_completes(t
     run, marker = tmp_path / "run", tmp_path / "hang-now"
     proc, lines = train(run, {"SLIMECLI_TEST_ENGINE_HANG": str(marker)}, f"trainer.max_steps={STEPS}",
                         "trainer.save_interval=1", "run.max_restarts=1", "rollout.health_interval_s=1",
-                        "rollout.health_timeout_s=15", "rollout.health_start_grace_s=0")
+                        "rollout.health_timeout_s=5", "rollout.health_start_grace_s=0")
     try:
         at_step(run, 2, proc, lines)
         marker.touch()  # the next /generate blocks the scheduler thread for good

@@ -199,7 +199,6 @@ def _play(cfg: SlimeConfig, tokenizer: Any, url: str | None, episodes: int
           ) -> list[tuple[dict[str, Any], Any, list[dict[str, Any]]]]:
     """The episodes against the embedded engine (started and stopped here) or `url`, through EnvRollout."""
     import asyncio
-    import tempfile
 
     from slimecli.agent.api.service import EngineProcess, wait_engine
     from slimecli.cli.serve import run_until_signal
@@ -215,10 +214,7 @@ def _play(cfg: SlimeConfig, tokenizer: Any, url: str | None, episodes: int
         fail(f"env run: load failed: {type(exc).__name__}: {exc}", code=1)
     for source in sources:
         source.provider = RecordingProvider(source.provider)  # type: ignore[assignment]
-    engine_proc = None
-    workdir = Path(tempfile.mkdtemp(prefix="slimecli-env-")) if url is None else None
-    if workdir is not None:
-        engine_proc = EngineProcess(cfg, workdir)  # its config and log; removed at the end
+    engine_proc = EngineProcess(cfg) if url is None else None  # its config and log: removed once it stops
     engine_url = url or engine_proc.url  # type: ignore[union-attr]
     client = EngineClient(engine_url, timeout_s=cfg.rollout.request_timeout_s, api_key=cfg.rollout.api_key)
     rollout = EnvRollout(cfg, tokenizer, [RecordingEngine(client, tokenizer)], PromptSource(cfg.task, cfg.run.seed),
@@ -247,10 +243,6 @@ def _play(cfg: SlimeConfig, tokenizer: Any, url: str | None, episodes: int
             await client.close()
             if engine_proc is not None:
                 await asyncio.to_thread(engine_proc.stop)
-            if workdir is not None:
-                import shutil
-
-                shutil.rmtree(workdir, ignore_errors=True)
 
     try:
         return run_until_signal(main())

@@ -16,7 +16,7 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -32,15 +32,29 @@ MAX_MESSAGE = 600
 
 
 class Matcher:
-    """One sequence's position in its grammar (used by the scheduler thread only)."""
+    """One sequence's position in its grammar (used by the scheduler thread only).
 
-    __slots__ = ("_m", "eos", "vocab")
+    It keeps what it learnt about its state until it consumes a token: the next token's mask (`prime`, for a
+    whole batch at once: the jump-forward check after a sampled token and the next step's draw read the same
+    mask), the one token that mask allows if it allows one, and the grammar-forced run found from here (which
+    stays true, one token shorter, as the matcher consumes the run's own tokens)."""
+
+    __slots__ = ("_m", "eos", "vocab", "_words", "_forced", "_run", "_run_ends")
 
     def __init__(self, m: LLMatcher, eos: tuple[int, ...], vocab: int) -> None:
         self._m, self.eos, self.vocab = m, eos, vocab  # vocab: the width of the matcher's masks
+        self._words: torch.Tensor | None = None  # the next token's mask, 32 token ids to an int32 word
+        self._forced: int | None = None  # the one token that mask allows, if it allows exactly one
+        self._run: list[int] | None = None  # the forced tokens from here (forced_run), when known
+        self._run_ends = False  # ... and no token is forced after them
 
     def consume(self, token: int) -> bool:
+        self._words = None
+        self._run = self._run[1:] if self._run and self._run[0] == token else None
         return bool(self._m.consume_token(token))
+
+    def copy(self) -> Matcher:
+        return Matcher(self._m.deep_copy(), self.eos, self.vocab)
 
     @property
     def stopped(self) -> bool:
@@ -147,6 +161,34 @@ def _executor() -> LLExecutor:
     return _EXECUTOR
 
 
+BITS = torch.arange(32, dtype=torch.int32)
+
+
+def prime(matchers: list[Matcher]) -> None:
+    """Compute the next-token masks of the matchers that have none (in parallel for a batch), and which of them
+    allow exactly one token."""
+    todo = [m for m in matchers if m._words is None]
+    if not todo:
+        return
+    words = (todo[0].vocab + 31) // 32  # one tokenizer for all: every matcher has the same width
+    bitmask = torch.zeros((len(todo), words), dtype=torch.int32)
+    if len(todo) == 1:
+        todo[0]._m.unsafe_compute_mask_ptr(bitmask.data_ptr(), words * 4)
+        set_words = bitmask[0].nonzero()
+        counts, firsts = [set_words.numel()], [int(set_words[0, 0]) if set_words.numel() else 0]
+    else:
+        _executor().unsafe_compute_mask_ptr([(m._m, i) for i, m in enumerate(todo)], bitmask.data_ptr(),
+                                            words * 4, len(todo))
+        nonzero = bitmask != 0
+        counts, firsts = nonzero.sum(-1).tolist(), nonzero.to(torch.uint8).argmax(-1).tolist()
+    for i, m in enumerate(todo):
+        m._words, m._forced = bitmask[i], None
+        if counts[i] == 1:
+            bits = int(bitmask[i, firsts[i]]) & 0xFFFFFFFF
+            if not bits & (bits - 1):  # one bit of one word: one token
+                m._forced = firsts[i] * 32 + bits.bit_length() - 1
+
+
 def forced_token(m: Matcher) -> int | None:
     """The one token the grammar allows next, or None when it allows several (or none).
 
@@ -154,46 +196,39 @@ def forced_token(m: Matcher) -> int | None:
     on it, so its log-prob is exactly 0 whatever the logits. The scheduler appends such tokens without a
     decode step (jump-forward over the literal parts of a grammar).
     """
-    words = (m.vocab + 31) // 32
-    bitmask = torch.zeros(words, dtype=torch.int32)
-    m._m.unsafe_compute_mask_ptr(bitmask.data_ptr(), words * 4)
-    set_words = bitmask.nonzero()
-    if set_words.numel() != 1:
-        return None
-    word = int(set_words[0, 0])
-    bits = int(bitmask[word]) & 0xFFFFFFFF
-    if bits & (bits - 1):
-        return None
-    return word * 32 + bits.bit_length() - 1
+    if m._run:
+        return m._run[0]
+    prime([m])
+    return m._forced
 
 
 def forced_run(m: Matcher, limit: int) -> list[int]:
-    """The tokens the grammar forces in a row from here, up to `limit` of them (found on a copy of the matcher)."""
-    if limit <= 0 or (first := forced_token(m)) is None:
+    """The tokens the grammar forces in a row from here, up to `limit` of them (found on a copy of the matcher,
+    and kept by the matcher: a row that rides along a forced stretch is not probed again at every token)."""
+    if limit <= 0:
         return []
-    probe = Matcher(m._m.deep_copy(), m.eos, m.vocab)
+    if m._run is not None and (m._run_ends or len(m._run) >= limit):
+        return m._run[:limit]
     run: list[int] = []
-    tok: int | None = first
-    while tok is not None and len(run) < limit and probe.consume(tok):
-        run.append(tok)
-        tok = forced_token(probe)
-    return run
+    tok = forced_token(m)
+    if tok is not None:
+        probe = m.copy()
+        while tok is not None and len(run) < limit and probe.consume(tok):
+            run.append(tok)
+            tok = forced_token(probe)
+    m._run, m._run_ends = run, len(run) < limit
+    return list(run)
 
 
 def allowed_tokens(matchers: list[Matcher], vocab: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """[len(matchers), vocab] bool: the tokens each matcher accepts next (computed in parallel for a batch).
+    """[len(matchers), vocab] bool: the tokens each matcher accepts next (computed where not yet known, in
+    parallel for a batch).
 
     A matcher that allows nothing (it cannot happen with a valid state) gets its EOS ids, so it ends.
     """
-    words = (matchers[0].vocab + 31) // 32  # one tokenizer for all: every matcher has the same width
-    bitmask = torch.zeros((len(matchers), words), dtype=torch.int32)
-    if len(matchers) == 1:
-        matchers[0]._m.unsafe_compute_mask_ptr(bitmask.data_ptr(), words * 4)
-    else:
-        _executor().unsafe_compute_mask_ptr([(m._m, i) for i, m in enumerate(matchers)], bitmask.data_ptr(),
-                                            words * 4, len(matchers))
-    bits = torch.arange(32, dtype=torch.int32)
-    allowed = ((bitmask.unsqueeze(-1) >> bits) & 1).bool().view(len(matchers), words * 32)[:, :vocab]
+    prime(matchers)
+    bitmask = torch.stack([cast(torch.Tensor, m._words) for m in matchers])
+    allowed = ((bitmask.unsqueeze(-1) >> BITS) & 1).bool().view(len(matchers), -1)[:, :vocab]
     if allowed.shape[1] < vocab:  # logits wider than the tokenizer: the extra ids are never allowed
         allowed = torch.nn.functional.pad(allowed, (0, vocab - allowed.shape[1]))
     empty = (~allowed.any(-1)).nonzero().flatten().tolist()

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
 
-from slimecli.engine.grammar import Matcher, allowed_tokens, forced_run, forced_token
+from slimecli.engine.grammar import Matcher, allowed_tokens, forced_run, forced_token, prime
 from slimecli.engine.prefix_cache import PrefixCache
 from slimecli.engine.runner import Runner
 from slimecli.engine.sampling import NEG_INF, sample
@@ -267,19 +267,29 @@ class Scheduler:
         t0 = time.perf_counter()
         allowed = self._masks(rows, logits.shape[-1])
         draw = sample(logits, [s.row(self.runner.device) for s in rows], self.generator, allowed)
-        streamed, jumped = [], []
+        appended = []
         for s, tok, lp, top, ids in zip(rows, draw.tokens, draw.logprobs, draw.top, draw.ids, strict=True):
             if s.done:  # aborted while the step ran
                 continue
             s.append(tok, lp, top, self._decode_tail, ids)
-            if self.jump_forward and s.grammar is not None and self._append_forced(s):
-                jumped.append(s)
-            if s.stream and not s.done:
-                streamed.append(s)
+            appended.append(s)
+        jumped = self._jump(appended) if self.jump_forward else []
+        streamed = [s for s in appended if s.stream and not s.done]
         self.stats["generated_tokens"] += len(rows)
         self.stats["sample_s"] += time.perf_counter() - t0
         self._emit(streamed)
         return jumped
+
+    def _jump(self, rows: list[Seq]) -> list[Seq]:
+        """The constrained rows that jumped over grammar-forced tokens. Their next masks are computed here, for all
+        of them at once: the check reads them, and so does the next step's draw of the rows that did not jump."""
+        constrained = [s for s in rows if s.grammar is not None and not s.done]
+        if not constrained:
+            return []
+        t0 = time.perf_counter()
+        prime(cast(list[Matcher], [s.grammar for s in constrained]))
+        self.stats["grammar_s"] += time.perf_counter() - t0
+        return [s for s in constrained if self._append_forced(s)]
 
     def _append_forced(self, s: Seq) -> int:
         """Append the tokens the grammar forces next, as the sampler would have drawn them: each with

@@ -7,6 +7,7 @@ import asyncio
 import atexit
 import dataclasses
 import logging
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,16 +38,18 @@ ENGINE_POLL_S = 0.1  # the most wait_engine waits between two looks
 
 
 class EngineProcess:
-    """The embedded engine (`python -m slimecli.engine --config FILE`) as a child process."""
+    """The embedded engine (`python -m slimecli.engine --config FILE`) as a child process. Its frozen config and
+    log live in a temporary directory of its own, removed once it is stopped (a failure quotes the log's tail)."""
 
-    def __init__(self, cfg: SlimeConfig, workdir: Path) -> None:
+    def __init__(self, cfg: SlimeConfig) -> None:
         from slimecli.config.io import save_frozen
 
         port = free_port(cfg.rollout.host)
         self.cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, port=port, num_engines=1))
         self.url = f"http://{cfg.rollout.host}:{port}"
-        self.config_path = save_frozen(self.cfg, workdir / "config.yaml")
-        self.log_path = workdir / "engine.log"
+        self.workdir = Path(tempfile.mkdtemp(prefix="slimecli-engine-"))
+        self.config_path = save_frozen(self.cfg, self.workdir / "config.yaml")
+        self.log_path = self.workdir / "engine.log"
         self.proc: subprocess.Popen | Started | None = None
 
     def start(self, spawn: Spawn | None = None) -> None:
@@ -71,6 +74,7 @@ class EngineProcess:
             kill_group(self.proc.pid, grace_s=5.0, leader=self.proc)
         if self.proc is not None:
             self.proc.wait(timeout=10)
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 async def wait_engine(healthy: Callable[[], Awaitable[bool]], url: str, timeout_s: float,
@@ -122,9 +126,8 @@ class AgentService:
         if cfg.model.path is None and cfg.model.name == "tiny":
             cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=str(resolve_model_path(cfg.model))))
             self.cfg = cfg
-        self.tmp = Path(tempfile.mkdtemp(prefix="slimecli-agent-"))
         urls = list(engine_urls or ([agent.engine_url] if agent.engine_url else []))
-        self.engine_proc = None if urls else EngineProcess(cfg, self.tmp)
+        self.engine_proc = None if urls else EngineProcess(cfg)
         if self.engine_proc is not None:
             urls = [self.engine_proc.url]
             self.engine_proc.start(spawn)
