@@ -137,10 +137,11 @@ def test_profile_startup_reports_every_process_and_the_controller_never_imports_
 RANK_MODULE = textwrap.dedent("""
     import json, os, sys, time
     preloaded = "torch" in sys.modules  # before this module's own imports: what the launcher loaded
+    extra = "wave" in sys.modules  # --preload wave
     out = os.path.join(sys.argv[1], f"rank{os.environ['RANK']}.json")
     keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS")
     record = {k: os.environ.get(k) for k in keys}
-    record.update(pid=os.getpid(), ppid=os.getppid(), preloaded=preloaded, argv=sys.argv[1:])
+    record.update(pid=os.getpid(), ppid=os.getppid(), preloaded=preloaded, extra=extra, argv=sys.argv[1:])
 
     def write():  # whole or not at all: the test reads it as soon as it exists
         with open(out + ".tmp", "w") as f:
@@ -168,7 +169,8 @@ def rank_spec(tmp_path, mode: str, **env: str) -> ProcessSpec:
     (package / "__init__.py").write_text("")
     (package / "__main__.py").write_text(RANK_MODULE)
     return ProcessSpec(name="trainer", kind="worker", env={"PYTHONPATH": str(tmp_path / "pkg"), **env},
-                       argv=[PY, "-m", "slimecli.launch.ranks", "--nproc", "2", "-m", "fakerank", str(tmp_path), mode])
+                       argv=[PY, "-m", "slimecli.launch.ranks", "--nproc", "2", "--preload", "wave", "-m", "fakerank",
+                             str(tmp_path), mode])
 
 
 @pytest.mark.slow
@@ -181,7 +183,7 @@ def test_ranks_get_what_torchrun_gives_and_form_a_group(tmp_path, fork):
         assert (got["RANK"], got["LOCAL_RANK"], got["WORLD_SIZE"], got["LOCAL_WORLD_SIZE"]) == (str(r), str(r), "2", "2")
         assert got["MASTER_ADDR"] == "127.0.0.1" and got["MASTER_PORT"] == ranks[0]["MASTER_PORT"]
         assert got["OMP_NUM_THREADS"] == "1" and got["argv"] == [str(tmp_path), "ok"] and got["sum"] == 3
-        assert got["preloaded"] is (fork == "1")  # forked from the launcher, torch already imported
+        assert got["preloaded"] is got["extra"] is (fork == "1")  # forked from the launcher, torch (and --preload) imported
     assert ranks[0]["ppid"] == ranks[1]["ppid"]  # both the launcher's children
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 
+from slimecli.launch.torchrun import MEGATRON_PRELOAD
 from tests.helpers import run_ranks
 from tests.helpers.megatron_check import LR, check_cfg, fixed_batch, run
 
@@ -48,7 +49,7 @@ def odd_vocab_model(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 def megatron_result(model: Path, out: Path, tp: int, pp: int, optimizer: str = "adam",
                     sequence_parallel: bool = False, dp: int = 1, export: bool = False) -> dict[str, Any]:
     run_ranks("megatron_check", tp * pp * dp, str(out), str(model), str(tp), str(pp), optimizer,
-           *(["sp"] if sequence_parallel else []), *(["export"] if export else []))
+           *(["sp"] if sequence_parallel else []), *(["export"] if export else []), preload=MEGATRON_PRELOAD)
     return json.loads((out / "result.json").read_text())
 
 
@@ -136,10 +137,10 @@ def test_sharded_checkpoint_resumes_at_another_tp_and_at_dp2(odd_vocab_model, tm
 
     run, model = "megatron_resume_check", str(odd_vocab_model)
     dp_dir, tp_dir = tmp_path / "dp", tmp_path / "tp"
-    run_ranks(run, 2, "save-straight", str(dp_dir), model, "1")  # TP=1 on 2 ranks: DP=2
-    run_ranks(run, 2, "resume", str(dp_dir), model, "1")
-    run_ranks(run, 2, "save", str(tp_dir), model, "2")
-    run_ranks(run, 1, "resume", str(tp_dir), model, "1")
+    run_ranks(run, 2, "save-straight", str(dp_dir), model, "1", preload=MEGATRON_PRELOAD)  # TP=1 on 2 ranks: DP=2
+    run_ranks(run, 2, "resume", str(dp_dir), model, "1", preload=MEGATRON_PRELOAD)
+    run_ranks(run, 2, "save", str(tp_dir), model, "2", preload=MEGATRON_PRELOAD)
+    run_ranks(run, 1, "resume", str(tp_dir), model, "1", preload=MEGATRON_PRELOAD)
     straight = json.loads((dp_dir / "straight-1x2.json").read_text())
     for resumed_at in (dp_dir / "resume-1x2.json", tp_dir / "resume-1.json"):
         resumed = json.loads(resumed_at.read_text())

@@ -23,7 +23,7 @@ from slimecli.config.schema import SlimeConfig
 from slimecli.config.teachers import GROUP_PROCESS, RunTeacher, run_teachers, teacher_view
 from slimecli.launch.child_env import child_env
 from slimecli.launch.spec import Health, Probe, ProcessSpec
-from slimecli.launch.torchrun import rank_command
+from slimecli.launch.torchrun import MEGATRON_PRELOAD, rank_command
 
 CONFIG_FILE = "config.yaml"
 
@@ -172,7 +172,8 @@ def teacher_spec(cfg: SlimeConfig, config_path: str, teacher: RunTeacher | None 
         return None
     host, port = teacher_address(cfg, cfg.cluster.node_rank)
     named = ["--teacher", teacher.name] if teacher is not None and teacher.key != "teacher" else []
-    argv, env = rank_command("slimecli.teacher", ["--config", config_path, *named], t.tp * t.dp)
+    argv, env = rank_command("slimecli.teacher", ["--config", config_path, *named], t.tp * t.dp,
+                             preload=MEGATRON_PRELOAD if t.backend == "megatron" else ())
     url = f"http://{host}:{port}/healthz"
     key = teacher.key if teacher is not None else "teacher"
     health = Health(url, t.health_interval_s, t.health_timeout_s, t.health_start_grace_s, t.max_restarts,
@@ -207,7 +208,7 @@ def judge_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec | None:
 
 def trainer_spec(cfg: SlimeConfig, config_path: str) -> ProcessSpec:
     argv, env = rank_command("slimecli.train", ["--config", config_path], cfg.trainer.nproc, cfg.cluster,
-                             run_id=cfg.run.name)
+                             run_id=cfg.run.name, preload=MEGATRON_PRELOAD if cfg.trainer.name == "megatron" else ())
     return ProcessSpec(name="trainer", kind="worker", env={**_overlap_env(cfg, share_cores=True), **env}, argv=argv)
 
 

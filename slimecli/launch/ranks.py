@@ -57,9 +57,10 @@ def threads() -> int:
         return 1
 
 
-def preload(module: str) -> bool:
-    """Import what a rank of ``module`` needs; True when this process may then fork (still one thread)."""
-    for name in ("torch", *PRELOAD.get(module, ())):
+def preload(module: str, extra: tuple[str, ...] = ()) -> bool:
+    """Import what a rank of ``module`` needs (and ``extra``: what the run's settings add, such as megatron-core);
+    True when this process may then fork (still one thread)."""
+    for name in ("torch", *PRELOAD.get(module, ()), *extra):
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - the rank's own import will say what is wrong
@@ -155,14 +156,17 @@ def supervise(pids: dict[int, int], grace_s: float = GRACE_S) -> int:
 
 
 def main(argv: list[str]) -> int:
+    extra: tuple[str, ...] = ()
+    if len(argv) > 4 and argv[2] == "--preload":
+        extra, argv = tuple(m for m in argv[3].split(",") if m), argv[:2] + argv[4:]
     if len(argv) < 4 or argv[0] != "--nproc" or argv[2] != "-m" or not argv[1].isdigit() or int(argv[1]) < 1:
-        print(f"usage: python -m {PROG} --nproc N -m MODULE [ARG...]", file=sys.stderr)
+        print(f"usage: python -m {PROG} --nproc N [--preload MODULE,...] -m MODULE [ARG...]", file=sys.stderr)
         return 2
     nproc, module, args = int(argv[1]), argv[3], argv[4:]
     if nproc > 1 and "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = "1"  # torchrun's default for several ranks, before any OpenMP loads
     os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
-    fork = os.environ.get(FORK_ENV, "1") != "0" and not gpu_build() and preload(module)
+    fork = os.environ.get(FORK_ENV, "1") != "0" and not gpu_build() and preload(module, extra)
     if fork:
         from slimecli.launch.template import freeze_imports
 

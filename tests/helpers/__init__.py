@@ -68,12 +68,13 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: str | Path | Non
                           env=full_env, cwd=cwd or ROOT, timeout=timeout)
 
 
-def run_ranks(helper: str, nproc: int, *args: str, timeout: float = 600) -> None:
+def run_ranks(helper: str, nproc: int, *args: str, timeout: float = 600, preload: tuple[str, ...] = ()) -> None:
     """tests/helpers/HELPER.py on `nproc` gloo ranks, launched as slimecli launches a node's trainer ranks
-    (slimecli.launch.ranks: what torchrun gives each rank, the ranks forked once torch is imported)."""
+    (slimecli.launch.ranks: what torchrun gives each rank, the ranks forked once torch and `preload` are imported)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    argv = [sys.executable, "-m", "slimecli.launch.ranks", "--nproc", str(nproc), "-m", f"tests.helpers.{helper}",
-            *args]
+    more = ["--preload", ",".join(preload)] if preload else []
+    argv = [sys.executable, "-m", "slimecli.launch.ranks", "--nproc", str(nproc), *more, "-m",
+            f"tests.helpers.{helper}", *args]
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.abc
+import importlib.machinery
 import logging
+import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -169,6 +172,37 @@ def _tensor_type_is_cuda(method: Callable[..., Any]) -> Callable[..., Any]:
             torch.Tensor.type = original  # type: ignore[method-assign]
 
     return call
+
+
+class _PlainJitFuser(importlib.abc.MetaPathFinder):
+    """Loads megatron.core.jit, then switches its fuser off before any module decorates a function with it."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if name != "megatron.core.jit":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        load = spec.loader.exec_module
+
+        def exec_module(module: types.ModuleType) -> None:
+            load(module)
+            module.disable_jit_fuser()
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def plain_jit_fuser() -> None:
+    """Before megatron-core is imported where no GPU exists: its fusable functions stay plain Python functions.
+    megatron-core wraps them in torch.compile as it imports them (its jit_fuser), which imports torch's dynamo and
+    inductor: 1.5 of the 4.5 CPU-seconds its import costs every trainer rank and teacher, for GPU kernels. A CPU
+    run computes the same functions eagerly."""
+    if "megatron.core.jit" in sys.modules or any(isinstance(f, _PlainJitFuser) for f in sys.meta_path):
+        return
+    if not torch.cuda.is_available():
+        sys.meta_path.insert(0, _PlainJitFuser())
 
 
 def apply() -> None:
