@@ -102,14 +102,16 @@ def test_the_table_has_a_row_per_process_and_a_column_per_phase(tmp_path):
 
 
 @pytest.mark.slow
-def test_profile_startup_reports_every_process_and_the_controller_never_imports_torch(tmp_path):
+def test_profile_startup_reports_every_process_and_the_controller_never_imports_torch(tmp_path, tiny):
     """A one-step quickstart with --profile-startup, its controller in this interpreter's own process tree, started
-    as the `slimecli` command starts it (its entry point)."""
+    as the `slimecli` command starts it (its entry point). With LoRA on a model.path, whose target modules the
+    controller checks against the model's own (launch/lora_checks.py) from its config.json."""
     run = tmp_path / "run"
     code = (
         "import sys\n"
         "from slimecli.cli.entry import main\n"
-        f"sys.argv = ['slimecli', 'train', 'trainer.max_steps=1', 'run.dir={run}', '--profile-startup']\n"
+        f"sys.argv = ['slimecli', 'train', 'trainer.max_steps=1', 'run.dir={run}', 'model.path={tiny}', "
+        "'trainer.lora.rank=8', '--profile-startup']\n"
         "try:\n"
         "    main()\n"
         "except SystemExit as e:\n"

@@ -140,3 +140,21 @@ def test_a_server_loads_it_without_transformers_model_code(tiny: Path) -> None:
             "sorted(k for k in sys.modules if k == 'transformers.modeling_utils' or '.modeling_qwen' in k))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["PlainDecoderLM", "[]"]
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "qwen3-bias", "llama", "qwen2", "mistral", "tied"])
+def test_the_module_names_from_config_json_are_transformers_own(archs: dict[str, Path], arch: str) -> None:
+    """model/plain_arch.py lists a plain decoder's modules from its config.json (the controller's LoRA pre-flight,
+    without torch): the names and classes transformers builds; anything else is left to transformers."""
+    from slimecli.launch.lora_checks import module_kinds as preflight_kinds
+    from slimecli.model.plain_arch import module_kinds
+
+    config = json.loads((archs[arch] / "config.json").read_text())
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(archs[arch]))
+    built = {name: ("Linear" if isinstance(m, torch.nn.Linear) else type(m).__name__)
+             for name, m in model.named_modules() if name}
+    assert module_kinds(config) == built == preflight_kinds(str(archs[arch]))
+    for other in ({"auto_map": {"AutoModelForCausalLM": "x.Y"}}, {"hidden_act": "gelu"},
+                  {"quantization_config": {"quant_method": "fp8"}}, {"model_type": "gpt_neox"}):
+        assert module_kinds({**config, **other}) is None

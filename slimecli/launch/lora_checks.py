@@ -1,8 +1,9 @@
 """Pre-flight of trainer.lora against the model at model.path: every target module must be a linear layer of it.
 
 The config rules know the module names of the presets only (model=tiny, qwen3_0_6b without a path); a model.path
-may hold any architecture transformers builds, so it is built here from its config.json on the meta device: no
-weight is read and no memory is taken, whatever its size. Linear layers only, because they are what the engines
+may hold any architecture transformers builds. The plain decoders' module names follow from config.json alone
+(model/plain_arch.py: no torch in the controller); any other model is built here from its config.json on the meta
+device: no weight is read and no memory is taken, whatever its size. Linear layers only, because they are what the engines
 take: the embedded engine merges W + scale * B A into a weight [out, in], SGLang serves adapters on linear layers.
 """
 
@@ -15,8 +16,21 @@ KEY = "trainer.lora.target_modules"
 
 
 def module_kinds(model_dir: str, trust_remote_code: bool = False) -> dict[str, str]:
-    """Every module of the model at ``model_dir`` by its dotted name, with its class name; built on the meta device
-    from config.json alone."""
+    """Every module of the model at ``model_dir`` by its dotted name, with its class name: read from config.json for
+    the plain decoders (model/plain_arch.py), else built on the meta device from config.json alone."""
+    import json
+    from pathlib import Path
+
+    from slimecli.model.plain_arch import module_kinds as plain_module_kinds
+
+    config_file = Path(model_dir) / "config.json"
+    if config_file.is_file():
+        try:
+            plain = plain_module_kinds(json.loads(config_file.read_text()))
+        except (OSError, ValueError):
+            plain = None  # transformers says what is wrong with it
+        if plain is not None:
+            return plain
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 

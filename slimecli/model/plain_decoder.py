@@ -24,13 +24,7 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-# model_type -> (q/k/v bias, o bias, MLP bias, per-head q/k norms), each bias either a constant or a config field
-ARCHITECTURES: dict[str, tuple[bool | str, bool | str, bool | str, bool]] = {
-    "llama": ("attention_bias", "attention_bias", "mlp_bias", False),
-    "mistral": (False, False, False, False),
-    "qwen2": (True, False, False, False),
-    "qwen3": ("attention_bias", "attention_bias", False, True),
-}
+from slimecli.model.plain_arch import ARCHITECTURES
 
 
 def rms_norm(norm: Any, x: torch.Tensor) -> torch.Tensor:
