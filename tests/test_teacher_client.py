@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -97,6 +99,13 @@ def test_tokenizer_compatibility(tmp_path):
     assert msg and a in msg and swapped in msg and "probe" in msg
     msg = check_tokenizers_compatible(a, tmp_path / "missing")
     assert msg and str(tmp_path / "missing") in msg
+    # the same files byte for byte: known compatible without loading them; any other pair is loaded and compared
+    from slimecli.model.loading import same_tokenizer_files
+
+    assert same_tokenizer_files(a, b) and not same_tokenizer_files(a, swapped)
+    config = Path(b) / "tokenizer_config.json"
+    config.write_text(json.dumps(json.loads(config.read_text()), indent=4))  # other bytes, the same tokenizer
+    assert not same_tokenizer_files(a, b) and check_tokenizers_compatible(a, b) is None
 
 
 def test_client_refuses_teacher_none():

@@ -138,8 +138,29 @@ def resolve_tokenizer_path(model_cfg: ModelConfig) -> Path:
 PROBE_TEXT = "Teacher and student must agree: 12 + 30 = 42, naïve café, <tool_call>{\"x\": 1}</tool_call>\n"
 
 
+# What a saved Hugging Face tokenizer is made of (save_pretrained writes the ones its kind needs)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja")
+
+
+def same_tokenizer_files(a: str | Path, b: str | Path) -> bool:
+    """Both directories hold the same tokenizer files, byte for byte (tokenizer_config.json, which names the
+    tokenizer's class, among them): the same tokenizer, known without loading either."""
+    a, b = Path(a).expanduser(), Path(b).expanduser()
+    if not (a / "tokenizer_config.json").is_file():
+        return False
+    for name in TOKENIZER_FILES:
+        fa, fb = a / name, b / name
+        if fa.is_file() != fb.is_file() or (fa.is_file() and fa.read_bytes() != fb.read_bytes()):
+            return False
+    return True
+
+
 def check_tokenizers_compatible(student_path: str | Path, teacher_path: str | Path) -> str | None:
-    """None if both tokenizers have the same vocabulary size and encode a probe text to the same ids."""
+    """None if both tokenizers have the same vocabulary size and encode a probe text to the same ids (or are the
+    same files: the controller's pre-flight then imports no transformers)."""
+    if same_tokenizer_files(student_path, teacher_path):
+        return None
     try:
         student, teacher = load_tokenizer(student_path), load_tokenizer(teacher_path)
     except Exception as exc:  # noqa: BLE001 - any failure to load one is the answer, with its message
