@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from slimecli.launch.torchrun import MEGATRON_PRELOAD
+from slimecli.launch.ranks import MEGATRON_PRELOAD
 from tests.helpers import ROOT, invoke_cli, run_cli
 
 
@@ -96,7 +96,7 @@ def test_plan_json_lists_processes_in_start_order(tmp_path, tiny):
     single = json.loads(invoke_cli("plan", f"model.path={tiny}", "trainer.nproc=1", "--json").stdout)[-1]
     assert single["argv"][1:3] == ["-m", "slimecli.train"] and single["env"]["RANK"] == "0"
     assert trainer["argv"][-2] == "--config" and trainer["argv"][-1].endswith("config.yaml")
-    # a megatron-core trainer's ranks are forked once it is imported (launch/torchrun.py: MEGATRON_PRELOAD)
+    # a megatron-core trainer's ranks are forked once it is imported (launch/ranks.py: MEGATRON_PRELOAD)
     megatron = json.loads(invoke_cli("plan", f"model.path={tiny}", "trainer=megatron", "--json").stdout)[-1]
     assert megatron["argv"][5:9] == ["--preload", ",".join(MEGATRON_PRELOAD), "-m", "slimecli.train"]
     (engine_port,) = plan[0]["ports"]  # rollout.port=auto: a free port, picked for the plan

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from slimecli.launch.torchrun import MEGATRON_PRELOAD
+from slimecli.launch.ranks import MEGATRON_PRELOAD
 from tests.helpers import run_ranks
 from tests.helpers.megatron_check import LR, check_cfg, fixed_batch, run
 

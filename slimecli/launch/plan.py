@@ -22,8 +22,9 @@ from slimecli.config.layout import (
 from slimecli.config.schema import SlimeConfig
 from slimecli.config.teachers import GROUP_PROCESS, RunTeacher, run_teachers, teacher_view
 from slimecli.launch.child_env import child_env
+from slimecli.launch.ranks import MEGATRON_PRELOAD
 from slimecli.launch.spec import Health, Probe, ProcessSpec
-from slimecli.launch.torchrun import MEGATRON_PRELOAD, rank_command
+from slimecli.launch.torchrun import rank_command
 
 CONFIG_FILE = "config.yaml"
 

@@ -35,6 +35,7 @@ from slimecli.launch.agent_checks import agent_cli_errors, agent_errors, context
 from slimecli.launch.replay_checks import replay_errors
 from slimecli.launch.rundir_checks import run_dir_errors
 from slimecli.launch.sglang_checks import sglang_args_errors
+from slimecli.model.loading import TOKENIZER_FILES
 
 
 def materialize(cfg: SlimeConfig) -> SlimeConfig:
@@ -162,7 +163,6 @@ def megatron_split_errors(model_dir: Path, path_key: str, user: str, tp: tuple[s
 
 # ---- the machine: ports, GPUs, model files -------------------------------------------------------------------
 WEIGHT_GLOBS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.pt", "*.pth")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
 def port_problem(host: str, port: int) -> str | None:

@@ -39,6 +39,10 @@ PRELOAD = {
     "slimecli.teacher": ("slimecli.teacher.__main__", "transformers.modeling_utils",
                          "transformers.models.auto.modeling_auto", "transformers.models.auto.tokenization_auto"),
 }
+# What the ranks of a megatron-core trainer or teacher import besides (`--preload`, from the run's plan): its
+# builder first, which on a CPU keeps megatron-core's import from loading torch's compiler; 3 CPU-seconds a rank.
+MEGATRON_PRELOAD = ("slimecli.model.megatron.build", "megatron.core.models.gpt.gpt_model",
+                    "megatron.core.transformer.transformer_config")
 GRACE_S = 10.0
 FORK_ENV = "SLIMECLI_FORK_RANKS"  # "0": start each rank as `python -m MODULE` (imports its own torch)
 PROG = "slimecli.launch.ranks"

@@ -34,12 +34,6 @@ WORLD_OF_ONE = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_
                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0"}
 
 
-# What the ranks of a megatron-core trainer or teacher import once, before they are forked (its builder first: on a
-# CPU it keeps megatron-core's import from loading torch's compiler): 3 CPU-seconds a rank.
-MEGATRON_PRELOAD = ("slimecli.model.megatron.build", "megatron.core.models.gpt.gpt_model",
-                    "megatron.core.transformer.transformer_config")
-
-
 def rank_command(module: str, args: list[str], nproc: int, cluster: ClusterConfig | None = None,
                  run_id: str = "slimecli", preload: tuple[str, ...] = ()) -> tuple[list[str], dict[str, str]]:
     """(argv, environment) of the ranks' process: torchrun across nodes; on one node slimecli.launch.ranks (the

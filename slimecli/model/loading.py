@@ -138,9 +138,10 @@ def resolve_tokenizer_path(model_cfg: ModelConfig) -> Path:
 PROBE_TEXT = "Teacher and student must agree: 12 + 30 = 42, naïve café, <tool_call>{\"x\": 1}</tool_call>\n"
 
 
-# What a saved Hugging Face tokenizer is made of (save_pretrained writes the ones its kind needs)
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-                   "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja")
+# A saved Hugging Face tokenizer: a directory holding any of TOKENIZER_FILES is one; TOKENIZER_PARTS is everything
+# save_pretrained writes for one (the parts its kind needs)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+TOKENIZER_PARTS = (*TOKENIZER_FILES, "special_tokens_map.json", "added_tokens.json", "merges.txt", "chat_template.jinja")
 
 
 def same_tokenizer_files(a: str | Path, b: str | Path) -> bool:
@@ -149,7 +150,7 @@ def same_tokenizer_files(a: str | Path, b: str | Path) -> bool:
     a, b = Path(a).expanduser(), Path(b).expanduser()
     if not (a / "tokenizer_config.json").is_file():
         return False
-    for name in TOKENIZER_FILES:
+    for name in TOKENIZER_PARTS:
         fa, fb = a / name, b / name
         if fa.is_file() != fb.is_file() or (fa.is_file() and fa.read_bytes() != fb.read_bytes()):
             return False

@@ -23,6 +23,8 @@ def module_kinds(config: dict[str, Any]) -> dict[str, str] | None:
     """Every module of the causal LM a config.json describes, by dotted name, with its class name as transformers
     builds it ("Linear" for every linear layer); None where this is not known without transformers (another
     architecture, custom code, quantised layers, another activation)."""
+    if not isinstance(config, dict):
+        return None
     kind = config.get("model_type")
     if (kind not in ARCHITECTURES or "auto_map" in config or config.get("quantization_config")
             or config.get("hidden_act", "silu") != "silu" or not isinstance(config.get("num_hidden_layers"), int)):
