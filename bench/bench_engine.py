@@ -7,7 +7,11 @@ generate on the whole left-padded batch (batched). Prints tokens/s and ratios.
 
 --bound adds the engine's bound: a bare greedy loop in this process (the same model and left-padded batch, one
 forward and an argmax per token, keys/values appended in place; no HTTP, no scheduler, no sampler), beside the
-engine at greedy without log-probs, like with like. Both include the prompt's prefill.
+engine at greedy without log-probs, like with like. Both include the prompt's prefill. Beside them, the same loop on
+the engine's own implementation of the model (model/plain_decoder.py, without transformers' Python around each
+layer), its decode steps through the `step` the engine calls: the model's own speed on this machine, with nothing
+of an engine around it. Its ratio over HF's batched generate is about the most an engine on these kernels can
+reach; the bench prints what the goal of 1.5x HF batched asks of it.
 
 --baseline-ref [GITREF] adds the engine of another commit (default: the commit the decode-loop rework started
 from), exported with `git archive` into a temporary directory and served from there by this interpreter; both
@@ -156,6 +160,30 @@ def bare_greedy(model: Any, prompts: list[list[int]], new_tokens: int, pad: int)
     return timed(len(prompts) * new_tokens, go)
 
 
+def own_greedy(model: Any, prompts: list[list[int]], new_tokens: int, pad: int) -> Rate:
+    """The model's own speed: the bare loop on the engine's own model (model/plain_decoder.py), its decode steps through
+    the same `step` the engine calls (no mask without padding), and nothing else."""
+    import torch
+
+    from slimecli.engine.kvcache import BatchCache
+
+    ids, mask = left_padded(prompts, pad)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    pads = [int(n) for n in (mask == 0).sum(-1)]
+
+    def go() -> None:
+        cache = BatchCache(model.config.num_hidden_layers)
+        with torch.inference_mode():
+            logits = model(input_ids=ids, attention_mask=mask if any(pads) else None, position_ids=pos,
+                           past_key_values=cache, logits_to_keep=1).logits[:, -1]
+            p = pos[:, -1:]
+            for _ in range(new_tokens - 1):
+                p = p + 1
+                logits = model.step(logits.argmax(-1, keepdim=True), p, pads, cache)
+
+    return timed(len(prompts) * new_tokens, go)
+
+
 class Engine:
     """`slimecli rollout serve` of one checkout (this one, or a baseline export) on a free port."""
 
@@ -198,9 +226,10 @@ class Engine:
 
 
 def measure(engines: dict[str, Engine], model: Any, batch: list[list[int]], new_tokens: int, repeats: int,
-            bound: bool) -> dict[str, Rate]:
+            own: Any) -> dict[str, Rate]:
     """Every side's best rate over `repeats` interleaved rounds (the machine's load varies; each round hits all)."""
     best: dict[str, Rate] = {}
+    bound = own is not None
 
     def note(key: str, rate: Rate) -> None:
         best[key] = rate.best(best.get(key))
@@ -214,6 +243,7 @@ def measure(engines: dict[str, Engine], model: Any, batch: list[list[int]], new_
         note("sequential", hf_sequential(model, batch[:4], new_tokens))  # a rate: 1 at a time
         if bound:
             note("bare", bare_greedy(model, batch, new_tokens, 0))
+            note("own", own_greedy(own, batch, new_tokens, 0))
     return best
 
 
@@ -269,6 +299,14 @@ def main() -> None:
                 e.run(prompts[:4], 4, greedy=True, logprobs=False)
             hf_batched(model, prompts[:2], 2, 0)
             bare_greedy(model, prompts[:2], 2, 0)
+            own = None
+            if args.bound:  # the engine's own implementation of the same checkpoint
+                from slimecli.model.plain_decoder import plain_decoder_or_why
+
+                own, why = plain_decoder_or_why(model_dir, torch.float32)
+                if own is None:
+                    raise SystemExit(f"the engine's own model does not load this checkpoint: {why}")
+                own_greedy(own, prompts[:2], 2, 0)
             print(f"model: Qwen3 hidden={args.hidden} layers={args.layers} params={n_params / 1e6:.1f}M; "
                   f"prompts ~{args.prompt_len} tokens, {args.new_tokens} new tokens each; "
                   f"torch threads={torch.get_num_threads()}; best of {args.repeats} interleaved runs; "
@@ -279,14 +317,16 @@ def main() -> None:
             tables: dict[str, list[str]] = {"main": [], "bound": [], "baseline": []}
             for c in levels:
                 batch = prompts[:c]
-                r = measure(engines, model, batch, args.new_tokens, args.repeats, args.bound)
+                r = measure(engines, model, batch, args.new_tokens, args.repeats, own)
                 eng = r["current"]
                 tables["main"].append(f"{c:>4} {eng.cell():>16} {r['sequential'].cell():>16} "
                                       f"{r['batched'].cell():>16} {eng.over(r['sequential']):>15} "
                                       f"{eng.over(r['batched']):>15}")
                 if args.bound:
+                    own_x = r["own"].wall / r["batched"].wall
                     tables["bound"].append(f"{c:>4} {r['current greedy'].cell():>16} {r['bare'].cell():>16} "
-                                           f"{r['current greedy'].over(r['bare']):>15}")
+                                           f"{r['current greedy'].over(r['bare']):>15} {r['own'].cell():>16} "
+                                           f"{own_x:>9.2f}x {1.5 / own_x:>11.2f}x")
                 if args.baseline_ref is not None:
                     row = f"{c:>4} {eng.cell():>16} {r['baseline'].cell():>16} {eng.over(r['baseline']):>15}"
                     if args.bound:
@@ -300,8 +340,12 @@ def main() -> None:
             print("\n".join(tables["main"]))
             if args.bound:
                 print("\nengine at greedy without log-probs vs the bare greedy loop (its bound)")
-                print(f"{'conc':>4} {'engine greedy':>16} {'bare loop':>16} {'of bound':>15}")
+                print(f"{'conc':>4} {'engine greedy':>16} {'bare loop':>16} {'of bound':>15} {'own model loop':>16} "
+                      f"{'own/HFb':>10} {'1.5x HFb is':>12}")
                 print("\n".join(tables["bound"]))
+                print("own model loop: the bare loop on the engine's own model implementation (no scheduler, sampler or\n"
+                      "HTTP); own/HFb: its wall rate over HF batched generate (T=1); '1.5x HFb is': that goal as a\n"
+                      "multiple of the own model loop (above 1.00x: faster than the model itself runs on this machine)")
             if args.baseline_ref is not None:
                 print("\nthis checkout's engine vs the baseline's (same requests, interleaved)")
                 head = f"{'conc':>4} {'T=1 lp now':>16} {'T=1 lp base':>16} {'now/base':>15}"
