@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -116,8 +117,8 @@ def server_pid(proc: subprocess.Popen, marker: bytes) -> int:
 
 def said_ready(proc: subprocess.Popen, lines: list[str], times: int) -> None:
     """Once the supervisor has said ``times`` times that engine-0 is ready (its start, then each restart)."""
-    wait_until(lambda: proc.poll() is not None or sum("| engine-0 is ready" in x for x in lines) >= times, 300,
-               f"engine-0 ready {times} times")
+    waiting(lambda: proc.poll() is not None or sum("| engine-0 is ready" in x for x in lines) >= times,
+            f"engine-0 ready {times} times", lines)
     assert proc.poll() is None, "".join(lines)[-3000:]
 
 
@@ -126,8 +127,16 @@ def at_step(run: Path, step: int, proc: subprocess.Popen, lines: list[str]) -> N
     def reached() -> bool:
         return proc.poll() is not None or (run / "metrics.jsonl").exists() and len(metrics(run)) >= step
 
-    wait_until(reached, 300, f"step {step}")
+    waiting(reached, f"step {step}", lines)
     assert proc.poll() is None, "".join(lines)[-3000:]
+
+
+def waiting(predicate: Callable[[], bool], what: str, lines: list[str], timeout: float = 300) -> None:
+    """wait_until, and on its timeout the run's output so far: what it was doing when the wait gave up."""
+    try:
+        wait_until(predicate, timeout, what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the run's output so far:\n{''.join(lines)[-6000:]}") from None
 
 
 STEPS = 40  # room for the faults after each restart: a forked engine is back within a second and a step takes 0.1 s
@@ -153,7 +162,8 @@ def test_engine_hung_then_stopped_then_a_trainer_rank_killed_the_run_completes(t
         said_ready(proc, lines, 3)
         at_step(run, len(metrics(run)) + 1, proc, lines)
         os.kill(server_pid(proc, b"-m\x00slimecli.train"), signal.SIGKILL)
-        assert proc.wait(timeout=400) == 0, "".join(lines)[-4000:]
+        waiting(lambda: proc.poll() is not None, "the run's end", lines, timeout=400)
+        assert proc.returncode == 0, "".join(lines)[-4000:]
     finally:
         if proc.poll() is None:
             kill_tree(proc)
