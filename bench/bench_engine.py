@@ -132,15 +132,18 @@ def hf_batched(model: Any, prompts: list[list[int]], new_tokens: int, pad: int) 
     return timed(len(prompts) * new_tokens, go)
 
 
-def bare_greedy(model: Any, prompts: list[list[int]], new_tokens: int, pad: int) -> Rate:
+def bare_greedy(model: Any, prompts: list[list[int]], new_tokens: int, pad: int, *, own_step: bool = False) -> Rate:
     """The bound: prefill the left-padded batch, then one forward and one argmax per token for the whole batch,
-    keys/values appended in place (the engine's cache layer, so that a concatenating cache does not slow it)."""
+    keys/values appended in place (the engine's cache layer, so that a concatenating cache does not slow it).
+    ``own_step``: the model is the engine's own (model/plain_decoder.py), its decode steps through the same `step` the
+    engine calls (no mask without padding): the model's own speed, with nothing of an engine around it."""
     import torch
 
     from slimecli.engine.kvcache import BatchCache
 
     ids, mask = left_padded(prompts, pad)
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    pads = [int(n) for n in (mask == 0).sum(-1)]
     kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
     def go() -> None:
@@ -152,34 +155,13 @@ def bare_greedy(model: Any, prompts: list[list[int]], new_tokens: int, pad: int)
             tok = out.logits[:, -1].argmax(-1, keepdim=True)
             p = p[:, -1:]
             for _ in range(new_tokens - 1):
-                m = torch.cat([m, m.new_ones(len(prompts), 1)], 1)
                 p = p + 1
+                if own_step:
+                    tok = model.step(tok, p, pads, cache).argmax(-1, keepdim=True)
+                    continue
+                m = torch.cat([m, m.new_ones(len(prompts), 1)], 1)
                 out = model(input_ids=tok, attention_mask=m, position_ids=p, use_cache=True, **{kw: cache})
                 tok = out.logits[:, -1].argmax(-1, keepdim=True)
-
-    return timed(len(prompts) * new_tokens, go)
-
-
-def own_greedy(model: Any, prompts: list[list[int]], new_tokens: int, pad: int) -> Rate:
-    """The model's own speed: the bare loop on the engine's own model (model/plain_decoder.py), its decode steps through
-    the same `step` the engine calls (no mask without padding), and nothing else."""
-    import torch
-
-    from slimecli.engine.kvcache import BatchCache
-
-    ids, mask = left_padded(prompts, pad)
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    pads = [int(n) for n in (mask == 0).sum(-1)]
-
-    def go() -> None:
-        cache = BatchCache(model.config.num_hidden_layers)
-        with torch.inference_mode():
-            logits = model(input_ids=ids, attention_mask=mask if any(pads) else None, position_ids=pos,
-                           past_key_values=cache, logits_to_keep=1).logits[:, -1]
-            p = pos[:, -1:]
-            for _ in range(new_tokens - 1):
-                p = p + 1
-                logits = model.step(logits.argmax(-1, keepdim=True), p, pads, cache)
 
     return timed(len(prompts) * new_tokens, go)
 
@@ -243,7 +225,7 @@ def measure(engines: dict[str, Engine], model: Any, batch: list[list[int]], new_
         note("sequential", hf_sequential(model, batch[:4], new_tokens))  # a rate: 1 at a time
         if bound:
             note("bare", bare_greedy(model, batch, new_tokens, 0))
-            note("own", own_greedy(own, batch, new_tokens, 0))
+            note("own", bare_greedy(own, batch, new_tokens, 0, own_step=True))
     return best
 
 
@@ -306,7 +288,7 @@ def main() -> None:
                 own, why = plain_decoder_or_why(model_dir, torch.float32)
                 if own is None:
                     raise SystemExit(f"the engine's own model does not load this checkpoint: {why}")
-                own_greedy(own, prompts[:2], 2, 0)
+                bare_greedy(own, prompts[:2], 2, 0, own_step=True)
             print(f"model: Qwen3 hidden={args.hidden} layers={args.layers} params={n_params / 1e6:.1f}M; "
                   f"prompts ~{args.prompt_len} tokens, {args.new_tokens} new tokens each; "
                   f"torch threads={torch.get_num_threads()}; best of {args.repeats} interleaved runs; "

@@ -9,6 +9,9 @@ take: the embedded engine merges W + scale * B A into a weight [out, in], SGLang
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from slimecli.config.errors import NO_VALUE, ConfigError, did_you_mean
 from slimecli.config.schema import SlimeConfig
 
@@ -18,9 +21,6 @@ KEY = "trainer.lora.target_modules"
 def module_kinds(model_dir: str, trust_remote_code: bool = False) -> dict[str, str]:
     """Every module of the model at ``model_dir`` by its dotted name, with its class name: read from config.json for
     the plain decoders (model/plain_arch.py), else built on the meta device from config.json alone."""
-    import json
-    from pathlib import Path
-
     from slimecli.model.plain_arch import module_kinds as plain_module_kinds
 
     config_file = Path(model_dir) / "config.json"

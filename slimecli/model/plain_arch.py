@@ -19,16 +19,25 @@ ARCHITECTURES: dict[str, tuple[bool | str, bool | str, bool | str, bool]] = {
 CLASS_PREFIX = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3"}
 
 
+def unsupported_raw(raw: dict[str, Any]) -> str:
+    """Why this config.json is not a plain decoder's (another architecture, custom code, quantised layers); "" when
+    it may be one (model/plain_decoder.py then checks the parsed config further)."""
+    if raw.get("model_type") not in ARCHITECTURES:
+        return f"model_type {raw.get('model_type')!r} (plain decoders: {', '.join(sorted(ARCHITECTURES))})"
+    for key in ("auto_map", "quantization_config"):
+        if raw.get(key):
+            return f"its config has {key}"
+    return ""
+
+
 def module_kinds(config: dict[str, Any]) -> dict[str, str] | None:
     """Every module of the causal LM a config.json describes, by dotted name, with its class name as transformers
     builds it ("Linear" for every linear layer); None where this is not known without transformers (another
     architecture, custom code, quantised layers, another activation)."""
-    if not isinstance(config, dict):
+    if (not isinstance(config, dict) or unsupported_raw(config) or config.get("hidden_act", "silu") != "silu"
+            or not isinstance(config.get("num_hidden_layers"), int)):
         return None
-    kind = config.get("model_type")
-    if (kind not in ARCHITECTURES or "auto_map" in config or config.get("quantization_config")
-            or config.get("hidden_act", "silu") != "silu" or not isinstance(config.get("num_hidden_layers"), int)):
-        return None
+    kind = config["model_type"]
     arch = CLASS_PREFIX[kind]
     norm = f"{arch}RMSNorm"
     out = {"model": f"{arch}Model", "model.embed_tokens": "Embedding", "model.layers": "ModuleList"}

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from slimecli.model.plain_arch import ARCHITECTURES
+from slimecli.model.plain_arch import ARCHITECTURES, unsupported_raw
 
 
 def rms_norm(norm: Any, x: torch.Tensor) -> torch.Tensor:
@@ -253,16 +253,6 @@ def _rope_type(cfg: Any) -> str:
     return str(params.get("rope_type", params.get("type", "default")))
 
 
-def _unsupported_raw(raw: dict[str, Any]) -> str:
-    """Why this config.json is not one the plain decoder reproduces exactly; "" when it may be."""
-    if raw.get("model_type") not in ARCHITECTURES:
-        return f"model_type {raw.get('model_type')!r} (plain decoders: {', '.join(sorted(ARCHITECTURES))})"
-    for key in ("auto_map", "quantization_config"):
-        if raw.get(key):
-            return f"its config has {key}"
-    return ""
-
-
 def _unsupported(cfg: Any) -> str:
     """Why this (parsed) config is not one the plain decoder reproduces exactly; "" when it is."""
     if getattr(cfg, "hidden_act", "silu") != "silu":
@@ -290,7 +280,7 @@ def plain_decoder_or_why(path: str | Path, dtype: torch.dtype, device: str = "cp
     from transformers import AutoConfig, GenerationConfig
 
     path = Path(path)
-    why = _unsupported_raw(json.loads((path / "config.json").read_text()))
+    why = unsupported_raw(json.loads((path / "config.json").read_text()))
     if why:
         return None, why
     cfg = AutoConfig.from_pretrained(str(path))
