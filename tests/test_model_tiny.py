@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from slimecli.model.tiny import create_tiny_model
@@ -42,6 +43,18 @@ def test_transformers_loads_it(tiny: Path, tok) -> None:
     assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
     for t in SPECIAL_TOKENS:  # each is one token
         assert len(tok(t, add_special_tokens=False).input_ids) == 1, t
+
+
+def test_every_tensor_is_one_transformers_expects(tmp_path: Path) -> None:
+    """The tensors' names and shapes come from the engine's own model of Qwen3 (tiny.py): transformers' model of the
+    same config must take each of them, none missing, none left over, none of another shape."""
+    path = create_tiny_model(tmp_path / "wide", hidden_size=128, num_layers=3, num_heads=8, num_kv_heads=2,
+                             intermediate_size=96)
+    _, info = AutoModelForCausalLM.from_pretrained(str(path), output_loading_info=True)
+    assert not any(info[key] for key in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+    with safe_open(str(path / "model.safetensors"), framework="pt") as f:
+        assert f.get_slice("model.layers.2.self_attn.k_proj.weight").get_shape() == [32, 128]  # 2 kv heads of 16
+        assert f.get_slice("model.layers.2.mlp.down_proj.weight").get_shape() == [128, 96]
 
 
 def test_deterministic_from_seed(tiny: Path, tmp_path: Path) -> None:

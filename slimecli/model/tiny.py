@@ -54,12 +54,16 @@ def tiny_config(*, vocab_size: int, eos_id: int, pad_id: int, hidden_size: int, 
 
 
 def _init_weights(config: dict[str, Any], seed: int) -> dict[str, Any]:
+    """The parameters' names and shapes come from the engine's own model of the architecture (the same HF names and
+    shapes, which its loader checks): transformers' Qwen3 model code would cost 1.3 s of imports here."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
+
+    from slimecli.model.plain_decoder import PlainDecoderLM
 
     hf_config = AutoConfig.for_model(**config)
     with torch.device("meta"):
-        shapes = {k: tuple(v.shape) for k, v in AutoModelForCausalLM.from_config(hf_config).state_dict().items()}
+        shapes = {k: tuple(v.shape) for k, v in PlainDecoderLM(hf_config).state_dict().items()}
     gen = torch.Generator().manual_seed(seed)
     tensors = {}
     for name in sorted(shapes):
