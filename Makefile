@@ -10,9 +10,8 @@ TORCH ?= torch==2.13.0
 CONSTRAINTS ?= constraints.txt
 # pip compiles every module it installs to bytecode on one core (two thirds of the set-up's time); compileall does the
 # same work afterwards on every core. Compiled, not left to the first import: with PYTHONDONTWRITEBYTECODE set, every
-# process would compile what it imports again. `make test` compiles nothing ahead: its processes write the bytecode
-# of what they import, once, under .cache/pycache (never beside a source: not into a task's workspace either), which
-# is a third of what compiling the whole venv costs (52 CPU-seconds).
+# process would compile what it imports again. The tests compile nothing ahead: their processes write the bytecode of
+# what they import, once, under .cache/pycache (never beside a source, so not into a task's workspace either).
 PIP_C := $(BIN)/pip install -q --no-compile $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 # A few files written for other Python versions do not compile; pip skips them too.
 COMPILE := $(BIN)/python -m compileall -qq -j0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" || true
@@ -23,6 +22,10 @@ NEW_VENV := test -x $(BIN)/pip || { $(PYTHON) -m venv $(VENV) && $(BIN)/pip inst
 $(BIN)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(NEW_VENV)
 	$(PIP_C) "$(TORCH)" -e ".[dev]"
+	touch $@
+
+# The venv compiled for the commands run from it (make train, bench, .venv/bin/slimecli), whichever pip run installed it.
+$(BIN)/.compiled: $(BIN)/.installed
 	$(COMPILE)
 	touch $@
 
@@ -32,15 +35,15 @@ $(BIN)/.installed: pyproject.toml $(CONSTRAINTS)
 $(BIN)/.installed-megatron: pyproject.toml $(CONSTRAINTS)
 	$(NEW_VENV)
 	$(PIP_C) "$(TORCH)" -e ".[dev,megatron,wandb,envs]"
-	touch $@
+	touch $(BIN)/.installed $@
 
-setup: $(BIN)/.installed
+setup: $(BIN)/.compiled
 
 train: setup
 	$(BIN)/slimecli train $(ARGS)
 
 # The real agent CLIs (pinned npm packages) that the agent tests run against.
-agent-clis: setup
+agent-clis: $(BIN)/.installed
 	$(BIN)/slimecli agent install claude_code
 	$(BIN)/slimecli agent install codex
 
@@ -71,13 +74,13 @@ $(SGLANG_CONTRACT)/.installed:
 	$(BIN)/pip install -q --no-compile --no-deps --target $(SGLANG_CONTRACT) $(SGLANG_PKGS)
 	touch $@
 
-sglang-contract: setup $(SGLANG_CONTRACT)/.installed
+sglang-contract: $(BIN)/.installed $(SGLANG_CONTRACT)/.installed
 
 # The wheels bench/gpu_check.sh --offline installs on a GPU machine without a network (Python 3.11 and 3.12,
 # at most 60 MiB; the machine's torch and transformers are reused): bench/wheelhouse.py says what is left out.
 # WHEELHOUSE_ALL=1 keeps everything.
 WHEELHOUSE ?= wheelhouse
-wheelhouse: setup
+wheelhouse: $(BIN)/.installed
 	$(BIN)/python bench/wheelhouse.py --out $(WHEELHOUSE) $(if $(WHEELHOUSE_ALL),--all)
 
 # The suite runs on TEST_WORKERS pytest-xdist workers, a test file per worker at a time (a file's module-scoped
@@ -103,13 +106,13 @@ test: $(BIN)/.installed-megatron
 	exit $$tests
 
 # The inner loop: everything but the tests marked slow (real training runs, servers, the agent CLIs).
-test-quick: setup
+test-quick: $(BIN)/.installed
 	$(TEST_BYTECODE) $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow" $(PYTEST_ARGS)
 
 test-durations:
 	@$(BIN)/python -m tests.helpers.durations_table 30
 
-lint: setup
+lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(MYPY)
 
