@@ -42,6 +42,17 @@ def sglang() -> Any:
     return SGL
 
 
+def test_loading_sglang_leaves_the_worker_as_it_was():
+    """The stubs and sglang's directory exist only while sglang imports: a later test of this worker that draws a
+    figure (matplotlib reads IPython's version from sys.modules) or imports starlette gets the real thing."""
+    assert not [name for name, module in sys.modules.items() if isinstance(module, sglang_contract._Stub)]
+    assert not [f for f in sys.meta_path if isinstance(f, sglang_contract._StubFinder)]
+    assert str(sglang_contract.TARGET) not in sys.path
+    from matplotlib.figure import Figure
+
+    Figure()  # what failed, when the report tests ran after these in one worker
+
+
 PLANS = [
     ["rollout=sglang"],
     ["rollout=sglang", "rollout.num_engines=2", "rollout.sglang_args=--tp-size 2 --mem-fraction-static 0.7",

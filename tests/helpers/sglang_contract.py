@@ -3,7 +3,7 @@
 `make sglang-contract` installs the sglang wheel and the few pure-Python packages its ``server_args`` and
 ``io_struct`` modules import into .cache/sglang-contract (no dependencies: sglang pins another torch and
 transformers, and the venv keeps its own). What only exists on GPU machines (triton, torchvision, IPython,
-tvm_ffi) is stubbed here while sglang imports: any attribute of a stub is a do-nothing callable, or a class
+tvm_ffi) is stubbed here while sglang imports, and only then: any attribute of a stub is a do-nothing callable, or a class
 where the name is capitalised. ``load()`` returns the sglang modules, or the reason they cannot be had.
 """
 
@@ -98,10 +98,23 @@ def load() -> Any:
     except Exception as exc:  # noqa: BLE001 - reported as the skip reason
         _loaded = f"sglang from {TARGET} does not import here: {type(exc).__name__}: {exc}"
         return _loaded
+    finally:
+        _unstub(finder)
     _loaded = types.SimpleNamespace(ServerArgs=ServerArgs, io_struct=io_struct, api_contract=api_contract,
                                     init_custom_process_group=init_custom_process_group,
                                     version=_version(TARGET))
     return _loaded
+
+
+def _unstub(finder: _StubFinder) -> None:
+    """The stubs and sglang's directory only while sglang imports: the later tests of the same worker see no fake
+    IPython or torchvision (matplotlib, asked for a figure, reads IPython's version from sys.modules when it is
+    there), and import the venv's packages, not the older ones installed beside sglang."""
+    sys.meta_path.remove(finder)
+    sys.path.remove(str(TARGET))
+    for name, module in list(sys.modules.items()):
+        if isinstance(module, _Stub):
+            del sys.modules[name]
 
 
 def _version(target: Path) -> str:
