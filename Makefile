@@ -94,12 +94,18 @@ wheelhouse: $(BIN)/.installed
 MYPY_CACHE ?= $${XDG_CACHE_HOME:-$$HOME/.cache}/slimecli/mypy
 MYPY := $(BIN)/python -m mypy --cache-dir "$(MYPY_CACHE)"
 TEST_WORKERS ?= 2
-TEST_BYTECODE := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/.cache/pycache
+PYCACHE := .cache/pycache
+TEST_BYTECODE := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/$(PYCACHE)
+# A run's temporary files (task workspaces, the plain install's venv: ~115 MB of bytecode) are new paths each run:
+# their bytecode is dropped before the next, the checkout's own (the venv's included) kept.
+PRUNE_PYCACHE := keep="$(PYCACHE)$(CURDIR)"; if [ -d "$$keep" ]; then mv "$$keep" "$(PYCACHE).keep"; fi; \
+  rm -rf "$(PYCACHE)"; if [ -d "$(PYCACHE).keep" ]; then mkdir -p "$$(dirname "$$keep")" && mv "$(PYCACHE).keep" "$$keep"; fi
 test-deps: agent-clis sandbox-deps sglang-contract
 
 test: $(BIN)/.installed-megatron
 	@$(MAKE) --no-print-directory -j4 test-deps
 	$(BIN)/ruff check .
+	@$(PRUNE_PYCACHE)
 	@types=$$(mktemp); $(MYPY) > $$types 2>&1 & mypy=$$!; \
 	$(TEST_BYTECODE) $(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS); \
 	tests=$$?; if wait $$mypy; then rm -f $$types; else cat $$types; rm -f $$types; echo "mypy failed"; exit 1; fi; \
@@ -107,6 +113,7 @@ test: $(BIN)/.installed-megatron
 
 # The inner loop: everything but the tests marked slow (real training runs, servers, the agent CLIs).
 test-quick: $(BIN)/.installed
+	@$(PRUNE_PYCACHE)
 	$(TEST_BYTECODE) $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow" $(PYTEST_ARGS)
 
 test-durations:
