@@ -3,8 +3,8 @@
 `make sglang-contract` installs the sglang wheel and the few pure-Python packages its ``server_args`` and
 ``io_struct`` modules import into .cache/sglang-contract (no dependencies: sglang pins another torch and
 transformers, and the venv keeps its own). What only exists on GPU machines (triton, torchvision, IPython,
-tvm_ffi) is stubbed here while sglang imports, and only then: any attribute of a stub is a do-nothing callable, or a class
-where the name is capitalised. ``load()`` returns the sglang modules, or the reason they cannot be had.
+tvm_ffi) is stubbed here while sglang imports, and only then: any attribute of a stub is a do-nothing callable, or
+a class where the name is capitalised. ``load()`` returns the sglang modules, or the reason they cannot be had.
 """
 
 from __future__ import annotations
