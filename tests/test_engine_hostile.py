@@ -158,27 +158,27 @@ def test_content_encoding_mismatch_is_4xx(engine: Engine, encoding: str, body: b
 
 @pytest.mark.slow
 def test_content_length_lies(engine: Engine) -> None:
-    # longer than the body, then the client stops: the body read times out (408) or the connection closes
-    with connect(engine.url) as s:
-        s.sendall(request("POST", "/generate", GOOD, length=len(GOOD) + 50))
-        reply = read_reply(s)
+    with connect(engine.url) as longer:  # read at the end: its read timeout runs while the others are sent
+        # longer than the body, then the client stops: the body read times out (408) or the connection closes
+        longer.sendall(request("POST", "/generate", GOOD, length=len(GOOD) + 50))
+        # shorter than the body: the rest is read as the next request, which is not one
+        reply = send(engine.url, request("POST", "/generate", GOOD + b"garbage\r\n\r\n", length=len(GOOD),
+                                         headers={"Connection": "keep-alive"}), until_close=False)
+        assert reply.status in (200, 400), reply  # the answer, or the parser's refusal of what follows it
+        for bad in ("-1", "abc", "1e3", "99999999999999999999999999"):
+            reply = send(engine.url, request("POST", "/generate", GOOD, headers={"Content-Length": bad}))
+            assert 400 <= reply.status < 500 or reply.status == 0, (bad, reply)
+        reply = read_reply(longer, until_close=False)
     assert reply.status in (0, 408), reply
     if reply.status:
         check(reply, 408)
-    # shorter than the body: the rest is read as the next request, which is not one
-    reply = send(engine.url, request("POST", "/generate", GOOD + b"garbage\r\n\r\n", length=len(GOOD),
-                                     headers={"Connection": "keep-alive"}))
-    assert reply.status in (200, 400), reply  # the answer, or the parser's refusal of what follows it
-    for bad in ("-1", "abc", "1e3", "99999999999999999999999999"):
-        reply = send(engine.url, request("POST", "/generate", GOOD, headers={"Content-Length": bad}))
-        assert 400 <= reply.status < 500 or reply.status == 0, (bad, reply)
     valid_request_works(engine)
 
 
 @pytest.mark.slow
 def test_bodies_over_the_limit_are_413(engine: Engine) -> None:
     limit = 65536 * MAX_RUNNING * 16 + (1 << 20)  # context length x running requests x bytes a token takes
-    data = check(send(engine.url, request("POST", "/generate", b"", length=10 ** 10)), 413)
+    data = check(send(engine.url, request("POST", "/generate", b"", length=10 ** 10), until_close=False), 413)
     assert str(limit) in data["error"]["message"]
     big = b'{"text": "' + b"a" * (limit + 10) + b'"}'
     check(post_raw(engine, big), 413)
@@ -291,15 +291,14 @@ def test_malformed_request_heads(engine: Engine) -> None:
 
 @pytest.mark.slow
 def test_stalled_head_and_body_are_dropped(engine: Engine) -> None:
-    with connect(engine.url) as s:  # a head that never ends: the connection is closed, nothing answered
-        s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Le")
-        assert read_reply(s).status == 0
-    with connect(engine.url) as s:  # a body that never comes: 408 naming the timeout
-        s.sendall(request("POST", "/generate", b'{"input_ids"', length=200, headers={"Connection": None}))
-        reply = read_reply(s)
+    # the three stall side by side: each connection's read timeout runs on its own
+    with connect(engine.url) as head, connect(engine.url) as body, connect(engine.url) as idle:
+        head.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Le")  # a head that never ends
+        body.sendall(request("POST", "/generate", b'{"input_ids"', length=200, headers={"Connection": None}))
+        assert read_reply(head).status == 0  # closed, nothing answered
+        reply = read_reply(body, until_close=False)  # a body that never comes: 408 naming the timeout (then drained)
+        assert read_reply(idle).status == 0  # nothing at all: closed
     assert check(reply, 408)["error"]["message"].startswith("body")
-    with connect(engine.url) as s:  # nothing at all
-        assert read_reply(s).status == 0
     valid_request_works(engine)
 
 

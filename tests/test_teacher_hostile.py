@@ -134,7 +134,7 @@ def test_numeric_edges_then_a_valid_request(server: Server, field: str, value: A
 
 @pytest.mark.slow
 def test_sizes(server: Server) -> None:
-    data = check(send(server.url, request("POST", "/generate", b"", length=10 ** 10)), 413)
+    data = check(send(server.url, request("POST", "/generate", b"", length=10 ** 10), until_close=False), 413)
     assert "limit" in data["error"]
     check(post_raw(server, b'{"input_ids": [' + b"1, " * 700_000 + b'1]}'), 413)
     long = check(post_raw(server, json.dumps({"input_ids": [1] * (MAX_LEN + 1)}).encode()), 413)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import socket
 from dataclasses import dataclass
 from typing import Any
@@ -34,11 +35,16 @@ def connect(url: str, timeout: float = 120.0) -> socket.socket:
     return socket.create_connection((host, int(port)), timeout=timeout)
 
 
-def read_reply(sock: socket.socket) -> Reply:
+def read_reply(sock: socket.socket, *, until_close: bool = True) -> Reply:
+    """The server's reply. ``until_close=False``: stop once the head and its Content-Length of body are in, for a
+    request whose declared body never comes (after an early 413 the server drains it for up to its lingering
+    time, 10 s at the default read timeout, before it closes)."""
     data = b""
     try:
         while chunk := sock.recv(65536):
             data += chunk
+            if not until_close and _complete(data):
+                break
     except (ConnectionResetError, TimeoutError):
         pass
     head, _, body = data.partition(b"\r\n\r\n")
@@ -47,11 +53,18 @@ def read_reply(sock: socket.socket) -> Reply:
     return Reply(status, head.decode("latin-1"), body)
 
 
-def send(url: str, data: bytes, timeout: float = 120.0) -> Reply:
-    """Send raw request bytes (which should ask for Connection: close) and read until the server closes."""
+def _complete(data: bytes) -> bool:
+    head, sep, body = data.partition(b"\r\n\r\n")
+    length = re.search(rb"^content-length:\s*(\d+)\s*$", head, re.I | re.M)
+    return bool(sep) and length is not None and len(body) >= int(length.group(1))
+
+
+def send(url: str, data: bytes, timeout: float = 120.0, *, until_close: bool = True) -> Reply:
+    """Send raw request bytes (which should ask for Connection: close) and read until the server closes (or, with
+    ``until_close=False``, until the reply is complete)."""
     with connect(url, timeout) as s:
         s.sendall(data)
-        return read_reply(s)
+        return read_reply(s, until_close=until_close)
 
 
 def request(method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None, *,
