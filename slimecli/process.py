@@ -56,8 +56,13 @@ def terminate_groups(groups: Mapping[int, Leader], grace_s: float, kill_wait_s: 
     `groups` maps a process group id to its leader's Popen (polled so that its zombie, which
     would keep the group alive, is reaped) or None. Synchronous and bounded: returns after at
     most `grace_s + kill_wait_s`, with the groups that outlived SIGTERM (they got SIGKILL).
+    SIGCONT follows the SIGTERM (as systemd sends it): a stopped process (SIGSTOP, a debugger
+    let go) handles its SIGTERM at once instead of waiting out the grace for SIGKILL.
     """
-    live = _wait_empty({g: leader for g, leader in groups.items() if signal_group(g, signal.SIGTERM)}, grace_s)
+    termed = {g: leader for g, leader in groups.items() if signal_group(g, signal.SIGTERM)}
+    for g in termed:
+        signal_group(g, signal.SIGCONT)
+    live = _wait_empty(termed, grace_s)
     _wait_empty({g: groups[g] for g in live if signal_group(g, signal.SIGKILL)}, kill_wait_s)
     return live
 

@@ -91,9 +91,11 @@ def run_rank(module: str, args: list[str], launcher: int) -> int:
 
 
 def stop(pids: dict[int, int], grace_s: float) -> None:
-    """SIGTERM every rank still running, SIGKILL those left after ``grace_s``; reap them all."""
+    """SIGTERM every rank still running (and SIGCONT: a stopped one handles it at once), SIGKILL those left after
+    ``grace_s``; reap them all."""
     for pid in pids:
         _kill(pid, signal.SIGTERM)
+        _kill(pid, signal.SIGCONT)
     deadline = time.monotonic() + grace_s
     while pids and time.monotonic() < deadline:
         _reap(pids)

@@ -98,6 +98,7 @@ class Supervisor:
         self._loading: dict[int, tuple[Child, float]] = {}  # awaited servers not ready yet: pid -> (child, deadline)
         self.template: Template | None = None  # forks the plan's `python -m slimecli.X` children (launch/forked.py)
         self._output_ended = threading.Event()  # a child's output reached its end (it is exiting): _watch looks
+        self._last_output = 0.0  # when a log pump last copied a line (stack dumps wait for their lines: _dumped)
 
     # ---- public -------------------------------------------------------------------------
     def run(self) -> int:
@@ -203,6 +204,7 @@ class Supervisor:
         with open(child.log_path, "ab", buffering=0) as log:
             for raw in iter(child.proc.stdout.readline, b""):
                 log.write(raw)
+                self._last_output = time.monotonic()
                 line = raw.decode("utf-8", "replace").rstrip("\n")
                 child.tail.append(line)
                 if self._tearing_down or not self._shown(child, line):
@@ -284,9 +286,10 @@ class Supervisor:
             if why is None:
                 continue
             self._say(f"[bold red]{child.spec.name} is {why}[/]: asking it for its Python stacks")
+            asked = time.monotonic()
             said = dump_stacks([child.proc.pid]) or ["not a slimecli process: its stacks could not be taken"]
             if any("stacks written" in line for line in said):
-                time.sleep(2.0)  # faulthandler writes at once; the log pump needs a moment
+                self._dumped(asked)
             with open(child.log_path, "a", encoding="utf-8") as log:
                 for line in said:
                     log.write(f"slimecli | {line}\n")
@@ -358,11 +361,22 @@ class Supervisor:
         self._say(f"[bold red]no training step completed in {quiet:.0f}s (run.stall_timeout_s): asking every "
                   "process for its Python stacks[/]")
         self.failed = "stall"
+        asked = time.monotonic()
         said = dump_stacks([c.proc.pid for c in self.children])
-        time.sleep(2.0)  # faulthandler writes at once; the log pumps need a moment
+        self._dumped(asked)
         logs = ", ".join(str(c.log_path) for c in self.children)
         raise LaunchError(f"the run is stalled: no training step in {quiet:.0f}s (run.stall_timeout_s); "
                           + "; ".join(said) + f". Logs: {logs}")
+
+    def _dumped(self, asked: float, bound_s: float = 2.0, quiet_s: float = 0.3) -> None:
+        """Wait for the stacks asked for at `asked` to reach the logs: faulthandler writes them at once, a log pump
+        copies them a moment later. Done when the children's output, having resumed since, has been quiet for
+        `quiet_s`; at most `bound_s` after asking (a child that keeps printing, or one too stuck to write)."""
+        deadline = asked + bound_s
+        while (now := time.monotonic()) < deadline:
+            if self._last_output > asked and now - self._last_output >= quiet_s:
+                return
+            time.sleep(0.05)
 
     def _say(self, text: str) -> None:
         with self._print_lock:
