@@ -51,6 +51,7 @@ class Child:
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=400))
     quiet: ConsoleFilter = field(default_factory=ConsoleFilter)
     pump: threading.Thread | None = None
+    last_output: float = 0.0  # when its log pump last copied a line (Supervisor._settle)
 
     def tail_text(self, n: int = 20) -> str:
         """The last `n` lines, preceded by the first traceback when it scrolled out of them
@@ -98,7 +99,6 @@ class Supervisor:
         self._loading: dict[int, tuple[Child, float]] = {}  # awaited servers not ready yet: pid -> (child, deadline)
         self.template: Template | None = None  # forks the plan's `python -m slimecli.X` children (launch/forked.py)
         self._output_ended = threading.Event()  # a child's output reached its end (it is exiting): _watch looks
-        self._last_output = 0.0  # when a log pump last copied a line (stack dumps wait for their lines: _dumped)
 
     # ---- public -------------------------------------------------------------------------
     def run(self) -> int:
@@ -204,7 +204,7 @@ class Supervisor:
         with open(child.log_path, "ab", buffering=0) as log:
             for raw in iter(child.proc.stdout.readline, b""):
                 log.write(raw)
-                self._last_output = time.monotonic()
+                child.last_output = time.monotonic()
                 line = raw.decode("utf-8", "replace").rstrip("\n")
                 child.tail.append(line)
                 if self._tearing_down or not self._shown(child, line):
@@ -264,8 +264,7 @@ class Supervisor:
                 continue
             if child.spec.kind == "worker" and code == 0:
                 continue
-            if child.pump is not None:
-                child.pump.join(timeout=2)
+            self._settle([child], time.monotonic(), expect_output=False)  # its last lines, for the message
             what = "exited" if code >= 0 else f"was killed by {signal.Signals(-code).name}"
             short = f"exit code {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
             if self._restartable(child):
@@ -289,7 +288,7 @@ class Supervisor:
             asked = time.monotonic()
             said = dump_stacks([child.proc.pid]) or ["not a slimecli process: its stacks could not be taken"]
             if any("stacks written" in line for line in said):
-                self._dumped(asked)
+                self._settle([child], asked, expect_output=True)
             with open(child.log_path, "a", encoding="utf-8") as log:
                 for line in said:
                     log.write(f"slimecli | {line}\n")
@@ -363,18 +362,26 @@ class Supervisor:
         self.failed = "stall"
         asked = time.monotonic()
         said = dump_stacks([c.proc.pid for c in self.children])
-        self._dumped(asked)
+        self._settle(self.children, asked, expect_output=True)
         logs = ", ".join(str(c.log_path) for c in self.children)
         raise LaunchError(f"the run is stalled: no training step in {quiet:.0f}s (run.stall_timeout_s); "
                           + "; ".join(said) + f". Logs: {logs}")
 
-    def _dumped(self, asked: float, bound_s: float = 2.0, quiet_s: float = 0.3) -> None:
-        """Wait for the stacks asked for at `asked` to reach the logs: faulthandler writes them at once, a log pump
-        copies them a moment later. Done when the children's output, having resumed since, has been quiet for
-        `quiet_s`; at most `bound_s` after asking (a child that keeps printing, or one too stuck to write)."""
-        deadline = asked + bound_s
+    @staticmethod
+    def _settle(children: list[Child], since: float, *, expect_output: bool, bound_s: float = 2.0,
+                quiet_s: float = 0.3) -> None:
+        """Let the log pumps copy what `children` wrote up to now (a dead child's last lines; the stacks asked for
+        at `since`, with `expect_output`: faulthandler writes them at once, a pump copies them a moment later).
+        Done when their pipes have all ended, or when their output (new output since `since`, with
+        `expect_output`) has been quiet for `quiet_s`; at most `bound_s` after `since`: a dead child's own child
+        can hold its pipe open, a child may keep printing, or be too stuck to write."""
+        deadline = since + bound_s
         while (now := time.monotonic()) < deadline:
-            if self._last_output > asked and now - self._last_output >= quiet_s:
+            pumping = [c for c in children if c.pump is not None and c.pump.is_alive()]
+            if not pumping:
+                return
+            last = max(c.last_output for c in pumping)
+            if (last > since or not expect_output) and now - max(last, since) >= quiet_s:
                 return
             time.sleep(0.05)
 
