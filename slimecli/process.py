@@ -79,23 +79,10 @@ def _wait_empty(groups: Mapping[int, Leader], timeout_s: float) -> list[int]:
         for leader in groups.values():
             if leader is not None:
                 leader.poll()  # reap the leader, or its zombie keeps the group alive
-        live = [g for g in groups if signal_group(g, 0) and _running(g)]
+        live = [g for g in groups if signal_group(g, 0)]
         if not live or time.monotonic() >= deadline:
             return live
         time.sleep(POLL_S)
-
-
-def _running(pgid: int) -> bool:
-    """Whether a process of group `pgid` still runs: a group of zombies alone is done (an orphan's zombie waits for
-    init to reap it, which some inits do only every second or so)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            return True
-    return False
 
 
 def command_line(pid: int) -> list[str]:
