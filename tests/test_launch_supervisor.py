@@ -109,14 +109,13 @@ def test_term_ignoring_child_is_killed_after_grace(tmp_path):
 
 def test_a_stopped_group_handles_its_sigterm_without_waiting_out_the_grace():
     """SIGCONT follows SIGTERM: a stopped child (SIGSTOP) ends by the SIGTERM, not by the SIGKILL after the grace."""
-    from slimecli.process import kill_group
+    from slimecli.process import kill_group, state
 
     child = subprocess.Popen([PY, "-c", "import time; print('up', flush=True); time.sleep(60)"],
                              stdout=subprocess.PIPE, start_new_session=True)
     assert child.stdout is not None and child.stdout.readline() == b"up\n"
     os.kill(child.pid, signal.SIGSTOP)
-    wait_until(lambda: Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T", 30,
-               "the child to stop")
+    wait_until(lambda: state(child.pid) == "T", 30, "the child to stop")
     kill_group(child.pid, grace_s=120, leader=child)
     assert child.wait(timeout=5) == -signal.SIGTERM
 
