@@ -1,7 +1,8 @@
 """The built-in tool environment learns, end to end: `slimecli train +recipe=env_lookup` shortened to 30 steps (the
 whole curve, from under 0.2 to 0.9 and more, is bench/bench_env_learning.py). The policy must learn to call
 `lookup` first and then repeat what it said in `answer`; a policy that guesses earns nothing. Measured over runs of
-30 steps: the first 5 steps' mean reward 0.10-0.16, the last 5 steps' 0.69-0.85."""
+30 steps, one step ahead as the recipe runs: the first 5 steps' mean reward 0.10-0.13, the last 5 steps' 0.77-0.91
+in four runs (synchronous, 0.47-0.90)."""
 
 from __future__ import annotations
 
