@@ -41,6 +41,26 @@ def test_filters_restrict_the_draw() -> None:
     assert seen_k == {0, 1} and seen_p == {0, 1} and seen_min <= {0, 1, 2} and 0 in seen_min
 
 
+def test_a_seeded_row_draws_its_generators_stream_in_order() -> None:
+    """The numbers drawn ahead in blocks are the generator's stream one call at a time (across block ends), and a
+    seeded row's tokens over many steps are those of the stream's inverse-CDF draws."""
+    from slimecli.engine.sampling import UNIFORM_AHEAD
+
+    r, ref = row(seed=11), make_generator(11)
+    assert ref is not None
+    drawn = [r.uniform() for _ in range(2 * UNIFORM_AHEAD + 5)]
+    assert drawn == [torch.rand(1, generator=ref, dtype=torch.float64).item() for _ in drawn]
+
+    probs = torch.tensor([[0.1, 0.2, 0.3, 0.4]])
+    seeded, ref = row(seed=5), make_generator(5)
+    assert ref is not None
+    for _ in range(3 * UNIFORM_AHEAD):
+        u = torch.rand(1, generator=ref, dtype=torch.float64).item()
+        want = int(torch.searchsorted(probs[0].double().cumsum(0), torch.tensor([u], dtype=torch.float64),
+                                      right=True).clamp(max=3))
+        assert sample(probs.log().expand(3, -1), [row(), seeded, row()]).tokens[1] == want
+
+
 def test_seeded_rows_do_not_depend_on_the_batch() -> None:
     logits = torch.randn(4, 100, generator=torch.Generator().manual_seed(3))
     alone = [sample(logits[1:2], [row(seed=7)]).tokens[0] for _ in range(1)]

@@ -24,6 +24,7 @@ from slimecli.model.softmax import LN2, log2_weights
 NEG_INF = float("-inf")
 NAN = float("nan")
 CDF_BLOCK = 64  # tokens per block of the two-level draw
+UNIFORM_AHEAD = 64  # numbers a seeded row's CPU generator draws at once
 
 
 @dataclass
@@ -43,6 +44,7 @@ class RowState:
     penalized: bool = field(init=False)
     filtered: bool = field(init=False)  # top-k, top-p or min-p shape the draw
     reports: bool = field(init=False)  # log-probs of any kind are asked for
+    _uniforms: list[float] = field(init=False, default_factory=list)  # the generator's next numbers, drawn ahead
 
     def __post_init__(self) -> None:
         """What every step asks of the (immutable) params, read once: the sampler's checks run per row per step."""
@@ -52,6 +54,14 @@ class RowState:
         self.penalized = p.penalized
         self.filtered = not p.greedy and (p.top_k > 0 or p.top_p < 1.0 or p.min_p > 0)
         self.reports = self.logprob or bool(self.top_n) or bool(self.ids_logprob)
+
+    def uniform(self) -> float:
+        """The row's next uniform number from its own (CPU) generator, drawn UNIFORM_AHEAD at a time: the stream is
+        the same drawn one by one or in a block, and a call per row per step was most of a seeded batch's draw."""
+        assert self.generator is not None
+        if not self._uniforms:
+            self._uniforms = torch.rand(UNIFORM_AHEAD, generator=self.generator, dtype=torch.float64).tolist()[::-1]
+        return self._uniforms.pop()
 
 
 @dataclass
@@ -122,9 +132,15 @@ def _draw(weights: torch.Tensor, rows: list[RowState], default_gen: torch.Genera
     convert and sweep the whole [rows, V] tensor twice, a quarter of a small engine's decode step."""
     n, vocab = weights.shape
     u = torch.rand(n, 1, generator=default_gen, device=weights.device, dtype=torch.float64)
-    for i, r in enumerate(rows):
-        if r.generator is not None:
-            u[i] = torch.rand(1, generator=r.generator, device=weights.device, dtype=torch.float64)
+    seeded = [i for i, r in enumerate(rows) if r.generator is not None]
+    if seeded:  # one write for all of them: a write per row cost more than its draw
+        dev = weights.device
+        if dev.type == "cpu":
+            own = torch.tensor([rows[i].uniform() for i in seeded], dtype=torch.float64)
+        else:  # another device's generator advances per call: one number a call, as the stream was drawn
+            own = torch.cat([torch.rand(1, generator=rows[i].generator, device=dev, dtype=torch.float64)
+                             for i in seeded])
+        u[torch.tensor(seeded, device=dev), 0] = own.to(dev)
     full = vocab // CDF_BLOCK * CDF_BLOCK
     block_sums = weights[:, :full].reshape(n, -1, CDF_BLOCK).sum(-1)
     if full < vocab:  # the last, shorter block
