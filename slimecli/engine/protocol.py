@@ -190,7 +190,7 @@ def parse_sampling(where: str, raw: Any, vocab_size: int) -> SamplingParams:
     assert params is not None  # every field has a default
     if params.min_new_tokens > params.max_new_tokens:
         raise BadRequest(f"{where}.min_new_tokens: larger than max_new_tokens")
-    return replace(params, **kw)
+    return replace(params, **kw) if kw else params  # a copy costs a third of the parse, per item of every request
 
 
 def _constraint(where: str, raw: dict[str, Any]) -> Constraint | None:
