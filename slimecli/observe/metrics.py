@@ -101,11 +101,22 @@ class MetricsLogger:
 
     def _open_tensorboard(self) -> Any:
         try:
-            from torch.utils.tensorboard import SummaryWriter
+            from tensorboard.summary.writer.event_file_writer import EventFileWriter
         except Exception as exc:  # noqa: BLE001 - tensorboard missing or broken: JSON lines still work
             log.warning("TensorBoard logging disabled: %s", exc)
             return None
-        return SummaryWriter(log_dir=str(self.run_dir / TENSORBOARD_DIR))
+        return EventFileWriter(str(self.run_dir / TENSORBOARD_DIR))
+
+    @staticmethod
+    def _write_tensorboard(writer: Any, step: int, metrics: Mapping[str, Any]) -> None:
+        """A step's scalars as one event: the event file's checksums run in Python, in a writer thread the flush
+        waits for, so an event per scalar cost the training step 3.6 ms (47 scalars) where one costs about 0.4."""
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        values = [Summary.Value(tag=name, simple_value=value) for name, value in scalars(metrics)]
+        writer.add_event(Event(wall_time=time.time(), step=step, summary=Summary(value=values)))
+        writer.flush()
 
     @property
     def tensorboard_enabled(self) -> bool:
@@ -125,9 +136,7 @@ class MetricsLogger:
         self._file.flush()
         if self._tb is not None:
             try:
-                for name, value in scalars(metrics):
-                    self._tb.add_scalar(name, value, global_step=int(step))
-                self._tb.flush()
+                self._write_tensorboard(self._tb, int(step), metrics)
             except Exception as exc:  # noqa: BLE001 - never let TensorBoard stop training
                 log.warning("TensorBoard write failed, disabling it: %s", exc)
                 self._tb = None
