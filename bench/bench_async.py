@@ -13,8 +13,8 @@ of the sides rotating, so machine noise hits every side). The scenarios, all on 
 - eval: one step ahead without evaluations and with the held-out evaluation after every step
   (eval.interval=1), which runs beside training pinned to its weights. Goal: step time within 10%.
 
-Per side: steps per second of the training loop (one over the median time/step_s, the first step left out:
-it starts the pipeline), the engine's idle share (1 - its busy seconds, from the stats it logs when it stops,
+Per side: steps per second of the training loop (one over the median time from a step's row in metrics.jsonl to
+the next, the first step left out: it starts the pipeline; time/step_s leaves out the step's records), the engine's idle share (1 - its busy seconds, from the stats it logs when it stops,
 over the training loop's wall time), the trainer's idle share (its rollout stage, the time it waited for a
 rollout, over its step time), the final reward (mean reward/mean of the last 10 steps) and the staleness the
 side trained with.
@@ -99,7 +99,9 @@ def measure(scenario: str, args: argparse.Namespace, overrides: list[str], root:
             _, start_cpu = run_with_cpu(root / f"{run.name}-start", [*argv, "trainer.max_steps=1"])
             steps = rows[1:]
             wall = sum(r["time/step_s"] for r in steps)
-            note(side, "steps_s", 1.0 / statistics.median(r["time/step_s"] for r in steps))
+            # the time from one step's row to the next: the step and what the loop does between steps (its records)
+            between = [b["time"] - a["time"] for a, b in zip(steps, steps[1:], strict=False)]
+            note(side, "steps_s", 1.0 / statistics.median(between))
             note(side, "cpu", (full_cpu - start_cpu) / max(len(steps), 1))
             note(side, "reward", statistics.mean(r["reward/mean"] for r in rows[-LAST:]))
             note(side, "engine_idle", max(0.0, 1.0 - engine_busy_s(run) / sum(r["time/step_s"] for r in rows)))

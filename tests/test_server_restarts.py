@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -156,6 +157,7 @@ def test_engine_hung_then_stopped_then_a_trainer_rank_killed_the_run_completes(t
                         "rollout.health_timeout_s=5", "rollout.health_start_grace_s=0")
     try:
         at_step(run, 2, proc, lines)
+        said_ready(proc, lines, 1)  # hung before the supervisor saw it ready, it would count as still loading
         marker.touch()  # the next /generate blocks the scheduler thread for good
         said_ready(proc, lines, 2)  # the restarted engine, as its health probe found it: stopped only now
         os.kill(server_pid(proc, b"-m\x00slimecli.engine"), signal.SIGSTOP)
@@ -186,6 +188,51 @@ def test_engine_hung_then_stopped_then_a_trainer_rank_killed_the_run_completes(t
     assert "stopped (SIGSTOP): its stacks could not be taken" in (failed_attempt / "engine-0.1.log").read_text()
     assert (failed_attempt / "trainer.log").is_file() and (run / "logs" / "trainer.log").is_file()
     assert [json.loads(x)["server"] for x in (run / RESTARTS_FILE).read_text().splitlines()] == ["engine-0"] * 2
+
+
+def test_a_server_ready_for_a_moment_then_hung_counts_as_hung_not_as_loading():
+    """A server that answers its health probe for a fraction of a second and then never again (its first request
+    blocked it): the probe of a server not yet ready polls fast enough to see it ready, so the hang is found after
+    health.timeout_s, not after the start timeout (the probe's interval here is 30 s)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from slimecli.launch.restarts import HealthProbe
+
+    opened = threading.Event()
+    started = [0.0]
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # http.server's name
+            elapsed = time.monotonic() - started[0]
+            if elapsed < 0.3:
+                self.send_response(503)
+            elif elapsed < 0.6:
+                self.send_response(200)
+            else:
+                opened.wait(5)  # hung: no answer
+                return
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    health = Health(f"http://127.0.0.1:{server.server_address[1]}/", interval_s=30.0, timeout_s=1.0,
+                    start_grace_s=0.0, max_restarts=1)
+    started[0] = time.monotonic()
+    probe = HealthProbe(health, start_timeout_s=600.0, ready=False)
+    try:
+        wait_until(lambda: probe.ready, 5, "the probe to see the server ready")
+        wait_until(lambda: probe.trouble() is not None, 5, "the hang to be found")
+        assert (probe.trouble() or "").startswith("hung: no answer")
+    finally:
+        probe.stop()
+        opened.set()
+        server.shutdown()
+        server.server_close()
 
 
 def test_an_engine_lost_again_while_it_is_given_the_weights_is_waited_for_again(caplog):

@@ -24,8 +24,13 @@ __all__ = ["AWAIT_WEIGHTS_ENV", "SERVER_RESTART_ENV", "HealthProbe", "keep_log"]
 
 
 
+LOADING_POLL_S = 0.1  # how often a server not yet ready is probed
+
+
 class HealthProbe:
-    """GET health.url every health.interval_s on a daemon thread; remembers when it last answered 200."""
+    """GET health.url every health.interval_s on a daemon thread; remembers when it last answered 200. Until the
+    first 200 it probes every LOADING_POLL_S: a server ready for a moment and then hung (its first request blocks it)
+    is seen ready, so it counts as hung after health.timeout_s, not only after its start timeout."""
 
     def __init__(self, health: Health, start_timeout_s: float, ready: bool) -> None:
         self.health, self.start_timeout_s = health, start_timeout_s
@@ -41,7 +46,7 @@ class HealthProbe:
         while not self._stop.is_set():
             if probe_ok(h.url, 200, timeout_s=h.timeout_s):
                 self.last_ok = time.monotonic()
-            self._stop.wait(h.interval_s)
+            self._stop.wait(h.interval_s if self.ready else min(h.interval_s, LOADING_POLL_S))
 
     def trouble(self) -> str | None:
         """Why the server counts as hung now, else None: a (re)started server not ready within its start timeout, or

@@ -246,11 +246,12 @@ class Supervisor:
         (a server kept alive by a health probe is restarted by _check_health instead, within its budget)."""
         for pid, (child, deadline) in list(self._loading.items()):
             assert child.spec.probe is not None
+            probe = self.probes.get(child.spec.name)
             if child not in self.children:  # restarted: its health probe watches the new process
                 del self._loading[pid]
-            elif probe_ok(child.spec.probe.url, child.spec.probe.status):
-                del self._loading[pid]
-                if (probe := self.probes.get(child.spec.name)) is not None:
+            elif (probe is not None and probe.ready) or probe_ok(child.spec.probe.url, child.spec.probe.status):
+                del self._loading[pid]  # ready (its health probe may have seen it first, if it hung right after)
+                if probe is not None:
                     probe.answered()
                 self._say(f"[bold]{child.spec.name}[/] is ready ({child.spec.probe.url})")
             elif time.monotonic() > deadline and child.spec.health is None:
