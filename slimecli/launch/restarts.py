@@ -22,8 +22,6 @@ from slimecli.process import AWAIT_WEIGHTS_ENV, SERVER_RESTART_ENV
 
 __all__ = ["AWAIT_WEIGHTS_ENV", "SERVER_RESTART_ENV", "HealthProbe", "keep_log"]
 
-
-
 LOADING_POLL_S = 0.1  # how often a server not yet ready is probed
 
 
