@@ -14,8 +14,8 @@ of the sides rotating, so machine noise hits every side). The scenarios, all on 
   (eval.interval=1), which runs beside training pinned to its weights. Goal: step time within 10%.
 
 Per side: steps per second of the training loop (one over the median time from a step's row in metrics.jsonl to
-the next, the first step left out: it starts the pipeline; time/step_s leaves out the step's records), the engine's idle share (1 - its busy seconds, from the stats it logs when it stops,
-over the training loop's wall time), the trainer's idle share (its rollout stage, the time it waited for a
+the next, the first step left out: it starts the pipeline; time/step_s leaves out the step's records), the
+engine's idle share (1 - its busy seconds, from the stats it logs when it stops, over the training loop's wall time), the trainer's idle share (its rollout stage, the time it waited for a
 rollout, over its step time), the final reward (mean reward/mean of the last 10 steps) and the staleness the
 side trained with.
 
@@ -30,6 +30,7 @@ Usage: python bench/bench_async.py [--repeats 1] [--scenario quickstart|long_gen
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import resource
@@ -100,7 +101,7 @@ def measure(scenario: str, args: argparse.Namespace, overrides: list[str], root:
             steps = rows[1:]
             wall = sum(r["time/step_s"] for r in steps)
             # the time from one step's row to the next: the step and what the loop does between steps (its records)
-            between = [b["time"] - a["time"] for a, b in zip(steps, steps[1:], strict=False)]
+            between = [b["time"] - a["time"] for a, b in itertools.pairwise(steps)]
             note(side, "steps_s", 1.0 / statistics.median(between))
             note(side, "cpu", (full_cpu - start_cpu) / max(len(steps), 1))
             note(side, "reward", statistics.mean(r["reward/mean"] for r in rows[-LAST:]))
