@@ -13,11 +13,11 @@ of the sides rotating, so machine noise hits every side). The scenarios, all on 
 - eval: one step ahead without evaluations and with the held-out evaluation after every step
   (eval.interval=1), which runs beside training pinned to its weights. Goal: step time within 10%.
 
-Per side: steps per second of the training loop (one over the median time from a step's row in metrics.jsonl to
-the next, the first step left out: it starts the pipeline; time/step_s leaves out the step's records), the
-engine's idle share (1 - its busy seconds, from the stats it logs when it stops, over the training loop's wall time), the trainer's idle share (its rollout stage, the time it waited for a
-rollout, over its step time), the final reward (mean reward/mean of the last 10 steps) and the staleness the
-side trained with.
+Per side: steps per second of the training loop (one over the median time from a step's row in metrics.jsonl to the
+next, the first step left out: it starts the pipeline; time/step_s leaves out the step's records), the engine's
+idle share (1 - its busy seconds, from the stats it logs when it stops, over the training loop's wall time), the
+trainer's idle share (its rollout stage, the time it waited for a rollout, over its step time), the final reward
+(mean reward/mean of the last 10 steps) and the staleness the side trained with.
 
 The cores' bound: the CPU seconds (user + system, every process of the run) a training step costs, from the
 run's CPU time less that of the same run stopped after its first step. No overlap can run a step in less than
