@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from types import SimpleNamespace
 from typing import Any, NamedTuple
 
@@ -371,20 +372,75 @@ def test_stage_timer_reports_every_stage():
 
 
 def test_resume_logs_the_metrics_row_a_kill_cut_off(tmp_path):
-    """Killed after checkpoint step_3 but before its metrics line: the resume writes the row the checkpoint kept."""
+    """Killed after checkpoint step_3 but before its metrics line: the resume writes the row the checkpoint kept,
+    once the evaluation of step 3 it lacks is in; a second resume finds the row and adds nothing."""
     import json
 
-    from slimecli.observe.metrics import MetricsLogger
-    from slimecli.train.records import log_lost_row
+    from slimecli.train.records import StepRecords
 
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "reward/mean": 0.1}) + "\n" for s in (1, 2)))
-    step, restored = 3, {"reward/mean": 0.3, "time/save_s": 0.0}  # what the resume read from step_3
-    for _ in range(2):  # the second resume finds the row and adds nothing
-        log = MetricsLogger(tmp_path, tensorboard=False, resume_step=step)
-        log_lost_row(log, step, restored)
-        log.close()
+    restored = {"reward/mean": 0.3, "time/save_s": 0.0}  # what the resume read from step_3
+    records = StepRecords(tmp_path, max_steps=5, step=3, reward_key=None, restored_row=restored)
+    assert records.awaits_evaluation(3)
+    records.write_rows([], {3})  # its evaluation runs again
+    assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    records.write_rows([(3, {"eval/x/reward_mean": 0.5, "eval/weight_version": 3})], set())
+    records.close()
+    again = StepRecords(tmp_path, max_steps=5, step=3, reward_key=None, restored_row=restored)
+    assert not again.awaits_evaluation(3)
+    again.close()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3] and rows[-1]["reward/mean"] == 0.3
+    assert rows[-1]["eval/weight_version"] == 3 and rows[-1]["eval/x/reward_mean"] == 0.5
+
+
+def test_a_steps_row_waits_for_its_evaluation_and_the_rows_keep_their_order(tmp_path):
+    """eval.at_start and eval.interval=1: the start's evaluation gets row 0, and each step's evaluation its own
+    step's row, even when two land together (the last step's wait); a row waiting holds the rows after it, and
+    keeps the time its step ended."""
+    import json
+
+    from slimecli.train.records import StepRecords
+
+    def evaluation(step: int) -> tuple[int, dict]:
+        return step, {"eval/x/reward_mean": step / 10, "eval/weight_version": step}
+
+    records = StepRecords(tmp_path, max_steps=3, step=0, reward_key=None, restored_row=None)
+    assert records.awaits_evaluation(0)
+    batch = make_batch(s0={"reward": 1.0})
+    written = lambda: [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
+    for step, (landed, awaiting) in enumerate([([], {0, 1}), ([evaluation(0)], {1, 2}),
+                                               ([evaluation(1), evaluation(2), evaluation(3)], set())], start=1):
+        records.log(step, records.row(step, batch, {}, {}, StageTimer(), time.perf_counter()), StageTimer(), batch, "")
+        ended = time.time()
+        records.write_rows(landed, awaiting)
+        if step == 1:
+            assert written() == []  # row 0's evaluation, and row 1's own, are still out
+            time.sleep(0.05)
+        if step == 2:
+            assert [r["step"] for r in written()] == [0]
+    records.close()
+    rows = written()
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
+    assert [r["eval/weight_version"] for r in rows] == [0, 1, 2, 3]
+    assert [r["eval/x/reward_mean"] for r in rows] == [0.0, 0.1, 0.2, 0.3]
+    assert "reward/mean" not in rows[0] and all(r["reward/mean"] == batch.metrics["reward/mean"] for r in rows[1:])
+    assert rows[1]["time"] < rows[2]["time"] <= round(ended, 3) + 0.001  # row 1: when step 1 ended, not written
+
+
+def test_a_row_still_waiting_when_the_run_fails_is_written_without_its_evaluation(tmp_path):
+    import json
+
+    from slimecli.train.records import StepRecords
+
+    records = StepRecords(tmp_path, max_steps=3, step=0, reward_key=None, restored_row=None)
+    batch = make_batch(s0={"reward": 1.0})
+    records.log(1, records.row(1, batch, {}, {}, StageTimer(), time.perf_counter()), StageTimer(), batch, "")
+    records.write_rows([], {1})
+    assert (tmp_path / "metrics.jsonl").read_text() == ""
+    records.close()  # the evaluation of step 1 was dropped with the run
+    (row,) = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert row["step"] == 1 and row["reward/mean"] == batch.metrics["reward/mean"] and "eval/weight_version" not in row
 
 
 def test_the_records_row_is_built_before_the_save_and_logged_with_its_time(tmp_path, capsys):

@@ -126,9 +126,10 @@ class MetricsLogger:
     def wandb_enabled(self) -> bool:
         return self._wandb is not None
 
-    def log(self, step: int, metrics: Mapping[str, Any]) -> dict[str, Any]:
-        """Append one line {"step", "time", **metrics}; returns the JSON-safe record written."""
-        record: dict[str, Any] = {"step": int(step), "time": round(time.time(), 3)}
+    def log(self, step: int, metrics: Mapping[str, Any], at: float | None = None) -> dict[str, Any]:
+        """Append one line {"step", "time", **metrics}, its time ``at`` (when the step ended; a row that waited for
+        its evaluation is written later) or now; returns the JSON-safe record written."""
+        record: dict[str, Any] = {"step": int(step), "time": round(time.time() if at is None else at, 3)}
         for key, value in metrics.items():
             if str(key) not in ("step", "time"):
                 record[str(key)] = to_json_value(value)

@@ -242,7 +242,7 @@ def summary(runs: Iterable[Run], *, key: str = "reward/mean", threshold: float =
         if times:
             step_times.append(sorted(times)[len(times) // 2])
         if run.rows:
-            steps.append(float(len(run.rows)))
+            steps.append(float(sum(1 for row in run.rows if finite(row.get("step")) not in (None, 0.0))))
         if eval_keys:
             _, evals = run.series(eval_keys[0], x="eval/weight_version")
             if evals:

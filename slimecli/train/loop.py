@@ -157,15 +157,12 @@ class Trainer:
             stages.sync_weights(self.policy, self.coordinator.weights, self.step, self.info.is_main)
         self.coordinator.open_records(self.step, self.restored_metrics)
         self.coordinator.rollouts.start(self.step)
-        # eval.at_start; on a resume, the evaluation due at its step unless the checkpoint's row holds it (one that
-        # landed in a later row was lost with that row)
-        if (self.restored_metrics or {}).get("eval/weight_version") != self.step:
-            self.coordinator.evaluation.begin(self.step, self.coordinator.weights.delivery)
+        self.coordinator.evaluate_start(self.step)
 
     def train_step(self) -> None:
         """rollout -> old_logp -> ref_logp -> advantages -> update -> sync_weights -> eval, each timed, then a
         checkpoint when one is due and the step's row in the records. An evaluation runs beside training: its
-        metrics go in the row of the step it finished in (the last step waits for it)."""
+        metrics join its step's row, which waits for them (the last step waits for the evaluation)."""
         timer, started = StageTimer(), time.perf_counter()
         if self.step + 1 == hang_at_step():
             hang_for_tests(self.step + 1)
@@ -175,12 +172,13 @@ class Trainer:
         state = self.sync_weights(timer)
         self.coordinator.evaluation.begin(self.step, self.coordinator.weights.delivery)
         with timer.stage("eval"):
-            evaluated = self.coordinator.evaluation.results(wait=self.step == self.cfg.trainer.max_steps)
-        row = self.coordinator.step_row(self.step, batch, metrics, evaluated, timer, started)
+            evaluations = self.coordinator.evaluation.landed(wait=self.step == self.cfg.trainer.max_steps)
+        own = dict(evaluations).get(self.step, {})  # the checkpoint keeps it when it is in already
+        row = self.coordinator.step_row(self.step, batch, metrics, own, timer, started)
         if self.should_save():
             with timer.stage("save"):
                 self.save(state, {**row, **timer.metrics()} if row is not None else None)
-        self.coordinator.record(self.step, row, timer, batch, evaluated)
+        self.coordinator.record(self.step, row, timer, batch, evaluations)
 
     def cleanup(self) -> None:
         """Rank 0 closes its records and its link to the servers (a rollout still in flight is dropped)."""

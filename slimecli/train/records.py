@@ -3,8 +3,9 @@ RUN/prompts.jsonl: the prompt-stream positions each step trained on ({"step", "p
 resumed run trains no prompt twice and skips none.
 
 The coordinator keeps them; no other rank writes any. A step's row is built before its checkpoint, which
-keeps it, and logged after, with the save's time: a resume logs the row of a checkpoint whose metrics line a
-kill cut off (log_lost_row).
+keeps it, and logged after, with the save's time, and with its evaluation's metrics where one is due at that
+step (the evaluation at start: a row of its own, step 0): a row waits for them, and the rows after it keep
+their order. A resume logs the row of a checkpoint whose metrics line a kill cut off, once its evaluation is in.
 """
 
 from __future__ import annotations
@@ -38,7 +39,11 @@ class StepRecords:
         self.recent = RecentRewards()
         # observe: the run's settings as this rank has them (None: read again from RUN/config.yaml)
         self.metrics_log = MetricsLogger(run_dir, resume_step=step, observe=observe)
-        log_lost_row(self.metrics_log, step, restored_row)
+        # rows waiting for their step's evaluation; a resume's first: the checkpoint's row a kill cut off
+        self.held: dict[int, dict[str, Any]] = {}
+        self.ended: dict[int, float] = {}  # when a held row's step ended: its row's time
+        if restored_row is not None and step not in _logged_steps(self.metrics_log.path):
+            self.held[step] = dict(restored_row)
         self.prompts_path = run_dir / PROMPTS_FILE
         drop_steps_after(self.prompts_path, step)
         self.prompts = self.prompts_path.open("a", encoding="utf-8")
@@ -59,10 +64,18 @@ class StepRecords:
                 "perf/tokens_per_s": tokens / step_s, "weight_version": step, **gpu_memory(),
                 "run/restarts": self.attempt, "run/server_restarts": count_restarts(self.restarts_path)}
 
+    def awaits_evaluation(self, step: int) -> bool:
+        """Whether the evaluation of ``step`` (where one is due) belongs in a row not yet written: the start of a
+        run, or a resume whose checkpoint's row was cut off before its evaluation was in."""
+        if step in _logged_steps(self.metrics_log.path):
+            return False
+        return self.held.get(step, {}).get("eval/weight_version") != step
+
     def log(self, step: int, row: dict[str, Any], timer: StageTimer, batch: StepBatch, eval_line: str) -> None:
-        """The row with every stage's time to metrics.jsonl, and the step's rewards (and ``eval_line``, the
-        evaluation just run, if any) to the progress line."""
-        self.metrics_log.log(step, {**row, **timer.metrics()})
+        """The row with every stage's time, held for write_rows(), and the step's rewards (and ``eval_line``, an
+        evaluation just in, if any) to the progress line."""
+        self.held[step] = {**self.held.get(step, {}), **row, **timer.metrics()}
+        self.ended[step] = time.time()
         positions = sorted({p for s in batch.samples if isinstance(p := s.metadata.get("position"), int)})
         self.prompts.write(json.dumps({"step": step, "positions": positions}) + "\n")
         self.prompts.flush()
@@ -74,17 +87,24 @@ class StepRecords:
             text = f"{text} | {eval_line}"
         self.progress.update(step, text)
 
+    def write_rows(self, evaluations: list[tuple[int, dict[str, Any]]], awaiting: set[int]) -> None:
+        """The evaluations just in joined to their steps' rows, then every held row up to the first that still
+        awaits an evaluation (of a step in ``awaiting``) to metrics.jsonl, in step order."""
+        for step, metrics in evaluations:
+            if step not in self.held:  # the evaluation at start: a row of its own, in time before the rows after it
+                self.ended[step] = min([time.time(), *(t for k, t in self.ended.items() if k > step)])
+            self.held.setdefault(step, {}).update(metrics)
+        for step in sorted(self.held):
+            if any(pending <= step for pending in awaiting):
+                return
+            self.metrics_log.log(step, self.held.pop(step), at=self.ended.pop(step, None))
+
     def close(self) -> None:
+        """A row still waiting (the run failed, its evaluation dropped) is written without it: nothing is lost."""
+        self.write_rows([], set())
         self.progress.close()
         self.metrics_log.close()
         self.prompts.close()
-
-
-def log_lost_row(metrics_log: MetricsLogger, step: int, restored_row: dict[str, Any] | None) -> None:
-    """A kill between a checkpoint and its metrics line: log the row the checkpoint kept."""
-    if restored_row is None or step in _logged_steps(metrics_log.path):
-        return
-    metrics_log.log(step, restored_row)
 
 
 def gpu_memory() -> dict[str, float]:

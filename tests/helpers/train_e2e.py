@@ -66,8 +66,9 @@ def quickstart_run(factory: pytest.TempPathFactory) -> tuple[Path, str]:
 
 
 def metrics(run_dir: Path) -> list[dict]:
-    """The complete rows of the run's metrics.jsonl (a row still being written is skipped)."""
-    return read_metrics(run_dir)
+    """The complete rows of the run's steps in its metrics.jsonl (a row still being written is skipped; row 0,
+    the evaluation at start alone, is read_metrics()')."""
+    return [row for row in read_metrics(run_dir) if row.get("step") != 0]
 
 
 def descendants(pid: int) -> list[int]:

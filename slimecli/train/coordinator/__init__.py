@@ -68,12 +68,15 @@ class Coordinator:
     def open_records(self, step: int, restored_row: dict[str, Any] | None) -> None:
         pass
 
+    def evaluate_start(self, step: int) -> None:
+        pass
+
     def step_row(self, step: int, batch: StepBatch, metrics: dict[str, float], evaluated: dict[str, Any],
                  timer: StageTimer, started: float) -> dict[str, Any] | None:
         return None
 
     def record(self, step: int, row: dict[str, Any] | None, timer: StageTimer, batch: StepBatch,
-               evaluated: dict[str, Any]) -> None:
+               evaluations: list[tuple[int, dict[str, Any]]]) -> None:
         pass
 
     def data_position(self) -> Any:
@@ -198,6 +201,14 @@ class RolloutCoordinator(Coordinator):
         if self.collector is not None and hasattr(self.collector, "on_progress"):
             cast(Any, self.collector).on_progress = self.records.progress.note
 
+    def evaluate_start(self, step: int) -> None:
+        """The evaluation of the weights the run starts from, where one is due (eval.at_start) and its row is not
+        written yet (a resume: the checkpoint's row a kill cut off before its evaluation was in)."""
+        assert self.records is not None
+        if self.records.awaits_evaluation(step):
+            self.evaluation.begin(step, self.weights.delivery)
+        self.records.write_rows([], self.evaluation.in_flight())
+
     def step_row(self, step: int, batch: StepBatch, metrics: dict[str, float], evaluated: dict[str, Any],
                  timer: StageTimer, started: float) -> dict[str, Any] | None:
         """The metrics row of step ``step`` (the checkpoint keeps it; record() logs it)."""
@@ -205,10 +216,12 @@ class RolloutCoordinator(Coordinator):
         return self.records.row(step, batch, metrics, evaluated, timer, started)
 
     def record(self, step: int, row: dict[str, Any] | None, timer: StageTimer, batch: StepBatch,
-               evaluated: dict[str, Any]) -> None:
-        """The step's row to metrics.jsonl and its rewards (and an evaluation's headline) to the progress line."""
+               evaluations: list[tuple[int, dict[str, Any]]]) -> None:
+        """The step's rewards (and the headline of an evaluation just in) to the progress line, and its row, with
+        ``evaluations`` joined to their steps' rows, to metrics.jsonl once its own evaluation is in."""
         assert self.records is not None and row is not None
-        self.records.log(step, row, timer, batch, self.evaluation.headline if evaluated else "")
+        self.records.log(step, row, timer, batch, self.evaluation.headline if evaluations else "")
+        self.records.write_rows(evaluations, self.evaluation.in_flight())
 
     def close(self) -> None:
         if self.records is not None:

@@ -2,8 +2,8 @@
 
 The evaluation of step k begins once the engines hold the weights of step k and runs on the server loop while
 the trainer goes on; the next weight push waits for it before it touches an engine, so every token it scores
-comes from those weights. Its metrics go in the row of the step during which it finished, with
-eval/weight_version = k; the last step's row waits for the evaluation at the end.
+comes from those weights. Its metrics go in step k's own row (eval/weight_version = k; the evaluation at start
+has a row of its own, step 0), which the records hold until the evaluation is in.
 """
 
 from __future__ import annotations
@@ -30,8 +30,11 @@ class Evaluation:
     def begin(self, step: int, after: Future[None] | None = None) -> None:
         pass
 
-    def results(self, wait: bool = False) -> dict[str, Any]:
-        return {}
+    def landed(self, wait: bool = False) -> list[tuple[int, dict[str, Any]]]:
+        return []
+
+    def in_flight(self) -> set[int]:
+        return set()
 
     async def quiesce(self) -> None:
         pass
@@ -57,11 +60,12 @@ class PinnedEvaluation(Evaluation):
 
         self.running.append((step, self.loop.submit(evaluate())))
 
-    def results(self, wait: bool = False) -> dict[str, Any]:
-        """The metrics of the evaluations finished so far (of all of them with ``wait``), the latest winning."""
+    def landed(self, wait: bool = False) -> list[tuple[int, dict[str, Any]]]:
+        """(step, metrics) of each evaluation finished since the last call (of all of them with ``wait``), oldest
+        first."""
         from slimecli.eval.runner import flat_metrics, headline
 
-        out: dict[str, Any] = {}
+        out: list[tuple[int, dict[str, Any]]] = []
         for step, future in list(self.running):
             if not (wait or future.done()):
                 continue
@@ -69,8 +73,12 @@ class PinnedEvaluation(Evaluation):
             results = future.result()
             self.headline = headline(results)
             log.info("eval of step %d: %s", step, self.headline)
-            out.update({**flat_metrics(results), "eval/weight_version": step})
+            out.append((step, {**flat_metrics(results), "eval/weight_version": step}))
         return out
+
+    def in_flight(self) -> set[int]:
+        """The steps whose evaluation has not been taken by landed() yet."""
+        return {step for step, _ in self.running}
 
     async def quiesce(self) -> None:
         """Wait for the evaluations in flight (a weight push is about to change what they score)."""
