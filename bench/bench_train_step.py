@@ -105,8 +105,8 @@ def run_quickstart(run_dir: Path, steps: int, overrides: list[str], checkout: Pa
 
 
 def means(run_dir: Path) -> dict[str, float]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    steady = rows[1:] if len(rows) > 1 else rows  # step 1 pays for warm-up
+    rows = [row for line in (run_dir / "metrics.jsonl").read_text().splitlines() if (row := json.loads(line))["step"]]
+    steady = rows[1:] if len(rows) > 1 else rows  # step 1 pays for warm-up (row 0: the evaluation at start)
     keys = {k for row in steady for k in row if k.startswith("time/")}
     return {k: statistics.fmean(row[k] for row in steady if k in row) for k in sorted(keys)}
 

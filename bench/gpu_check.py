@@ -71,7 +71,8 @@ def train_case(tmp: Path, name: str, overrides: list[str], steps: int, model_pat
         proc = subprocess.run(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, timeout=900)
     if proc.returncode != 0:
         fail(f"train {name} exited {proc.returncode}: {' '.join(argv[2:])}", log)
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = [row for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+            if line.strip() and (row := json.loads(line))["step"]]  # row 0: the evaluation at start
     if len(rows) != steps:
         fail(f"train {name}: {len(rows)} metrics rows for {steps} steps", log)
     steady = rows[1:] or rows  # the first step pays for warm-up
