@@ -14,6 +14,7 @@ import pytest
 from slimecli.agent.training import collector as agent_rollout
 from slimecli.config.compose import load
 from slimecli.eval.runner import Evaluator, flat_metrics, headline, read_summary
+from slimecli.rollout.driver import sample_seed
 from slimecli.rollout.sample import Sample, Status
 
 
@@ -26,9 +27,11 @@ class Engine:
     def __init__(self, tok):
         self.tok = tok
         self.requests: list[dict] = []
+        self.calls: list[int] = []  # the samples each /generate asked for
 
     async def generate(self, input_ids, sampling_params, return_logprob=True):
         batch = isinstance(sampling_params, list)
+        self.calls.append(len(sampling_params) if batch else sampling_params.get("n", 1))
         each = sampling_params if batch else [sampling_params] * sampling_params.get("n", 1)
         replies = []
         for params in each:
@@ -80,6 +83,9 @@ def test_single_turn_datasets_with_their_overrides(tmp_path, tok):
     assert all(r["temperature"] == 0.5 and r["stop"] == ["!"] for r in first)
     assert all(r["temperature"] == cfg.rollout.temperature and "stop" not in r for r in engine.requests[12:])
     assert len({r["sampling_seed"] for r in engine.requests}) == len(engine.requests) == 16  # a seed per sample
+    assert engine.calls == [12, 4]  # a dataset's samples in one request (up to rollout.max_running_requests)
+    seeds = [sample_seed(cfg.run.seed, "eval", "caps", i, j) for i in range(3) for j in range(4)]
+    assert [r["sampling_seed"] for r in first] == seeds  # each sample's own: its dataset, prompt and index
     assert caps.metrics["samples"] == 12 and caps.metrics["prompts"] == 3
     assert caps.metrics["reward_mean"] == pytest.approx(0.5)  # exact_match against the label: every other answer
     assert caps.metrics["pass@1"] == pytest.approx(0.5) and caps.metrics["pass@4"] == pytest.approx(1.0)
@@ -93,6 +99,34 @@ def test_single_turn_datasets_with_their_overrides(tmp_path, tok):
     summary = read_summary(tmp_path / "run", 10)
     assert [d["name"] for d in summary["datasets"]] == ["caps", "broken", "heldout"]
     assert summary["datasets"][1]["error"] == broken.error
+
+
+def test_an_evaluation_spreads_its_requests_over_the_engines_and_encodes_each_prompt_once(tmp_path, tok, monkeypatch):
+    """12 samples, 2 engines, at most 5 sequences a request: requests of 5, 5 and 2 in turn over the engines,
+    each reply to its own sample; a second evaluation encodes no prompt again."""
+    from slimecli.rollout.driver import RolloutDriver
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"q": f"say hello {i}", "a": "HELLO"}) + "\n" for i in range(3)))
+    cfg = load([recipe(tmp_path, f"""
+        rollout: {{max_running_requests: 5}}
+        eval:
+          at_start: false
+          datasets:
+            - {{name: caps, task: jsonl, path: {data}, prompt_key: q, label_key: a, n_samples_per_prompt: 4,
+                reward: {{name: exact_match}}}}
+        """)])
+    encoded: list[str] = []
+    encode = RolloutDriver.encode_prompt
+    monkeypatch.setattr(RolloutDriver, "encode_prompt", lambda self, prompt: encoded.append(prompt) or encode(self, prompt))
+    engines = [Engine(tok), Engine(tok)]
+    evaluator = Evaluator(cfg, tok, engines, tmp_path / "run")
+    (caps,) = asyncio.run(evaluator.evaluate(1))
+    assert [e.calls for e in engines] == [[5, 2], [5]] and caps.error is None
+    assert caps.metrics["samples"] == 12 and caps.metrics["reward_mean"] == pytest.approx(7 / 12)  # HELLO: 3+1+3
+    assert encoded == ["say hello 0", "say hello 1", "say hello 2"]
+    asyncio.run(evaluator.evaluate(2))
+    assert len(encoded) == 3 and [len(e.calls) for e in engines] == [4, 2]
 
 
 GRADES = {0: {"resolved": 1, "f2p": 1.0, "p2p": 1.0, "applied": 1, "touched_tests": 0, "reward": 1.0},

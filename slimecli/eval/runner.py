@@ -67,10 +67,16 @@ class _Driver(RolloutDriver):
     evaluates as the uninterrupted one)."""
 
     def __init__(self, cfg: SlimeConfig, tokenizer: Any, engines: list[Any], stop: tuple[str, ...] | None,
-                 scope: tuple[Any, ...] = ()):
+                 scope: tuple[Any, ...] = (), encoded: dict[int, list[int]] | None = None):
         super().__init__(cfg, tokenizer, engines, cast(Any, None))
         self.stop = list(stop or ())
         self.scope = scope
+        self.encoded = {} if encoded is None else encoded  # record index -> prompt ids, kept across evaluations
+
+    def prompt_ids(self, record: dict[str, Any], group_index: int) -> list[int]:
+        if group_index not in self.encoded:
+            self.encoded[group_index] = super().prompt_ids(record, group_index)
+        return self.encoded[group_index]
 
     def group_key(self, record: dict[str, Any], group_index: int) -> tuple[Any, ...] | None:
         return ("eval", *self.scope, group_index)
@@ -91,6 +97,7 @@ class Evaluator:
         self.engines = engines
         self.run_dir = Path(run_dir)
         self._records: dict[str, list[dict[str, Any]]] = {}  # each dataset is read once
+        self._encoded: dict[str, dict[int, list[int]]] = {}  # and its prompts encoded once
         self.job_factory: Any = None  # SWE datasets: how a task becomes an agent job (None: graded by its tests)
 
     def due(self, step: int, max_steps: int) -> bool:
@@ -153,8 +160,8 @@ class Evaluator:
         if ds.task == "swe":
             outcomes = await self._agent_outcomes(cfg, records)
         else:
-            driver = _Driver(cfg, self.tokenizer, self.engines, ds.stop, (ds.name,))
-            groups = await asyncio.gather(*(driver._group(rec, i) for i, rec in enumerate(records)))
+            driver = _Driver(cfg, self.tokenizer, self.engines, ds.stop, (ds.name,), self._encoded.setdefault(ds.name, {}))
+            groups = await driver.groups(records)
             outcomes = [Outcome(i, j, records[i], [s], None) for i, group in enumerate(groups)
                         for j, s in enumerate(group)]
         flat = [s for o in outcomes for s in o.samples]

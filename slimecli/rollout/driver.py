@@ -47,6 +47,9 @@ class RolloutDriver:
         limit = self.cfg.rollout.max_prompt_len
         return list(ids[-limit:]) if len(ids) > limit else list(ids)
 
+    def prompt_ids(self, record: dict[str, Any], group_index: int) -> list[int]:
+        return self.encode_prompt(record["prompt"])
+
     def sampling_params(self, max_new_tokens: int) -> dict[str, Any]:
         r = self.cfg.rollout
         return {"temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k, "max_new_tokens": max_new_tokens,
@@ -64,41 +67,68 @@ class RolloutDriver:
         (they cost the trainer's rank 0 CPU that an overlapped training step needs): a batch of the prompt with a
         seed per sample (`key`: the group's, `first`: the index of copies[0] in the group), or unseeded
         SGLang's sampling_params.n."""
-        budget = self.cfg.rollout.max_new_tokens - copies[0].response_length
+        seeds = None if key is None else [sample_seed(self.cfg.run.seed, *key, first + j) for j in range(len(copies))]
+        await self._request(copies, seeds)
+
+    async def _request(self, samples: list[Sample], seeds: list[int] | None) -> None:
+        """One /generate request for ``samples``: a batch with a seed each (any prompts), or, unseeded, copies of one
+        prompt as sampling_params.n. A sample with no token budget left is truncated without asking."""
+        budget = self.cfg.rollout.max_new_tokens - samples[0].response_length
         if budget <= 0:
-            for sample in copies:
+            for sample in samples:
                 sample.status = Status.TRUNCATED
             return
         engine = self.engines[next(self._engine_cycle)]
         params = self.sampling_params(budget)
-        prompt: list[int] | list[list[int]] = list(copies[0].tokens)
+        prompt: list[int] | list[list[int]] = list(samples[0].tokens)
         sampling: dict[str, Any] | list[dict[str, Any]] = params
-        if key is not None:
-            prompt = [list(copies[0].tokens) for _ in copies]
-            sampling = [{**params, "sampling_seed": sample_seed(self.cfg.run.seed, *key, first + j)}
-                        for j in range(len(copies))]
-        elif len(copies) > 1:
-            params["n"] = len(copies)
+        if seeds is not None:
+            prompt = [list(sample.tokens) for sample in samples]
+            sampling = [{**params, "sampling_seed": seed} for seed in seeds]
+        elif len(samples) > 1:
+            params["n"] = len(samples)
         async with self._limit:
             out = await engine.generate(input_ids=prompt, sampling_params=sampling, return_logprob=True)
         replies = out if isinstance(out, list) else [out]
-        if len(replies) != len(copies):
-            raise RuntimeError(f"engine {engine.base_url} answered {len(replies)} samples for n={len(copies)}")
-        for sample, reply in zip(copies, replies, strict=True):
+        if len(replies) != len(samples):
+            raise RuntimeError(f"engine {engine.base_url} answered {len(replies)} samples for {len(samples)}")
+        for sample, reply in zip(samples, replies, strict=True):
             record_reply(sample, reply)
 
-    async def _group(self, record: dict[str, Any], group_index: int) -> list[Sample]:
-        prompt_ids = self.encode_prompt(record["prompt"])
-        n = self.cfg.rollout.n_samples_per_prompt
+    def new_group(self, record: dict[str, Any], group_index: int) -> list[Sample]:
+        """The record's rollout.n_samples_per_prompt samples, their prompt encoded, nothing generated yet."""
+        prompt_ids = self.prompt_ids(record, group_index)
         group = []
-        for _ in range(n):
+        for _ in range(self.cfg.rollout.n_samples_per_prompt):
             group.append(Sample(prompt=record["prompt"], label=record.get("label"), group_index=group_index,
                                 index=self._next_index, tokens=list(prompt_ids),
                                 metadata=dict(record.get("metadata") or {})))
             self._next_index += 1
-        key = self.group_key(record, group_index)
+        return group
+
+    async def _group(self, record: dict[str, Any], group_index: int) -> list[Sample]:
+        group = self.new_group(record, group_index)
+        n, key = len(group), self.group_key(record, group_index)
         await asyncio.gather(*(self._generate(group[i:i + MAX_COPIES], key, i) for i in range(0, n, MAX_COPIES)))
         return group
+
+    async def groups(self, records: list[dict[str, Any]]) -> list[list[Sample]]:
+        """Every record's group (record i: group i), seeded, in as few requests as the engines take at once: a
+        request per engine, of at most rollout.max_running_requests samples. For a caller that waits for all of
+        them (an evaluation): the engine prefills the prompts together, and the HTTP round trips are a few per
+        evaluation, not one per prompt."""
+        groups = [self.new_group(record, i) for i, record in enumerate(records)]
+        keys = [self.group_key(record, i) for i, record in enumerate(records)]
+        if any(key is None for key in keys):  # unseeded: a request per group, its copies as sampling_params.n
+            await asyncio.gather(*(self._generate(group[i:i + MAX_COPIES]) for group in groups
+                                   for i in range(0, len(group), MAX_COPIES)))
+            return groups
+        work = [(sample, sample_seed(self.cfg.run.seed, *key, j))
+                for group, key in zip(groups, keys, strict=True) if key is not None for j, sample in enumerate(group)]
+        size = min(self.cfg.rollout.max_running_requests, -(-len(work) // len(self.engines)))
+        chunks = [work[i:i + size] for i in range(0, len(work), size)]
+        await asyncio.gather(*(self._request([s for s, _ in chunk], [seed for _, seed in chunk]) for chunk in chunks))
+        return groups
 
     async def _runs(self, record: dict[str, Any], group_index: int) -> list[Run]:
         return [[sample] for sample in await self._group(record, group_index)]  # each sample is a run of its own
