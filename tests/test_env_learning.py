@@ -22,5 +22,6 @@ def test_the_tool_environment_reward_rises(tmp_path):
     assert len(rewards) == 30
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert first < 0.25 and last >= first + 0.3, (first, last, rewards)
-    assert rows[-1]["env/lookup/tool_calls/lookup"] >= 0.9  # it looks before it answers
+    looks = [row["env/lookup/tool_calls/lookup"] for row in rows[-5:]]  # a step's share moves by a few episodes
+    assert sum(looks) / 5 >= 0.9, looks  # it looks before it answers
     assert rows[-1]["env/lookup/dropped"] == 0
