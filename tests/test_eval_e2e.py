@@ -90,3 +90,33 @@ def test_eval_of_a_checkpoint_fails_when_a_dataset_does(trained, tmp_path):
     (row,) = read_metrics(eval_dir)
     assert row["eval/good/failed"] == 0.0 and row["eval/bad/failed"] == 1.0 and "eval/bad/reward_mean" not in row
     assert row["eval/good/pass@2"] is not None
+
+
+def test_a_resume_evaluates_the_step_whose_row_waited_for_its_evaluation(tmp_path):
+    """Checkpoint step_2 keeps its row while the evaluation of step 2 runs; the trainer then blocks at step 3 (a
+    test hook) and is killed, so that row never reached metrics.jsonl. The same command resumes from step_2,
+    evaluates step 2 again, writes its row with that evaluation, and trains on."""
+    import os
+    import subprocess
+
+    from slimecli.checkpoint.layout import checkpoints_dir, is_complete
+    from tests.helpers import wait_until
+    from tests.helpers.train_e2e import kill_tree, run_train, train_argv
+
+    run = tmp_path / "run"
+    args = ("trainer.max_steps=4", "trainer.save_interval=2", "eval.interval=2", "trainer.nproc=1")
+    proc = subprocess.Popen(train_argv(run, *args), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True, env={**os.environ, "SLIMECLI_TEST_HANG_AT_STEP": "3"})
+    try:
+        wait_until(lambda: is_complete(checkpoints_dir(run) / "step_2"), 300, "checkpoint step_2", proc=proc)
+    finally:
+        kill_tree(proc)
+    assert [r["step"] for r in read_metrics(run)] == [0, 1]  # step 2's row waited for its evaluation
+
+    out = run_train(run, *args)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    rows = read_metrics(run)
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
+    assert [r.get("eval/weight_version") for r in rows] == [0, None, 2, None, 4]
+    assert rows[2]["reward/mean"] is not None and rows[2]["eval/heldout/samples"] == HELDOUT
+    assert (run / "eval" / "step_2" / "heldout.jsonl").is_file()
