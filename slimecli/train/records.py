@@ -42,7 +42,8 @@ class StepRecords:
         # rows waiting for their step's evaluation; a resume's first: the checkpoint's row a kill cut off
         self.held: dict[int, dict[str, Any]] = {}
         self.ended: dict[int, float] = {}  # when a held row's step ended: its row's time
-        if restored_row is not None and step not in _logged_steps(self.metrics_log.path):
+        self.start_written = step in _logged_steps(self.metrics_log.path)  # the row of the step it starts from
+        if restored_row is not None and not self.start_written:
             self.held[step] = dict(restored_row)
         self.prompts_path = run_dir / PROMPTS_FILE
         drop_steps_after(self.prompts_path, step)
@@ -65,11 +66,10 @@ class StepRecords:
                 "run/restarts": self.attempt, "run/server_restarts": count_restarts(self.restarts_path)}
 
     def awaits_evaluation(self, step: int) -> bool:
-        """Whether the evaluation of ``step`` (where one is due) belongs in a row not yet written: the start of a
-        run, or a resume whose checkpoint's row was cut off before its evaluation was in."""
-        if step in _logged_steps(self.metrics_log.path):
-            return False
-        return self.held.get(step, {}).get("eval/weight_version") != step
+        """Whether the evaluation of ``step``, the step the records were opened at (where one is due), belongs in a
+        row not yet written: the start of a run, or a resume whose checkpoint's row was cut off before its
+        evaluation was in."""
+        return not self.start_written and self.held.get(step, {}).get("eval/weight_version") != step
 
     def log(self, step: int, row: dict[str, Any], timer: StageTimer, batch: StepBatch, eval_line: str) -> None:
         """The row with every stage's time, held for write_rows(), and the step's rewards (and ``eval_line``, an
